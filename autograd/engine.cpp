@@ -1,0 +1,166 @@
+// The backward engine: an iterative walk over the graph in dependency order.
+//
+// Note [engine scratch]: each Node carries the scratch of one pass (epoch_, pending_, buffer_)
+// instead of the engine keeping hash maps: discovery stamps nodes with this pass's epoch,
+// pending_ counts the edges still to deliver a gradient, buffer_ sums the incoming gradients.
+// One backward pass runs at a time on a given graph.
+
+#include "strata/autograd/engine.h"
+
+#include <queue>
+
+#include "strata/autograd/grad_mode.h"
+#include "strata/autograd/node.h"
+#include "strata/tensor/creation.h"
+
+namespace strata::autograd {
+
+namespace {
+
+thread_local uint64_t current_epoch = 0;
+
+struct LaterFirst {
+  bool operator()(const Node* a, const Node* b) const { return a->sequence_nr < b->sequence_nr; }
+};
+
+// Where autograd::grad() takes a gradient instead of passing it on.
+struct Capture {
+  Node* node;
+  uint32_t input_nr;
+  size_t slot;
+};
+
+void accumulate(Tensor& slot, Tensor&& g) {
+  if (!slot.defined()) slot = std::move(g);
+  else slot = slot + g;
+}
+
+// Stamps every node reachable from the roots with this pass's epoch and counts its incoming edges.
+std::vector<Node*> discover(const std::vector<Edge>& roots, uint64_t epoch) {
+  std::vector<Node*> nodes;
+  auto visit = [&](Node* n) {
+    if (n->epoch_ == epoch) return;
+    n->epoch_ = epoch;
+    n->pending_ = 0;
+    n->buffer_.assign(n->num_outputs, Tensor());
+    nodes.push_back(n);
+  };
+  for (const Edge& e : roots)
+    if (e.valid()) visit(e.fn.get());
+  for (size_t i = 0; i < nodes.size(); ++i) {  // nodes grows while we walk it: an iterative BFS
+    for (const Edge& e : nodes[i]->next_edges) {
+      if (!e.valid()) continue;
+      visit(e.fn.get());
+      ++e.fn->pending_;
+    }
+  }
+  return nodes;
+}
+
+void run(const std::vector<Edge>& roots, tensor_list&& root_grads, bool keep_graph, bool create_graph,
+         const std::vector<Capture>& captures, tensor_list* captured) {
+  AutoGradMode mode(create_graph);
+  const uint64_t epoch = ++current_epoch;
+  std::vector<Node*> nodes = discover(roots, epoch);
+  for (size_t i = 0; i < roots.size(); ++i)
+    if (roots[i].valid()) accumulate(roots[i].fn->buffer_[roots[i].input_nr], std::move(root_grads[i]));
+
+  std::priority_queue<Node*, std::vector<Node*>, LaterFirst> ready;
+  for (Node* n : nodes)
+    if (n->pending_ == 0) ready.push(n);
+
+  while (!ready.empty()) {
+    Node* node = ready.top();
+    ready.pop();
+    tensor_list grads = std::move(node->buffer_);
+    for (auto& [output_nr, hook] : node->pre_hooks) {
+      if (!hook || !grads[output_nr].defined()) continue;
+      Tensor r = hook(grads[output_nr]);
+      if (r.defined()) grads[output_nr] = std::move(r);
+    }
+    for (const Capture& c : captures)
+      if (c.node == node) (*captured)[c.slot] = grads[c.input_nr];
+    bool any = false;
+    for (const Tensor& g : grads) any |= g.defined();
+    // grad() never accumulates into leaves; a node with no incoming gradient passes none on.
+    const bool skip = !any || (captured && dynamic_cast<AccumulateGrad*>(node));
+    tensor_list outputs;
+    if (!skip) {
+      outputs = node->apply(std::move(grads));
+      STRATA_INTERNAL_ASSERT(outputs.size() == node->next_edges.size() || outputs.empty());
+    }
+    if (!keep_graph) node->release_variables();
+    for (size_t i = 0; i < node->next_edges.size(); ++i) {
+      const Edge& e = node->next_edges[i];
+      if (!e.valid()) continue;
+      Node* next = e.fn.get();
+      if (i < outputs.size() && outputs[i].defined()) accumulate(next->buffer_[e.input_nr], std::move(outputs[i]));
+      if (--next->pending_ == 0) ready.push(next);
+    }
+  }
+  for (Node* n : nodes) n->buffer_.clear();
+}
+
+// Checks outputs and their gradients and turns them into root edges and root gradients.
+std::vector<Edge> make_roots(const tensor_list& outputs, const tensor_list& grad_outputs, tensor_list& root_grads,
+                             const char* op) {
+  STRATA_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), op, ": got ", grad_outputs.size(),
+               " gradients for ", outputs.size(), " outputs");
+  std::vector<Edge> roots;
+  roots.reserve(outputs.size());
+  root_grads.reserve(outputs.size());
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& out = outputs[i];
+    STRATA_CHECK(out.defined(), op, ": output ", i, " is undefined");
+    STRATA_CHECK(out.requires_grad(), op, ": element ", i,
+                 " of tensors does not require grad and does not have a grad_fn");
+    Tensor g = grad_outputs.empty() ? Tensor() : grad_outputs[i];
+    if (!g.defined()) {
+      STRATA_CHECK(out.numel() == 1, op, ": grad can be implicitly created only for scalar outputs (output ", i,
+                   " has shape ", out.sizes(), ")");
+      g = ones_like(out);
+    } else {
+      STRATA_CHECK(g.sizes() == out.sizes(), op, ": Mismatch in shape: grad_output[", i, "] has a shape of ",
+                   g.sizes(), " and output[", i, "] has a shape of ", out.sizes(), ".");
+      STRATA_CHECK(g.is_floating_point(), op, ": grad_output[", i, "] must be floating point, got ", g.dtype());
+    }
+    roots.push_back(gradient_edge(out));
+    root_grads.push_back(std::move(g));
+  }
+  return roots;
+}
+
+}  // namespace
+
+void backward(const tensor_list& outputs, const tensor_list& grad_outputs, std::optional<bool> retain_graph,
+              bool create_graph) {
+  tensor_list root_grads;
+  std::vector<Edge> roots = make_roots(outputs, grad_outputs, root_grads, "backward");
+  run(roots, std::move(root_grads), retain_graph.value_or(create_graph), create_graph, {}, nullptr);
+}
+
+tensor_list grad(const tensor_list& outputs, const tensor_list& inputs, const tensor_list& grad_outputs,
+                 std::optional<bool> retain_graph, bool create_graph, bool allow_unused) {
+  tensor_list root_grads;
+  std::vector<Edge> roots = make_roots(outputs, grad_outputs, root_grads, "grad");
+  std::vector<Edge> input_edges;  // keeps new accumulators alive while the pass runs
+  std::vector<Capture> captures;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    STRATA_CHECK(inputs[i].defined() && inputs[i].requires_grad(), "grad: input ", i,
+                 " of the differentiated Tensors does not require grad");
+    input_edges.push_back(gradient_edge(inputs[i]));
+    captures.push_back({input_edges.back().fn.get(), input_edges.back().input_nr, i});
+  }
+  tensor_list result(inputs.size());
+  run(roots, std::move(root_grads), retain_graph.value_or(create_graph), create_graph, captures, &result);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    STRATA_CHECK(allow_unused || result[i].defined(), "grad: input ", i,
+                 " of the differentiated Tensors appears to not have been used in the graph. Set allow_unused=true "
+                 "if this is the desired behavior.");
+    // Without create_graph the caller gets plain tensors, never ones carrying history.
+    if (!create_graph && result[i].defined() && result[i].requires_grad()) result[i] = result[i].detach();
+  }
+  return result;
+}
+
+}  // namespace strata::autograd

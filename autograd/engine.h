@@ -1,0 +1,24 @@
+#pragma once
+// Running the graph backwards.
+//
+//   loss.backward();                                   // accumulates into leaves' grad()
+//   auto g = strata::autograd::grad({y}, {x}, {}, /*retain_graph=*/true, /*create_graph=*/true);
+//   auto gg = strata::autograd::grad({g[0].sum()}, {x}); // a second derivative
+
+#include <optional>
+
+#include "strata/tensor/tensor.h"
+
+namespace strata::autograd {
+
+/// Backpropagates from `outputs` (grad_outputs may be empty for one-element outputs) into leaves' grad().
+void backward(const tensor_list& outputs, const tensor_list& grad_outputs = {},
+              std::optional<bool> retain_graph = std::nullopt, bool create_graph = false);
+
+/// Gradients of `outputs` with respect to `inputs`, returned instead of accumulated. retain_graph
+/// defaults to create_graph; allow_unused returns undefined tensors for inputs the outputs do not use.
+tensor_list grad(const tensor_list& outputs, const tensor_list& inputs, const tensor_list& grad_outputs = {},
+                 std::optional<bool> retain_graph = std::nullopt, bool create_graph = false,
+                 bool allow_unused = false);
+
+}  // namespace strata::autograd

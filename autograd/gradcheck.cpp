@@ -1,0 +1,165 @@
+// gradcheck: the analytical Jacobian (one backward per output element) against central
+// differences (two forwards per input element), all in float64.
+
+#include "strata/autograd/gradcheck.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "strata/autograd/engine.h"
+#include "strata/autograd/grad_mode.h"
+#include "strata/tensor/creation.h"
+
+namespace strata::autograd {
+
+namespace {
+
+// Storage offset of the flat (row-major) element i of t.
+int64_t element_offset(const Tensor& t, int64_t i) {
+  int64_t off = t.storage_offset();
+  for (int64_t d = t.dim() - 1; d >= 0; --d) {
+    off += (i % t.size(d)) * t.stride(d);
+    i /= t.size(d);
+  }
+  return off;
+}
+
+double& element(const Tensor& t, int64_t i) {
+  return static_cast<double*>(t.impl().storage->data)[element_offset(t, i)];
+}
+
+double read(const Tensor& t, int64_t i) {
+  return visit_dtype(t.dtype(), [&]<class T>() {
+    return static_cast<double>(static_cast<const T*>(t.impl().storage->data)[element_offset(t, i)]);
+  });
+}
+
+std::string index_string(const Tensor& t, int64_t i) {
+  DimVector idx(t.dim());
+  for (int64_t d = t.dim() - 1; d >= 0; --d) {
+    idx[d] = i % t.size(d);
+    i /= t.size(d);
+  }
+  std::ostringstream os;
+  os << IntArrayRef(idx);
+  return os.str();
+}
+
+// Outputs of fn that gradcheck compares: the floating-point ones.
+std::vector<size_t> differentiable_outputs(const tensor_list& outputs) {
+  std::vector<size_t> out;
+  for (size_t i = 0; i < outputs.size(); ++i)
+    if (outputs[i].defined() && outputs[i].is_floating_point()) out.push_back(i);
+  return out;
+}
+
+}  // namespace
+
+bool gradcheck(const GradcheckFn& fn, const tensor_list& inputs, const GradcheckOptions& o) {
+  std::vector<size_t> diff_inputs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& x = inputs[i];
+    if (!x.defined() || !x.requires_grad()) continue;
+    STRATA_CHECK(x.dtype() == kDouble, "gradcheck: input ", i, " has dtype ", x.dtype(),
+                 "; gradcheck needs float64 inputs (finite differences in lower precision are too coarse)");
+    for (int64_t d = 0; d < x.dim(); ++d)
+      STRATA_CHECK(x.stride(d) != 0 || x.size(d) <= 1, "gradcheck: input ", i, " of shape ", x.sizes(),
+                   " has overlapping memory (stride 0 at dim ", d, "); pass the base tensor and expand inside fn");
+    diff_inputs.push_back(i);
+  }
+  STRATA_CHECK(!diff_inputs.empty(), "gradcheck: no input requires grad");
+
+  tensor_list outputs = fn(inputs);
+  const std::vector<size_t> diff_outputs = differentiable_outputs(outputs);
+  tensor_list diff_input_tensors;
+  for (size_t i : diff_inputs) diff_input_tensors.push_back(inputs[i]);
+
+  // numerical[(input, element)] = the flattened output values' central differences.
+  std::vector<std::vector<std::vector<double>>> numerical(diff_inputs.size());
+  {
+    NoGradGuard no_grad;
+    for (size_t a = 0; a < diff_inputs.size(); ++a) {
+      const Tensor& x = inputs[diff_inputs[a]];
+      numerical[a].resize(x.numel());
+      for (int64_t j = 0; j < x.numel(); ++j) {
+        double& v = element(x, j);
+        const double orig = v;
+        v = orig + o.eps;
+        tensor_list plus = fn(inputs);
+        for (Tensor& t : plus) if (t.defined()) t = t.clone();  // outputs may be views of the input
+        v = orig - o.eps;
+        tensor_list minus = fn(inputs);
+        for (Tensor& t : minus) if (t.defined()) t = t.clone();
+        v = orig;
+        for (size_t k : diff_outputs)
+          for (int64_t e = 0; e < outputs[k].numel(); ++e)
+            numerical[a][j].push_back((read(plus[k], e) - read(minus[k], e)) / (2 * o.eps));
+      }
+    }
+  }
+
+  // Analytical: one vector-Jacobian product per output element.
+  int64_t flat_base = 0;
+  for (size_t k : diff_outputs) {
+    const Tensor& out = outputs[k];
+    for (int64_t e = 0; e < out.numel(); ++e) {
+      tensor_list grads(diff_inputs.size());
+      if (out.requires_grad()) {
+        Tensor seed = zeros(out.sizes(), out.dtype());
+        visit_dtype(seed.dtype(), [&]<class T>() { seed.data_ptr<T>()[e] = T(1); });
+        grads = grad({out}, diff_input_tensors, {seed}, /*retain_graph=*/true, /*create_graph=*/false,
+                     /*allow_unused=*/true);
+      }
+      for (size_t a = 0; a < diff_inputs.size(); ++a) {
+        const Tensor& x = inputs[diff_inputs[a]];
+        for (int64_t j = 0; j < x.numel(); ++j) {
+          const double an = grads[a].defined() ? read(grads[a], j) : 0.0;
+          const double nu = numerical[a][j][flat_base + e];
+          if (std::abs(an - nu) <= o.atol + o.rtol * std::abs(nu)) continue;
+          if (!o.raise_exception) return false;
+          STRATA_CHECK(false, "gradcheck: Jacobian mismatch for output ", k, " with respect to input ",
+                       diff_inputs[a], " at input element ", index_string(x, j), " and output element ",
+                       index_string(out, e), ": analytical ", an, " vs numerical ", nu, " (eps ", o.eps, ", atol ",
+                       o.atol, ", rtol ", o.rtol, ")");
+        }
+      }
+    }
+    flat_base += out.numel();
+  }
+  return true;
+}
+
+bool gradcheck(const std::function<Tensor(const tensor_list&)>& fn, const tensor_list& inputs,
+               const GradcheckOptions& options) {
+  return gradcheck([&](const tensor_list& in) { return tensor_list{fn(in)}; }, inputs, options);
+}
+
+bool gradgradcheck(const GradcheckFn& fn, const tensor_list& inputs, const GradcheckOptions& options) {
+  tensor_list outputs = fn(inputs);
+  const std::vector<size_t> diff_outputs = differentiable_outputs(outputs);
+  // Random cotangents from a private generator, so the caller's random stream is untouched.
+  Generator gen(0);
+  tensor_list all = inputs;
+  for (size_t k : diff_outputs) all.push_back(randn(outputs[k].sizes(), dtype(kDouble).requires_grad(true), &gen));
+  const size_t n = inputs.size();
+  auto vjp = [&](const tensor_list& in) {
+    AutoGradMode enable_grad(true);  // gradcheck evaluates fn under NoGradGuard for its numerical part
+    tensor_list x(in.begin(), in.begin() + n), cotangents(in.begin() + n, in.end());
+    tensor_list outs = fn(x), diff_outs, wrt;
+    for (size_t k : diff_outputs) diff_outs.push_back(outs[k]);
+    for (const Tensor& t : x)
+      if (t.defined() && t.requires_grad()) wrt.push_back(t);
+    tensor_list g = grad(diff_outs, wrt, cotangents, true, /*create_graph=*/true, /*allow_unused=*/true);
+    for (size_t i = 0; i < g.size(); ++i)
+      if (!g[i].defined()) g[i] = zeros(wrt[i].sizes(), wrt[i].dtype());
+    return g;
+  };
+  return gradcheck(vjp, all, options);
+}
+
+bool gradgradcheck(const std::function<Tensor(const tensor_list&)>& fn, const tensor_list& inputs,
+                   const GradcheckOptions& options) {
+  return gradgradcheck([&](const tensor_list& in) { return tensor_list{fn(in)}; }, inputs, options);
+}
+
+}  // namespace strata::autograd

@@ -1,0 +1,36 @@
+#pragma once
+// Finite-difference checks of gradients, as torch.autograd.gradcheck / gradgradcheck.
+//
+//   auto x = strata::randn({3, 4}, strata::dtype(strata::kFloat64).requires_grad(true));
+//   strata::autograd::gradcheck([](const strata::tensor_list& in) { return in[0].tanh().sum(0); }, {x});
+//   // throws strata::Error naming the input, the element and both values on a mismatch
+
+#include <functional>
+
+#include "strata/tensor/tensor.h"
+
+namespace strata::autograd {
+
+/// Tolerances of gradcheck: an entry passes when |analytical - numerical| <= atol + rtol * |numerical|.
+struct GradcheckOptions {
+  double eps = 1e-6;             ///< central-difference step
+  double atol = 1e-5;            ///< absolute tolerance
+  double rtol = 1e-3;            ///< relative tolerance
+  bool raise_exception = true;   ///< throw strata::Error on a mismatch (else return false)
+};
+
+/// A function of several tensors to several tensors.
+using GradcheckFn = std::function<tensor_list(const tensor_list&)>;
+
+/// Compares the Jacobian from backward with central differences for every float64 input that requires grad.
+bool gradcheck(const GradcheckFn& fn, const tensor_list& inputs, const GradcheckOptions& options = {});
+/// Same for a function with one output.
+bool gradcheck(const std::function<Tensor(const tensor_list&)>& fn, const tensor_list& inputs,
+               const GradcheckOptions& options = {});
+/// Checks second derivatives: gradcheck of the function (inputs, grad_outputs) -> vector-Jacobian product.
+bool gradgradcheck(const GradcheckFn& fn, const tensor_list& inputs, const GradcheckOptions& options = {});
+/// Same for a function with one output.
+bool gradgradcheck(const std::function<Tensor(const tensor_list&)>& fn, const tensor_list& inputs,
+                   const GradcheckOptions& options = {});
+
+}  // namespace strata::autograd

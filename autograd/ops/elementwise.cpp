@@ -1,0 +1,703 @@
+// Elementwise ops: arithmetic, unary math, activations, comparisons, where, and the in-place
+// forms, each forward beside its backward.
+//
+// Note [type promotion]: libtorch's result_type. Categories are bool < integer < floating.
+// Tensors with dims decide the dtype (the highest among them); a 0-dim tensor only raises it
+// when its category is higher (then its own dtype wins); a C++ double is a "wrapped number"
+// that only raises the category: an integer or bool tensor combined with any double gives
+// float32 (the default dtype), as `torch.tensor([1]) + 1.0` does, and a floating tensor keeps
+// its dtype (`float32_tensor * 2.0` stays float32). The scalar overloads therefore compute
+// their dtype with scalar_type_with() and pass it down explicitly.
+//
+// Note [bool arithmetic]: torch lets bool + bool mean logical or and bool * bool logical and;
+// strata rejects arithmetic whose computation type is bool with an error naming logical_or /
+// logical_and, since those spell the intent. Mixed bool-and-number arithmetic promotes as usual.
+
+#include <cmath>
+
+#include "strata/autograd/ops/common.h"
+
+namespace strata {
+
+using autograd::LambdaNode;
+using autograd::SavedVariable;
+
+namespace {
+
+int category(ScalarType t) { return t == kBool ? 0 : (t == kLong ? 1 : 2); }
+
+// The dtype of `t op double` (Note [type promotion]).
+ScalarType scalar_type_with(const Tensor& t) { return t.is_floating_point() ? t.dtype() : kFloat; }
+
+// Float ops (exp, log, ...) on integer or bool tensors compute in float32, as torch.
+ScalarType float_type(const Tensor& t) { return t.is_floating_point() ? t.dtype() : kFloat; }
+
+// torch's canCast: no floating into integer or bool, no number into bool.
+bool can_cast(ScalarType from, ScalarType to) {
+  if (is_floating_point(from) && !is_floating_point(to)) return false;
+  return !(from != kBool && to == kBool);
+}
+
+void check_not_bool(ScalarType compute, const char* op) {
+  STRATA_CHECK(compute != kBool, op,
+               ": arithmetic on bool tensors is not supported; use logical_or / logical_and, or convert with "
+               ".to(kLong)");
+}
+
+// A 0-dim tensor holding a wrapped C++ number in the computation dtype.
+Tensor wrap(double v, ScalarType dtype, Device device) {
+  Tensor t = empty({}, TensorOptions(dtype).device(device));
+  ops::kernels(t).fill(t, v);
+  return t;
+}
+
+// t converted to dtype without history (a copy through the kernels); t itself when it matches.
+Tensor cast(const Tensor& t, ScalarType dtype) {
+  if (t.dtype() == dtype) return t;
+  Tensor out = empty(t.sizes(), TensorOptions(dtype).device(t.device()));
+  ops::kernels(t).copy(t, out);
+  return out;
+}
+
+// A stride-0 view of t broadcast to sizes (already checked by broadcast_shapes), without history.
+Tensor expand_to(const Tensor& t, IntArrayRef sizes) {
+  if (t.sizes() == sizes) return t;
+  const size_t lead = sizes.size() - t.sizes().size();
+  DimVector strides(sizes.size(), 0);
+  for (size_t d = 0; d < t.sizes().size(); ++d)
+    if (t.sizes()[d] != 1) strides[lead + d] = t.strides()[d];
+  return make_view(t, sizes, strides, t.storage_offset());
+}
+
+TensorOptions options_of(ScalarType dtype, const Tensor& like) { return TensorOptions(dtype).device(like.device()); }
+
+// out = op(a, b) over the broadcast shape, computed in `compute`, written as `out_dtype`.
+Tensor binary_kernel(BinaryOp op, const Tensor& a, const Tensor& b, ScalarType compute, ScalarType out_dtype,
+                     const char* name) {
+  STRATA_CHECK(a.device() == b.device(), name, ": expected both tensors on one device, got ", a.device(), " and ",
+               b.device());
+  const Kernels& k = ops::kernels(a);
+  if (a.sizes() == b.sizes() && a.dtype() == compute && b.dtype() == compute) {  // the common case: no views, no casts
+    Tensor out = empty(a.sizes(), options_of(out_dtype, a));
+    k.binary(op, a, b, out);
+    return out;
+  }
+  const DimVector shape = broadcast_shapes(a.sizes(), b.sizes(), name);
+  Tensor out = empty(shape, options_of(out_dtype, a));
+  k.binary(op, expand_to(cast(a, compute), shape), expand_to(cast(b, compute), shape), out);
+  return out;
+}
+
+// out = op(a), computed and written in dtype.
+Tensor unary_kernel(UnaryOp op, const Tensor& a, ScalarType dtype) {
+  Tensor out = empty(a.sizes(), options_of(dtype, a));
+  ops::kernels(a).unary(op, cast(a, dtype), out);
+  return out;
+}
+
+// What backward needs to hand an input its gradient: sizes, dtype, and whether it wants one at all.
+struct GradTarget {
+  DimVector sizes;
+  ScalarType dtype;
+  bool needed;
+  GradTarget(const Tensor& t, bool needed) : sizes(t.sizes()), dtype(t.dtype()), needed(needed) {}
+  // g summed over the dims the input was broadcast along, in the input's dtype.
+  Tensor operator()(const Tensor& g) const {
+    Tensor r = ops::sum_to(g, sizes);
+    return r.dtype() == dtype ? r : r.to(dtype);
+  }
+};
+
+bool needs_grad(const LambdaNode& node, size_t i) { return node.next_edges[i].valid(); }
+
+// Note [lean add]: when both inputs already have the output's sizes and dtype (the common case),
+// the backward captures only trivially copyable values, so std::function stores it inline and
+// `a + b` with grad allocates nothing beyond the output and the node.
+bool same_geometry(const Tensor& a, const Tensor& b, const Tensor& out) {
+  return a.dtype() == out.dtype() && b.dtype() == out.dtype() && a.sizes() == out.sizes() &&
+         b.sizes() == out.sizes();
+}
+
+// d(a + alpha*b) = (g, alpha*g); sub passes -alpha.
+void set_add_backward(LambdaNode& node, const Tensor& a, const Tensor& b, const Tensor& out, double alpha) {
+  if (same_geometry(a, b, out)) {
+    node.backward = [alpha, need_b = needs_grad(node, 1)](const tensor_list& g) -> tensor_list {
+      return {g[0], !need_b ? Tensor() : alpha == 1 ? g[0] : g[0] * alpha};
+    };
+    return;
+  }
+  node.backward = [alpha, ta = GradTarget(a, needs_grad(node, 0)),
+                   tb = GradTarget(b, needs_grad(node, 1))](const tensor_list& g) -> tensor_list {
+    return {ta.needed ? ta(g[0]) : Tensor(), tb.needed ? tb(alpha == 1 ? g[0] : g[0] * alpha) : Tensor()};
+  };
+}
+
+// d(a * b) = (g * b, g * a); a_value is a's value at the time of the op (a clone for mul_).
+void set_mul_backward(LambdaNode& node, const Tensor& a, const Tensor& b, const Tensor& a_value) {
+  const bool need_a = needs_grad(node, 0), need_b = needs_grad(node, 1);
+  node.backward = [ta = GradTarget(a, need_a), tb = GradTarget(b, need_b),
+                   sa = need_b ? SavedVariable(a_value) : SavedVariable(),
+                   sb = need_a ? SavedVariable(b) : SavedVariable()](const tensor_list& g) -> tensor_list {
+    return {ta.needed ? ta(g[0] * sb.unpack()) : Tensor(), tb.needed ? tb(g[0] * sa.unpack()) : Tensor()};
+  };
+}
+
+// d(a / b) = (g / b, -g * a / b^2); a_value as in set_mul_backward.
+void set_div_backward(LambdaNode& node, const Tensor& a, const Tensor& b, const Tensor& a_value) {
+  const bool need_a = needs_grad(node, 0), need_b = needs_grad(node, 1);
+  node.backward = [ta = GradTarget(a, need_a), tb = GradTarget(b, need_b), sb = SavedVariable(b),
+                   sa = need_b ? SavedVariable(a_value) : SavedVariable()](const tensor_list& g) -> tensor_list {
+    Tensor bv = sb.unpack();
+    return {ta.needed ? ta(g[0] / bv) : Tensor(), tb.needed ? tb(-g[0] * sa.unpack() / (bv * bv)) : Tensor()};
+  };
+}
+
+// a + alpha * b (op Add) or a - alpha * b (op Sub).
+Tensor add_impl(BinaryOp op, const Tensor& a, const Tensor& b, double alpha, ScalarType compute, const char* name,
+                const char* node_name) {
+  check_not_bool(compute, name);
+  STRATA_CHECK(is_floating_point(compute) || alpha == std::trunc(alpha), name,
+               ": for integral input tensors, alpha must be an integer, got ", alpha);
+  Tensor out = alpha == 1 ? binary_kernel(op, a, b, compute, compute, name)
+                          : binary_kernel(op, a, binary_kernel(BinaryOp::Mul, b, wrap(alpha, compute, b.device()),
+                                                               compute, compute, name),
+                                          compute, compute, name);
+  if (auto node = autograd::record(node_name, a, b, out))
+    set_add_backward(*node, a, b, out, op == BinaryOp::Add ? alpha : -alpha);
+  return out;
+}
+
+Tensor mul_impl(const Tensor& a, const Tensor& b, ScalarType compute) {
+  check_not_bool(compute, "mul");
+  Tensor out = binary_kernel(BinaryOp::Mul, a, b, compute, compute, "mul");
+  if (auto node = autograd::record("MulBackward0", a, b, out)) set_mul_backward(*node, a, b, a);
+  return out;
+}
+
+Tensor div_impl(const Tensor& a, const Tensor& b, ScalarType compute) {
+  if (!is_floating_point(compute)) compute = kFloat;  // true division
+  Tensor out = binary_kernel(BinaryOp::Div, a, b, compute, compute, "div");
+  if (auto node = autograd::record("DivBackward0", a, b, out)) set_div_backward(*node, a, b, a);
+  return out;
+}
+
+// Comparisons and logical ops compute in the promoted dtype and write bool; they have no gradient.
+Tensor compare(BinaryOp op, const Tensor& a, const Tensor& b, ScalarType compute, const char* name) {
+  return binary_kernel(op, a, b, compute, kBool, name);
+}
+
+// erf with its gradient 2/sqrt(pi) * exp(-x^2); used by gelu's backward, so gelu is twice differentiable.
+Tensor erf(const Tensor& a) {
+  Tensor y = unary_kernel(UnaryOp::Erf, a, float_type(a));
+  if (auto node = autograd::record("ErfBackward0", a, y))
+    node->backward = [x = SavedVariable(a)](const tensor_list& g) -> tensor_list {
+      Tensor xv = x.unpack();
+      return {g[0] * exp(xv * xv * -1.0) * 1.1283791670955126};
+    };
+  return y;
+}
+
+// ---- in place ----
+
+// Validates an in-place binary op before anything is written: the result dtype must cast to self's,
+// other must broadcast to self's shape; then autograd's in-place checks (which bump the version).
+void check_inplace_operands(const Tensor& self, const Tensor& other, ScalarType compute, const char* name) {
+  STRATA_CHECK(can_cast(compute, self.dtype()), name, ": result type ", compute,
+               " can't be cast to the desired output type ", self.dtype());
+  if (other.sizes() != self.sizes()) {
+    const DimVector shape = broadcast_shapes(self.sizes(), other.sizes(), name);
+    STRATA_CHECK(IntArrayRef(shape) == self.sizes(), name, ": shape ", other.sizes(),
+                 " cannot be broadcast to the in-place target's shape ", self.sizes());
+  }
+  autograd::check_inplace(self, name);
+}
+
+// self = op(self, other) written straight into self (through a temporary only when the computation dtype differs).
+void write_inplace(BinaryOp op, const Tensor& self, const Tensor& other, ScalarType compute) {
+  const Kernels& k = ops::kernels(self);
+  Tensor b = expand_to(cast(other, compute), self.sizes());
+  if (self.dtype() == compute) {
+    k.binary(op, self, b, self);
+    return;
+  }
+  Tensor tmp = empty(self.sizes(), options_of(compute, self));
+  k.binary(op, cast(self, compute), b, tmp);
+  k.copy(tmp, self);
+}
+
+Tensor& add_inplace(BinaryOp op, Tensor& self, const Tensor& other, double alpha, ScalarType compute,
+                    const char* name) {
+  check_not_bool(compute, name);
+  check_inplace_operands(self, other, compute, name);
+  auto node = autograd::record(op == BinaryOp::Add ? "AddBackward0" : "SubBackward0", {self, other}, {});
+  Tensor b = alpha == 1 ? other
+                        : binary_kernel(BinaryOp::Mul, other, wrap(alpha, compute, other.device()), compute, compute,
+                                        name);
+  write_inplace(op, self, b, compute);
+  if (node) {
+    autograd::rebase_history(self, node);
+    set_add_backward(*node, self, other, self, op == BinaryOp::Add ? alpha : -alpha);
+  }
+  return self;
+}
+
+Tensor& mul_inplace(Tensor& self, const Tensor& other, ScalarType compute) {
+  check_not_bool(compute, "mul_");
+  check_inplace_operands(self, other, compute, "mul_");
+  auto node = autograd::record("MulBackward0", {self, other}, {});
+  // other's gradient needs self's value from before the write (a differentiable copy, for double backward).
+  Tensor original = node && needs_grad(*node, 1) ? self.clone() : Tensor();
+  write_inplace(BinaryOp::Mul, self, other, compute);
+  if (node) {
+    autograd::rebase_history(self, node);
+    set_mul_backward(*node, self, other, original);
+  }
+  return self;
+}
+
+Tensor& div_inplace(Tensor& self, const Tensor& other, ScalarType compute) {
+  if (!is_floating_point(compute)) compute = kFloat;
+  check_inplace_operands(self, other, compute, "div_");
+  auto node = autograd::record("DivBackward0", {self, other}, {});
+  Tensor original = node && needs_grad(*node, 1) ? self.clone() : Tensor();
+  write_inplace(BinaryOp::Div, self, other, compute);
+  if (node) {
+    autograd::rebase_history(self, node);
+    set_div_backward(*node, self, other, original);
+  }
+  return self;
+}
+
+// x limited to [lo, hi] in dtype compute, written into out (which may be x itself).
+void clamp_kernel(const Tensor& x, std::optional<double> lo, std::optional<double> hi, ScalarType compute,
+                  const Tensor& out) {
+  const Kernels& k = ops::kernels(x);
+  Tensor src = cast(x, compute);
+  if (lo) {
+    k.binary(BinaryOp::Maximum, src, expand_to(wrap(*lo, compute, x.device()), x.sizes()), out);
+    src = out;
+  }
+  if (hi) k.binary(BinaryOp::Minimum, src, expand_to(wrap(*hi, compute, x.device()), x.sizes()), out);
+}
+
+// Where clamp passes its input through (inclusive bounds, as torch): the gradient mask.
+Tensor clamp_mask(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
+  if (lo && hi) return logical_and(x.ge(*lo), x.le(*hi));
+  return lo ? x.ge(*lo) : x.le(*hi);
+}
+
+void set_clamp_backward(LambdaNode& node, Tensor mask) {
+  node.backward = [mask = std::move(mask)](const tensor_list& g) -> tensor_list { return {g[0] * mask}; };
+}
+
+ScalarType clamp_type(const Tensor& a, std::optional<double> lo, std::optional<double> hi) {
+  STRATA_CHECK(lo || hi, "clamp: at least one of 'min' or 'max' must not be None");
+  STRATA_CHECK(a.dtype() != kBool, "clamp: bool tensors are not supported");
+  return scalar_type_with(a);
+}
+
+}  // namespace
+
+namespace ops {
+Tensor scalar_like(double v, const Tensor& t) { return wrap(v, t.dtype(), t.device()); }
+}  // namespace ops
+
+// ---- promotion ----
+
+ScalarType result_type(const Tensor& a, const Tensor& b) {
+  const ScalarType ta = a.dtype(), tb = b.dtype();
+  if (ta == tb) return ta;
+  const bool a_dims = a.dim() > 0, b_dims = b.dim() > 0;
+  if (a_dims == b_dims) return std::max(ta, tb);  // ScalarType is ordered Bool < Long < Float < Double
+  const ScalarType dimmed = a_dims ? ta : tb, zero_dim = a_dims ? tb : ta;
+  return category(zero_dim) > category(dimmed) ? zero_dim : dimmed;
+}
+
+// ---- arithmetic ----
+
+Tensor add(const Tensor& a, const Tensor& b, double alpha) {
+  return add_impl(BinaryOp::Add, a, b, alpha, result_type(a, b), "add", "AddBackward0");
+}
+
+Tensor sub(const Tensor& a, const Tensor& b, double alpha) {
+  return add_impl(BinaryOp::Sub, a, b, alpha, result_type(a, b), "sub", "SubBackward0");
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) { return mul_impl(a, b, result_type(a, b)); }
+
+Tensor div(const Tensor& a, const Tensor& b) { return div_impl(a, b, result_type(a, b)); }
+
+Tensor neg(const Tensor& a) {
+  check_not_bool(a.dtype(), "neg");
+  Tensor y = unary_kernel(UnaryOp::Neg, a, a.dtype());
+  if (auto node = autograd::record("NegBackward0", a, y))
+    node->backward = [](const tensor_list& g) -> tensor_list { return {-g[0]}; };
+  return y;
+}
+
+// d(a^e)/da = e * a^(e-1) (0 where e == 0), d(a^e)/de = a^e * log(a) (0 where a == 0 and e >= 0), as torch.
+Tensor pow(const Tensor& a, const Tensor& e) {
+  const ScalarType compute = result_type(a, e);
+  check_not_bool(compute, "pow");
+  Tensor y = binary_kernel(BinaryOp::Pow, a, e, compute, compute, "pow");
+  if (auto node = autograd::record("PowBackward1", a, e, y)) {
+    const bool need_a = needs_grad(*node, 0), need_e = needs_grad(*node, 1);
+    node->backward = [ta = GradTarget(a, need_a), te = GradTarget(e, need_e), sa = SavedVariable(a),
+                      se = SavedVariable(e),
+                      sy = need_e ? SavedVariable(y, true) : SavedVariable()](const tensor_list& g) -> tensor_list {
+      Tensor av = sa.unpack(), ev = se.unpack();
+      Tensor zero = ops::scalar_like(0, g[0]);
+      tensor_list grads(2);
+      if (ta.needed) grads[0] = ta(g[0] * where(ev.eq(0.0), zero, ev * av.pow(ev - 1.0)));
+      if (te.needed)
+        grads[1] = te(g[0] * where(logical_and(av.eq(0.0), ev.ge(0.0)), zero, sy.unpack() * log(av)));
+      return grads;
+    };
+  }
+  return y;
+}
+
+Tensor pow(const Tensor& a, double e) {
+  const ScalarType compute = scalar_type_with(a);
+  Tensor y = binary_kernel(BinaryOp::Pow, a, wrap(e, compute, a.device()), compute, compute, "pow");
+  if (auto node = autograd::record("PowBackward0", a, y))
+    node->backward = [e, x = SavedVariable(a)](const tensor_list& g) -> tensor_list {
+      if (e == 0) return {zeros_like(g[0])};
+      return {g[0] * (x.unpack().pow(e - 1) * e)};
+    };
+  return y;
+}
+
+// ---- unary math ----
+
+Tensor exp(const Tensor& a) {
+  Tensor y = unary_kernel(UnaryOp::Exp, a, float_type(a));
+  if (auto node = autograd::record("ExpBackward0", a, y))
+    node->backward = [y = SavedVariable(y, true)](const tensor_list& g) -> tensor_list { return {g[0] * y.unpack()}; };
+  return y;
+}
+
+Tensor log(const Tensor& a) {
+  Tensor y = unary_kernel(UnaryOp::Log, a, float_type(a));
+  if (auto node = autograd::record("LogBackward0", a, y))
+    node->backward = [x = SavedVariable(a)](const tensor_list& g) -> tensor_list { return {g[0] / x.unpack()}; };
+  return y;
+}
+
+Tensor sqrt(const Tensor& a) {
+  Tensor y = unary_kernel(UnaryOp::Sqrt, a, float_type(a));
+  if (auto node = autograd::record("SqrtBackward0", a, y))
+    node->backward = [y = SavedVariable(y, true)](const tensor_list& g) -> tensor_list {
+      return {g[0] / (y.unpack() * 2.0)};
+    };
+  return y;
+}
+
+Tensor rsqrt(const Tensor& a) {
+  Tensor y = unary_kernel(UnaryOp::Rsqrt, a, float_type(a));
+  if (auto node = autograd::record("RsqrtBackward0", a, y))
+    node->backward = [y = SavedVariable(y, true)](const tensor_list& g) -> tensor_list {
+      Tensor yv = y.unpack();
+      return {g[0] * (yv * yv * yv) * -0.5};  // d(x^-1/2) = -1/2 x^-3/2
+    };
+  return y;
+}
+
+Tensor abs(const Tensor& a) {
+  STRATA_CHECK(a.dtype() != kBool, "abs: bool tensors are not supported");
+  Tensor y = unary_kernel(UnaryOp::Abs, a, a.dtype());
+  if (auto node = autograd::record("AbsBackward0", a, y))
+    node->backward = [x = SavedVariable(a)](const tensor_list& g) -> tensor_list {
+      Tensor xv = x.unpack();
+      return {g[0] * unary_kernel(UnaryOp::Sign, xv, xv.dtype())};  // sign has zero derivative: a constant
+    };
+  return y;
+}
+
+Tensor tanh(const Tensor& a) {
+  Tensor y = unary_kernel(UnaryOp::Tanh, a, float_type(a));
+  if (auto node = autograd::record("TanhBackward0", a, y))
+    node->backward = [y = SavedVariable(y, true)](const tensor_list& g) -> tensor_list {
+      Tensor yv = y.unpack();
+      return {g[0] * (1.0 - yv * yv)};
+    };
+  return y;
+}
+
+Tensor sigmoid(const Tensor& a) {
+  Tensor y = unary_kernel(UnaryOp::Sigmoid, a, float_type(a));
+  if (auto node = autograd::record("SigmoidBackward0", a, y))
+    node->backward = [y = SavedVariable(y, true)](const tensor_list& g) -> tensor_list {
+      Tensor yv = y.unpack();
+      return {g[0] * yv * (1.0 - yv)};
+    };
+  return y;
+}
+
+// ---- activations ----
+
+Tensor relu(const Tensor& a) {
+  STRATA_CHECK(a.dtype() != kBool, "relu: bool tensors are not supported");
+  Tensor y = unary_kernel(UnaryOp::Relu, a, a.dtype());
+  if (auto node = autograd::record("ReluBackward0", a, y))
+    node->backward = [y = SavedVariable(y, true)](const tensor_list& g) -> tensor_list {
+      return {g[0] * y.unpack().gt(0.0)};
+    };
+  return y;
+}
+
+// gelu(x) = x * Phi(x). Exact: Phi(x) = (1 + erf(x / sqrt 2)) / 2, d/dx = Phi(x) + x * phi(x).
+// "tanh": 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3),
+//         d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2), t = tanh(u).
+Tensor gelu(const Tensor& a, const std::string& approximate) {
+  constexpr double kSqrtHalf = 0.7071067811865476, kInvSqrt2Pi = 0.3989422804014327;
+  constexpr double kBeta = 0.7978845608028654, kKappa = 0.044715;
+  const bool tanh_form = approximate == "tanh";
+  STRATA_CHECK(tanh_form || approximate == "none", "gelu: approximate must be \"none\" or \"tanh\", got \"",
+               approximate, "\"");
+  Tensor y;
+  {
+    NoGradGuard no_grad;
+    y = tanh_form ? a * 0.5 * (tanh((a + a * a * a * kKappa) * kBeta) + 1.0)
+                  : a * 0.5 * (erf(a * kSqrtHalf) + 1.0);
+  }
+  if (auto node = autograd::record("GeluBackward0", a, y))
+    node->backward = [tanh_form, x = SavedVariable(a)](const tensor_list& g) -> tensor_list {
+      Tensor xv = x.unpack();
+      if (tanh_form) {
+        Tensor x2 = xv * xv;
+        Tensor t = tanh((xv + x2 * xv * kKappa) * kBeta);
+        return {g[0] * ((t + 1.0) * 0.5 + xv * 0.5 * (1.0 - t * t) * kBeta * (x2 * (3 * kKappa) + 1.0))};
+      }
+      return {g[0] * ((erf(xv * kSqrtHalf) + 1.0) * 0.5 + xv * exp(xv * xv * -0.5) * kInvSqrt2Pi)};
+    };
+  return y;
+}
+
+// silu(x) = x * s, s = sigmoid(x); d/dx = s * (1 + x * (1 - s)).
+Tensor silu(const Tensor& a) {
+  Tensor y;
+  {
+    NoGradGuard no_grad;
+    y = a * sigmoid(a);
+  }
+  if (auto node = autograd::record("SiluBackward0", a, y))
+    node->backward = [x = SavedVariable(a)](const tensor_list& g) -> tensor_list {
+      Tensor xv = x.unpack();
+      Tensor s = sigmoid(xv);
+      return {g[0] * s * (xv * (1.0 - s) + 1.0)};
+    };
+  return y;
+}
+
+Tensor clamp(const Tensor& a, std::optional<double> min, std::optional<double> max) {
+  const ScalarType compute = clamp_type(a, min, max);
+  Tensor y = empty(a.sizes(), options_of(compute, a));
+  clamp_kernel(a, min, max, compute, y);
+  if (auto node = autograd::record("ClampBackward1", a, y)) set_clamp_backward(*node, clamp_mask(a, min, max));
+  return y;
+}
+
+// maximum/minimum: the gradient goes to the selected input, split evenly on ties (as torch).
+namespace {
+Tensor extremum(BinaryOp op, const Tensor& a, const Tensor& b, const char* name, const char* node_name) {
+  const ScalarType compute = result_type(a, b);
+  Tensor y = binary_kernel(op, a, b, compute, compute, name);
+  if (auto node = autograd::record(node_name, a, b, y)) {
+    node->backward = [op, ta = GradTarget(a, needs_grad(*node, 0)), tb = GradTarget(b, needs_grad(*node, 1)),
+                      sa = SavedVariable(a), sb = SavedVariable(b)](const tensor_list& g) -> tensor_list {
+      Tensor av = sa.unpack(), bv = sb.unpack();
+      const ScalarType dt = g[0].dtype();
+      // a's share: 1 where a wins, 1/2 on ties, 0 where b wins (a constant: no second derivative).
+      Tensor share = cast(op == BinaryOp::Maximum ? av.gt(bv) : av.lt(bv), dt);
+      share = share + cast(av.eq(bv), dt) * 0.5;
+      return {ta.needed ? ta(g[0] * share) : Tensor(), tb.needed ? tb(g[0] * (1.0 - share)) : Tensor()};
+    };
+  }
+  return y;
+}
+}  // namespace
+
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  return extremum(BinaryOp::Maximum, a, b, "maximum", "MaximumBackward0");
+}
+
+Tensor minimum(const Tensor& a, const Tensor& b) {
+  return extremum(BinaryOp::Minimum, a, b, "minimum", "MinimumBackward0");
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  STRATA_CHECK(cond.dtype() == kBool, "where: expected a bool condition, got ", cond.dtype());
+  STRATA_CHECK(cond.device() == a.device() && a.device() == b.device(), "where: expected tensors on one device, got ",
+               cond.device(), ", ", a.device(), " and ", b.device());
+  const ScalarType compute = result_type(a, b);
+  const DimVector shape = broadcast_shapes(broadcast_shapes(cond.sizes(), a.sizes(), "where"), b.sizes(), "where");
+  Tensor y = empty(shape, options_of(compute, a));
+  ops::kernels(a).where(expand_to(cond, shape), expand_to(cast(a, compute), shape),
+                        expand_to(cast(b, compute), shape), y);
+  if (auto node = autograd::record("WhereBackward0", a, b, y))
+    node->backward = [ta = GradTarget(a, needs_grad(*node, 0)), tb = GradTarget(b, needs_grad(*node, 1)),
+                      c = SavedVariable(cond)](const tensor_list& g) -> tensor_list {
+      Tensor cond = c.unpack(), zero = ops::scalar_like(0, g[0]);
+      return {ta.needed ? ta(where(cond, g[0], zero)) : Tensor(), tb.needed ? tb(where(cond, zero, g[0])) : Tensor()};
+    };
+  return y;
+}
+
+// ---- comparisons and logic ----
+
+Tensor eq(const Tensor& a, const Tensor& b) { return compare(BinaryOp::Eq, a, b, result_type(a, b), "eq"); }
+Tensor ne(const Tensor& a, const Tensor& b) { return compare(BinaryOp::Ne, a, b, result_type(a, b), "ne"); }
+Tensor lt(const Tensor& a, const Tensor& b) { return compare(BinaryOp::Lt, a, b, result_type(a, b), "lt"); }
+Tensor le(const Tensor& a, const Tensor& b) { return compare(BinaryOp::Le, a, b, result_type(a, b), "le"); }
+Tensor gt(const Tensor& a, const Tensor& b) { return compare(BinaryOp::Gt, a, b, result_type(a, b), "gt"); }
+Tensor ge(const Tensor& a, const Tensor& b) { return compare(BinaryOp::Ge, a, b, result_type(a, b), "ge"); }
+Tensor logical_and(const Tensor& a, const Tensor& b) {
+  return compare(BinaryOp::LogicalAnd, a, b, result_type(a, b), "logical_and");
+}
+Tensor logical_or(const Tensor& a, const Tensor& b) {
+  return compare(BinaryOp::LogicalOr, a, b, result_type(a, b), "logical_or");
+}
+Tensor logical_not(const Tensor& a) {
+  Tensor out = empty(a.sizes(), options_of(kBool, a));
+  ops::kernels(a).unary(UnaryOp::LogicalNot, a, out);
+  return out;
+}
+
+// ---- Tensor methods and operators ----
+
+namespace {
+// a op double: the scalar becomes a 0-dim tensor of the computation dtype (Note [type promotion]).
+Tensor compare_scalar(BinaryOp op, const Tensor& a, double v, const char* name) {
+  const ScalarType compute = scalar_type_with(a);
+  return compare(op, a, wrap(v, compute, a.device()), compute, name);
+}
+}  // namespace
+
+Tensor Tensor::add(const Tensor& o, double alpha) const { return strata::add(*this, o, alpha); }
+Tensor Tensor::add(double o) const {
+  const ScalarType c = scalar_type_with(*this);
+  return add_impl(BinaryOp::Add, *this, wrap(o, c, device()), 1, c, "add", "AddBackward1");
+}
+Tensor Tensor::sub(const Tensor& o, double alpha) const { return strata::sub(*this, o, alpha); }
+Tensor Tensor::sub(double o) const {
+  const ScalarType c = scalar_type_with(*this);
+  return add_impl(BinaryOp::Sub, *this, wrap(o, c, device()), 1, c, "sub", "SubBackward1");
+}
+Tensor Tensor::mul(const Tensor& o) const { return strata::mul(*this, o); }
+Tensor Tensor::mul(double o) const {
+  const ScalarType c = scalar_type_with(*this);
+  return mul_impl(*this, wrap(o, c, device()), c);
+}
+Tensor Tensor::div(const Tensor& o) const { return strata::div(*this, o); }
+Tensor Tensor::div(double o) const {
+  const ScalarType c = scalar_type_with(*this);
+  return div_impl(*this, wrap(o, c, device()), c);
+}
+Tensor Tensor::neg() const { return strata::neg(*this); }
+Tensor Tensor::pow(const Tensor& e) const { return strata::pow(*this, e); }
+Tensor Tensor::pow(double e) const { return strata::pow(*this, e); }
+Tensor Tensor::exp() const { return strata::exp(*this); }
+Tensor Tensor::log() const { return strata::log(*this); }
+Tensor Tensor::sqrt() const { return strata::sqrt(*this); }
+Tensor Tensor::rsqrt() const { return strata::rsqrt(*this); }
+Tensor Tensor::abs() const { return strata::abs(*this); }
+Tensor Tensor::tanh() const { return strata::tanh(*this); }
+Tensor Tensor::sigmoid() const { return strata::sigmoid(*this); }
+Tensor Tensor::relu() const { return strata::relu(*this); }
+Tensor Tensor::clamp(std::optional<double> min, std::optional<double> max) const {
+  return strata::clamp(*this, min, max);
+}
+Tensor Tensor::maximum(const Tensor& o) const { return strata::maximum(*this, o); }
+Tensor Tensor::minimum(const Tensor& o) const { return strata::minimum(*this, o); }
+Tensor Tensor::eq(const Tensor& o) const { return strata::eq(*this, o); }
+Tensor Tensor::eq(double o) const { return compare_scalar(BinaryOp::Eq, *this, o, "eq"); }
+Tensor Tensor::ne(const Tensor& o) const { return strata::ne(*this, o); }
+Tensor Tensor::ne(double o) const { return compare_scalar(BinaryOp::Ne, *this, o, "ne"); }
+Tensor Tensor::lt(const Tensor& o) const { return strata::lt(*this, o); }
+Tensor Tensor::lt(double o) const { return compare_scalar(BinaryOp::Lt, *this, o, "lt"); }
+Tensor Tensor::le(const Tensor& o) const { return strata::le(*this, o); }
+Tensor Tensor::le(double o) const { return compare_scalar(BinaryOp::Le, *this, o, "le"); }
+Tensor Tensor::gt(const Tensor& o) const { return strata::gt(*this, o); }
+Tensor Tensor::gt(double o) const { return compare_scalar(BinaryOp::Gt, *this, o, "gt"); }
+Tensor Tensor::ge(const Tensor& o) const { return strata::ge(*this, o); }
+Tensor Tensor::ge(double o) const { return compare_scalar(BinaryOp::Ge, *this, o, "ge"); }
+Tensor Tensor::logical_and(const Tensor& o) const { return strata::logical_and(*this, o); }
+Tensor Tensor::logical_or(const Tensor& o) const { return strata::logical_or(*this, o); }
+Tensor Tensor::logical_not() const { return strata::logical_not(*this); }
+
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator+(const Tensor& a, double b) { return a.add(b); }
+Tensor operator+(double a, const Tensor& b) { return b.add(a); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator-(const Tensor& a, double b) { return a.sub(b); }
+Tensor operator-(double a, const Tensor& b) {
+  const ScalarType c = scalar_type_with(b);
+  return add_impl(BinaryOp::Sub, wrap(a, c, b.device()), b, 1, c, "sub", "RsubBackward1");
+}
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator*(const Tensor& a, double b) { return a.mul(b); }
+Tensor operator*(double a, const Tensor& b) { return b.mul(a); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator/(const Tensor& a, double b) { return a.div(b); }
+Tensor operator/(double a, const Tensor& b) {
+  const ScalarType c = scalar_type_with(b);
+  return div_impl(wrap(a, c, b.device()), b, c);
+}
+Tensor operator-(const Tensor& a) { return neg(a); }
+
+// ---- in-place methods ----
+
+Tensor& Tensor::add_(const Tensor& o, double alpha) { return add_inplace(BinaryOp::Add, *this, o, alpha, result_type(*this, o), "add_"); }
+Tensor& Tensor::add_(double o) {
+  const ScalarType c = scalar_type_with(*this);
+  return add_inplace(BinaryOp::Add, *this, wrap(o, c, device()), 1, c, "add_");
+}
+Tensor& Tensor::sub_(const Tensor& o, double alpha) { return add_inplace(BinaryOp::Sub, *this, o, alpha, result_type(*this, o), "sub_"); }
+Tensor& Tensor::sub_(double o) {
+  const ScalarType c = scalar_type_with(*this);
+  return add_inplace(BinaryOp::Sub, *this, wrap(o, c, device()), 1, c, "sub_");
+}
+Tensor& Tensor::mul_(const Tensor& o) { return mul_inplace(*this, o, result_type(*this, o)); }
+Tensor& Tensor::mul_(double o) {
+  const ScalarType c = scalar_type_with(*this);
+  return mul_inplace(*this, wrap(o, c, device()), c);
+}
+Tensor& Tensor::div_(const Tensor& o) { return div_inplace(*this, o, result_type(*this, o)); }
+Tensor& Tensor::div_(double o) {
+  const ScalarType c = scalar_type_with(*this);
+  return div_inplace(*this, wrap(o, c, device()), c);
+}
+
+namespace {
+// The new values do not depend on the old ones: the node passes no gradient back.
+Tensor& fill_inplace(Tensor& self, double value, const char* name) {
+  autograd::check_inplace(self, name);
+  ops::kernels(self).fill(self, value);
+  if (auto node = autograd::record("FillBackward0", tensor_list{self}, {})) {
+    node->backward = [](const tensor_list&) -> tensor_list { return {Tensor()}; };
+    autograd::rebase_history(self, node);
+  }
+  return self;
+}
+}  // namespace
+
+Tensor& Tensor::zero_() { return fill_inplace(*this, 0, "zero_"); }
+Tensor& Tensor::fill_(double value) { return fill_inplace(*this, value, "fill_"); }
+
+Tensor& Tensor::clamp_(std::optional<double> min, std::optional<double> max) {
+  const ScalarType compute = clamp_type(*this, min, max);
+  STRATA_CHECK(can_cast(compute, dtype()), "clamp_: result type ", compute,
+               " can't be cast to the desired output type ", dtype());
+  autograd::check_inplace(*this, "clamp_");
+  auto node = autograd::record("ClampBackward1", tensor_list{*this}, {});
+  Tensor mask = node ? clamp_mask(*this, min, max) : Tensor();  // from the values before the write
+  clamp_kernel(*this, min, max, compute, *this);
+  if (node) {
+    autograd::rebase_history(*this, node);
+    set_clamp_backward(*node, std::move(mask));
+  }
+  return *this;
+}
+
+}  // namespace strata

@@ -1,0 +1,216 @@
+// nn functional ops: softmax, log_softmax, layer_norm, dropout, one_hot and the losses.
+//
+// softmax and log_softmax have fused backwards (one node, only the output saved) written with
+// differentiable ops, so second derivatives still work. Measured on [64, 512] float32, one
+// thread, forward + backward: softmax 404 us fused vs 697 us as a composition; log_softmax
+// 253 vs 265 us (kept fused for the memory: it saves one tensor instead of three). The rest
+// are compositions of other ops, so their gradients come free.
+
+#include <cmath>
+
+#include "strata/autograd/ops/common.h"
+
+namespace strata {
+
+using autograd::SavedVariable;
+
+namespace {
+int64_t softmax_dim(const Tensor& a, int64_t dim, const char* name) {
+  STRATA_CHECK(a.is_floating_point(), name, ": expected a floating point tensor, got ", a.dtype());
+  return wrap_dim(dim, a.dim(), name);
+}
+}  // namespace
+
+// y = exp(x - m) / sum(exp(x - m)) with m the (constant) max along dim; dx = y * (g - sum(g * y)).
+Tensor softmax(const Tensor& a, int64_t dim) {
+  const int64_t d = softmax_dim(a, dim, "softmax");
+  Tensor y;
+  {
+    NoGradGuard no_grad;
+    Tensor e = exp(a - std::get<0>(max(a, d, /*keepdim=*/true)));
+    y = e.div_(sum(e, d, /*keepdim=*/true));
+  }
+  if (auto node = autograd::record("SoftmaxBackward0", a, y))
+    node->backward = [d, y = SavedVariable(y, true)](const tensor_list& g) -> tensor_list {
+      Tensor yv = y.unpack();
+      return {yv * (g[0] - sum(g[0] * yv, d, true))};
+    };
+  return y;
+}
+
+// y = (x - m) - log(sum(exp(x - m))); dx = g - exp(y) * sum(g).
+Tensor log_softmax(const Tensor& a, int64_t dim) {
+  const int64_t d = softmax_dim(a, dim, "log_softmax");
+  Tensor y;
+  {
+    NoGradGuard no_grad;
+    Tensor shifted = a - std::get<0>(max(a, d, /*keepdim=*/true));
+    y = shifted.sub_(log(sum(exp(shifted), d, /*keepdim=*/true)));
+  }
+  if (auto node = autograd::record("LogSoftmaxBackward0", a, y))
+    node->backward = [d, y = SavedVariable(y, true)](const tensor_list& g) -> tensor_list {
+      return {g[0] - exp(y.unpack()) * sum(g[0], d, true)};
+    };
+  return y;
+}
+
+Tensor Tensor::softmax(int64_t dim) const { return strata::softmax(*this, dim); }
+Tensor Tensor::log_softmax(int64_t dim) const { return strata::log_softmax(*this, dim); }
+
+// (x - mean) / sqrt(var + eps) over the trailing normalized_shape dims (biased variance), then * weight + bias.
+Tensor layer_norm(const Tensor& a, IntArrayRef normalized_shape, const Tensor& weight, const Tensor& bias,
+                  double eps) {
+  const int64_t k = static_cast<int64_t>(normalized_shape.size());
+  STRATA_CHECK(k >= 1 && a.dim() >= k && IntArrayRef(a.sizes().data() + a.dim() - k, k) == normalized_shape,
+               "layer_norm: normalized_shape ", normalized_shape, " does not match the trailing dims of input shape ",
+               a.sizes());
+  STRATA_CHECK(!weight.defined() || weight.sizes() == normalized_shape, "layer_norm: weight of shape ",
+               weight.defined() ? weight.sizes() : IntArrayRef(), " does not match normalized_shape ", normalized_shape);
+  STRATA_CHECK(!bias.defined() || bias.sizes() == normalized_shape, "layer_norm: bias of shape ",
+               bias.defined() ? bias.sizes() : IntArrayRef(), " does not match normalized_shape ", normalized_shape);
+  DimVector dims;
+  for (int64_t d = a.dim() - k; d < a.dim(); ++d) dims.push_back(d);
+  Tensor centered = a - mean(a, dims, /*keepdim=*/true);
+  Tensor var = mean(centered * centered, dims, /*keepdim=*/true);
+  Tensor y = centered * rsqrt(var + eps);
+  if (weight.defined()) y = y * weight;
+  if (bias.defined()) y = y + bias;
+  return y;
+}
+
+// Keeps each element with probability 1 - p, scaled by 1 / (1 - p); the mask comes from `gen` (or the default).
+Tensor dropout(const Tensor& a, double p, bool train, Generator* gen) {
+  STRATA_CHECK(p >= 0 && p <= 1, "dropout: probability has to be between 0 and 1, but got ", p);
+  if (!train || p == 0) return a;
+  STRATA_CHECK(a.is_floating_point(), "dropout: expected a floating point tensor, got ", a.dtype());
+  Tensor mask;
+  {
+    NoGradGuard no_grad;
+    const TensorOptions opts = TensorOptions(a.dtype()).device(a.device());
+    mask = p == 1 ? zeros({}, opts) : rand(a.sizes(), opts, gen).ge(p).to(a.dtype()).mul_(1.0 / (1.0 - p));
+  }
+  return a * mask;
+}
+
+Tensor one_hot(const Tensor& indices, int64_t num_classes) {
+  STRATA_CHECK(indices.dtype() == kLong, "one_hot: expected an int64 (Long) tensor of class indices, got ",
+               indices.dtype());
+  STRATA_CHECK(num_classes == -1 || num_classes > 0, "one_hot: num_classes must be positive or -1, got ",
+               num_classes);
+  if (indices.numel() > 0) {
+    const int64_t lo = min(indices).item<int64_t>(), hi = max(indices).item<int64_t>();
+    STRATA_CHECK(lo >= 0, "one_hot: class values must be non-negative, got ", lo);
+    if (num_classes == -1) num_classes = hi + 1;
+    STRATA_CHECK(hi < num_classes, "one_hot: class value ", hi, " is out of range for num_classes ", num_classes);
+  }
+  STRATA_CHECK(num_classes > 0, "one_hot: can not infer the number of classes from an empty tensor");
+  Tensor classes = arange(static_cast<double>(num_classes), TensorOptions(kLong).device(indices.device()));
+  return eq(indices.unsqueeze(-1), classes).to(kLong);
+}
+
+// ---- losses ----
+
+namespace {
+
+Tensor reduce_loss(const Tensor& loss, Reduction reduction) {
+  switch (reduction) {
+    case Reduction::None: return loss;
+    case Reduction::Sum: return sum(loss);
+    case Reduction::Mean: return mean(loss);
+  }
+  return loss;
+}
+
+// The targets of a classification loss over input [N, C, d...]: checked, with the weight each one carries
+// (weight[target], or 1; 0 where target == ignore_index) and the targets made safe to gather (ignored -> 0).
+struct ClassTargets {
+  Tensor valid;    // [N, d...] bool: target != ignore_index
+  Tensor safe;     // [N, d...] int64 in [0, C)
+  Tensor weights;  // [N, d...] in the input's dtype
+};
+
+ClassTargets check_targets(const Tensor& input, const Tensor& target, const LossOptions& o, const char* name) {
+  STRATA_CHECK(input.dim() >= 2, name, ": expected input of shape [N, C] or [N, C, d1, ...], got ", input.sizes());
+  STRATA_CHECK(input.is_floating_point(), name, ": expected a floating point input, got ", input.dtype());
+  STRATA_CHECK(target.dtype() == kLong, name, ": expected target of dtype Long (int64 class indices), got ",
+               target.dtype());
+  DimVector expected(input.sizes());
+  expected.erase(1);
+  STRATA_CHECK(target.sizes() == IntArrayRef(expected), name, ": expected target of shape ", IntArrayRef(expected),
+               " for input of shape ", input.sizes(), ", got ", target.sizes());
+  const int64_t C = input.size(1);
+  STRATA_CHECK(!o.weight.defined() || (o.weight.dim() == 1 && o.weight.size(0) == C), name,
+               ": expected weight of shape [", C, "], got ", o.weight.defined() ? o.weight.sizes() : IntArrayRef());
+  const Tensor ignore = scalar_tensor(static_cast<double>(o.ignore_index), TensorOptions(kLong).device(target.device()));
+  ClassTargets t;
+  t.valid = ne(target, ignore);
+  t.safe = where(t.valid, target, ops::scalar_like(0, target));
+  if (target.numel() > 0) {
+    const int64_t lo = min(t.safe).item<int64_t>(), hi = max(t.safe).item<int64_t>();
+    STRATA_CHECK(lo >= 0, name, ": target ", lo, " is out of bounds for ", C, " classes");
+    STRATA_CHECK(hi < C, name, ": target ", hi, " is out of bounds for ", C, " classes");
+  }
+  t.weights = t.valid.to(input.dtype());
+  if (o.weight.defined()) t.weights = t.weights * index_select(o.weight, 0, t.safe.flatten()).reshape(target.sizes());
+  return t;
+}
+
+// -weights * input[n, target[n]] per element, reduced; Mean divides by the total weight of non-ignored targets.
+Tensor nll_from(const Tensor& log_probs, const ClassTargets& t, Reduction reduction) {
+  Tensor picked = gather(log_probs, 1, t.safe.unsqueeze(1)).squeeze(1);
+  Tensor loss = -(picked * t.weights);
+  if (reduction == Reduction::Mean) return sum(loss) / sum(t.weights);
+  return reduce_loss(loss, reduction);
+}
+
+}  // namespace
+
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const LossOptions& options) {
+  if (log_probs.dim() == 1) {  // one sample: [C] with a 0-dim target
+    STRATA_CHECK(target.dim() == 0, "nll_loss: expected a 0-dim target for input of shape ", log_probs.sizes(),
+                 ", got ", target.sizes());
+    Tensor loss = nll_loss(log_probs.unsqueeze(0), target.unsqueeze(0), options);
+    return options.reduction == Reduction::None ? loss.squeeze(0) : loss;
+  }
+  STRATA_CHECK(options.label_smoothing == 0, "nll_loss: label_smoothing is a cross_entropy option, got ",
+               options.label_smoothing);
+  return nll_from(log_probs, check_targets(log_probs, target, options, "nll_loss"), options.reduction);
+}
+
+// With label smoothing eps (as torch): (1 - eps) * nll + eps / C * smooth, where per element
+// smooth = -sum_c weight[c] * log_probs[c] (weight 1 without one; 0 for ignored targets), reduced
+// like nll (Mean divides by the total weight[target] of the non-ignored targets).
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const LossOptions& options) {
+  if (logits.dim() == 1) {
+    STRATA_CHECK(target.dim() == 0, "cross_entropy: expected a 0-dim target for input of shape ", logits.sizes(),
+                 ", got ", target.sizes());
+    Tensor loss = cross_entropy(logits.unsqueeze(0), target.unsqueeze(0), options);
+    return options.reduction == Reduction::None ? loss.squeeze(0) : loss;
+  }
+  const double eps = options.label_smoothing;
+  STRATA_CHECK(eps >= 0 && eps <= 1, "cross_entropy: label_smoothing must be between 0.0 and 1.0, got ", eps);
+  const ClassTargets t = check_targets(logits, target, options, "cross_entropy");
+  Tensor log_probs = log_softmax(logits, 1);
+  Tensor nll = nll_from(log_probs, t, options.reduction);
+  if (eps == 0) return nll;
+
+  const int64_t C = logits.size(1);
+  Tensor per_class = log_probs;
+  if (options.weight.defined()) {
+    DimVector shape(logits.dim(), 1);  // weight broadcast along dim 1: [1, C, 1, ...]
+    shape[1] = C;
+    per_class = per_class * options.weight.reshape(shape);
+  }
+  Tensor smooth = -sum(per_class, 1);
+  smooth = where(t.valid, smooth, ops::scalar_like(0, smooth));
+  Tensor reduced = options.reduction == Reduction::Mean ? sum(smooth) / sum(t.weights)
+                                                        : reduce_loss(smooth, options.reduction);
+  return nll * (1 - eps) + reduced * (eps / static_cast<double>(C));
+}
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  Tensor diff = input - target;
+  return reduce_loss(diff * diff, reduction);
+}
+
+}  // namespace strata

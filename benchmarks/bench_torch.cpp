@@ -1,0 +1,100 @@
+// libtorch baselines of the benchmarks in bench_strata.cpp, under the same names with impl
+// "libtorch". Debian's libtorch sends float matmul to the system BLAS (libblas.so.3: OpenBLAS
+// when libopenblas0 is installed), so thread counts are set for both torch and OpenBLAS.
+
+#include <benchmark/benchmark.h>
+#include <dlfcn.h>
+#include <torch/torch.h>
+
+#include <string>
+
+#include "bench_common.h"
+
+namespace strata_bench {
+
+namespace {
+
+// OpenBLAS's thread control, when the BLAS behind libblas.so.3 is OpenBLAS.
+using SetThreadsFn = void (*)(int);
+SetThreadsFn openblas_set_num_threads() {
+  static auto fn = reinterpret_cast<SetThreadsFn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  return fn;
+}
+
+void set_torch_threads(int n) {
+  torch::set_num_threads(n);
+  if (auto fn = openblas_set_num_threads()) fn(n);
+}
+
+// ---- (a) per-op overhead ----
+
+void add_torch(benchmark::State& state, bool grad) {
+  torch::Tensor a = torch::ones({1}, torch::requires_grad(grad));
+  torch::Tensor b = torch::ones({1}, torch::requires_grad(grad));
+  for (auto _ : state) {
+    torch::Tensor c = a + b;
+    benchmark::DoNotOptimize(c.unsafeGetTensorImpl());
+  }
+}
+BENCHMARK_CAPTURE(add_torch, , false)->Name("add/libtorch")->UseRealTime();
+BENCHMARK_CAPTURE(add_torch, , true)->Name("add_requires_grad/libtorch")->UseRealTime();
+
+void add_sum_backward_torch(benchmark::State& state) {
+  torch::Tensor a = torch::ones({1}, torch::requires_grad());
+  torch::Tensor b = torch::ones({1}, torch::requires_grad());
+  for (auto _ : state) (a + b).sum().backward();
+  benchmark::DoNotOptimize(a.grad().unsafeGetTensorImpl());
+}
+BENCHMARK(add_sum_backward_torch)->Name("add_sum_backward/libtorch")->UseRealTime();
+
+// ---- (b) MLP training step ----
+
+void mlp_step_torch(benchmark::State& state) {
+  set_torch_threads(static_cast<int>(state.range(0)));
+  torch::manual_seed(0);
+  torch::Tensor x = torch::randn({kBatch, kIn});
+  torch::Tensor y = torch::randint(kClasses, {kBatch});
+  auto param = [](int64_t rows, int64_t cols) { return (torch::randn({rows, cols}) * 0.05).requires_grad_(); };
+  torch::Tensor w1 = param(kIn, kHidden), b1 = torch::zeros({kHidden}, torch::requires_grad());
+  torch::Tensor w2 = param(kHidden, kHidden), b2 = torch::zeros({kHidden}, torch::requires_grad());
+  torch::Tensor w3 = param(kHidden, kClasses), b3 = torch::zeros({kClasses}, torch::requires_grad());
+  std::vector<torch::Tensor> params = {w1, b1, w2, b2, w3, b3};
+  for (auto _ : state) {
+    torch::Tensor h = torch::relu(x.matmul(w1) + b1);
+    h = torch::relu(h.matmul(w2) + b2);
+    torch::Tensor loss = torch::nn::functional::cross_entropy(h.matmul(w3) + b3, y);
+    loss.backward();
+    torch::NoGradGuard no_grad;
+    for (torch::Tensor& p : params) {
+      p.sub_(p.grad(), kLr);
+      p.mutable_grad().zero_();
+    }
+  }
+}
+BENCHMARK(mlp_step_torch)->Name("mlp_step/libtorch")->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
+
+// ---- (c) matmul ----
+
+void matmul_torch(benchmark::State& state) {
+  set_torch_threads(static_cast<int>(state.range(0)));
+  torch::Tensor a = torch::randn({kMatmul, kMatmul}), b = torch::randn({kMatmul, kMatmul});
+  for (auto _ : state) {
+    torch::Tensor c = a.matmul(b);
+    benchmark::DoNotOptimize(c.data_ptr());
+  }
+  state.counters["FLOPS"] =
+      benchmark::Counter(2.0 * kMatmul * kMatmul * kMatmul, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(matmul_torch)->Name("matmul_1024/libtorch")->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+std::string torch_blas_info() {
+  using ConfigFn = char* (*)();
+  auto config = reinterpret_cast<ConfigFn>(dlsym(RTLD_DEFAULT, "openblas_get_config"));
+  if (config && openblas_set_num_threads()) return std::string(config());
+  return "not OpenBLAS (libtorch matmul timings are not representative; install libopenblas0)";
+}
+
+}  // namespace strata_bench

@@ -1,0 +1,31 @@
+#pragma once
+// Internal to tensor/cpu: the CPU kernel table. Each family file defines its members:
+// kernels.cpp (memory, table), elementwise.cpp (copy, fill, binary, where, arange), unary.cpp,
+// reduce.cpp (reduce, arg_reduce), gemm.cpp (matmul), index.cpp (gather, scatter_add),
+// random.cpp (uniform, normal).
+
+#include "strata/tensor/kernels.h"
+
+namespace strata::cpu {
+
+class CpuKernels final : public Kernels {
+ public:
+  void* allocate(size_t nbytes) const override;
+  void deallocate(void* p, size_t nbytes) const override;
+  void copy(const Tensor& src, const Tensor& dst) const override;
+  void fill(const Tensor& dst, double value) const override;
+  void unary(UnaryOp op, const Tensor& in, const Tensor& out) const override;
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) const override;
+  void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) const override;
+  void reduce(ReduceOp op, const Tensor& in, IntArrayRef dims, const Tensor& out) const override;
+  void arg_reduce(ReduceOp op, const Tensor& in, int64_t dim, const Tensor& values,
+                  const Tensor& indices) const override;
+  void matmul(const Tensor& a, const Tensor& c, const Tensor& out) const override;
+  void gather(const Tensor& in, int64_t dim, const Tensor& index, const Tensor& out) const override;
+  void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) const override;
+  void arange(const Tensor& out, double start, double step) const override;
+  void uniform(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset) const override;
+  void normal(const Tensor& out, double mean, double std, uint64_t seed, uint64_t offset) const override;
+};
+
+}  // namespace strata::cpu

@@ -1,0 +1,100 @@
+// The CPU kernel table: memory, the table itself and the thread count. The kernels live in the
+// family files beside this one (see cpu_kernels.h).
+
+#include <omp.h>
+
+#include <Eigen/Core>
+#include <cstdlib>
+#include <vector>
+
+#include "strata/tensor/cpu/cpu_kernels.h"
+#include "strata/tensor/creation.h"
+
+namespace strata {
+
+namespace cpu {
+
+constexpr size_t kAlignment = 64;
+
+// Note [CPU block cache]: a training step frees and reallocates the same buffer sizes every
+// iteration, and a 1-element op is dominated by aligned_alloc/free. Blocks up to kMaxCached
+// bytes are rounded to a power of two and kept on per-thread free lists, capped at
+// kCacheBytes per thread. Sanitizer builds skip the cache so use-after-free stays visible.
+constexpr size_t kMaxCached = size_t{4} << 20;
+constexpr size_t kCacheBytes = size_t{256} << 20;
+constexpr int kClasses = 17;  // 64 B ... 4 MiB
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kUseCache = false;
+#else
+constexpr bool kUseCache = true;
+#endif
+
+int size_class(size_t nbytes) {
+  int c = 0;
+  while ((kAlignment << c) < nbytes) ++c;
+  return c;
+}
+
+struct BlockCache {
+  std::vector<void*> free[kClasses];
+  size_t bytes = 0;
+  ~BlockCache() {
+    for (auto& list : free)
+      for (void* p : list) std::free(p);
+  }
+};
+
+BlockCache& cache() {
+  thread_local BlockCache c;
+  return c;
+}
+
+void* CpuKernels::allocate(size_t nbytes) const {
+  size_t rounded = nbytes == 0 ? kAlignment : (nbytes + kAlignment - 1) / kAlignment * kAlignment;
+  if (kUseCache && rounded <= kMaxCached) {
+    const int c = size_class(rounded);
+    auto& list = cache().free[c];
+    if (!list.empty()) {
+      void* p = list.back();
+      list.pop_back();
+      cache().bytes -= kAlignment << c;
+      return p;
+    }
+    rounded = kAlignment << c;
+  }
+  void* p = std::aligned_alloc(kAlignment, rounded);  // wants a multiple of the alignment
+  STRATA_CHECK(p, "allocate: out of memory allocating ", nbytes, " bytes");
+  return p;
+}
+
+void CpuKernels::deallocate(void* p, size_t nbytes) const {
+  const size_t rounded = nbytes == 0 ? kAlignment : (nbytes + kAlignment - 1) / kAlignment * kAlignment;
+  if (kUseCache && rounded <= kMaxCached) {
+    const int c = size_class(rounded);
+    BlockCache& bc = cache();
+    if (bc.bytes + (kAlignment << c) <= kCacheBytes) {
+      bc.free[c].push_back(p);
+      bc.bytes += kAlignment << c;
+      return;
+    }
+  }
+  std::free(p);
+}
+
+}  // namespace cpu
+
+const Kernels& cpu_kernels() {
+  static const cpu::CpuKernels kernels;
+  return kernels;
+}
+
+void set_num_threads(int n) {
+  STRATA_CHECK(n > 0, "set_num_threads: expected a positive thread count, got ", n);
+  omp_set_num_threads(n);
+  Eigen::setNbThreads(n);
+}
+
+int get_num_threads() { return omp_get_max_threads(); }
+
+}  // namespace strata

@@ -1,0 +1,311 @@
+#pragma once
+// Internal to tensor/cpu: the strided N-d loop every elementwise kernel runs on (a small
+// version of PyTorch's TensorIterator).
+//
+//   auto loop = cpu::make_loop<3>({&out, &a, &b});
+//   cpu::for_each(loop, [](char* const* data, const int64_t* strides, int64_t n) {
+//     cpu::map_inner<float, float, float>(data, strides, n, [](float x, float y) { return x + y; });
+//   });
+//
+// make_loop drops size-1 dims, orders the rest so the dim with the smallest strides is
+// innermost (operand 0 decides first, stride-0 operands abstain), and merges neighbours that
+// are contiguous for every operand. for_each calls the inner function with each operand's
+// pointer, its inner byte stride and an element count, on OpenMP threads only above
+// kParallelThreshold elements, and in cache-sized tiles when an operand is read or written
+// across its rows (transposes). Nothing here allocates.
+
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstdlib>
+#include <tuple>
+#include <utility>
+
+#include "strata/tensor/kernels.h"
+
+namespace strata::cpu {
+
+/// Below this many elements a kernel runs on the calling thread.
+constexpr int64_t kParallelThreshold = 32768;
+/// Most dims of size > 1 an operand may have.
+constexpr int kMaxDims = 25;
+
+/// True when work over `numel` elements should be split across OpenMP threads.
+inline bool use_threads(int64_t numel) {
+  return numel >= kParallelThreshold && !omp_in_parallel() && omp_get_max_threads() > 1;
+}
+
+/// N operands iterated over one shape: pointers, sizes (outermost first) and byte strides.
+template <int N>
+struct Loop {
+  int ndim = 0;       ///< dims after dropping and merging; at least 1 when numel > 0
+  int64_t numel = 0;  ///< elements in the iteration shape
+  char* data[N];      ///< first element of each operand
+  int64_t sizes[kMaxDims];
+  int64_t strides[kMaxDims][N];  ///< bytes
+};
+
+/// A loop over `sizes` with explicit per-operand element strides and element sizes.
+template <int N>
+Loop<N> make_loop(IntArrayRef sizes, const std::array<char*, N>& data, const std::array<const int64_t*, N>& strides,
+                  const std::array<int64_t, N>& elem_sizes) {
+  Loop<N> g;
+  g.numel = 1;
+  for (int64_t s : sizes) g.numel *= s;
+  for (int k = 0; k < N; ++k) g.data[k] = data[k];
+  if (g.numel == 0) return g;
+  int nd = 0;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 1) continue;
+    STRATA_CHECK(nd < kMaxDims, "tensor kernels support at most ", kMaxDims, " dims of size > 1, got shape ", sizes);
+    g.sizes[nd] = sizes[d];
+    for (int k = 0; k < N; ++k) g.strides[nd][k] = strides[k][d] * elem_sizes[k];
+    ++nd;
+  }
+  // Insertion sort (stable, ndim is tiny): move a dim inward while its strides are smaller.
+  auto inner_first = [&](int outer, int inner) {
+    for (int k = 0; k < N; ++k) {
+      int64_t a = std::abs(g.strides[outer][k]), b = std::abs(g.strides[inner][k]);
+      if (a == 0 || b == 0 || a == b) continue;
+      return a < b;
+    }
+    return false;
+  };
+  for (int i = 1; i < nd; ++i) {
+    for (int j = i; j > 0 && inner_first(j - 1, j); --j) {
+      std::swap(g.sizes[j - 1], g.sizes[j]);
+      for (int k = 0; k < N; ++k) std::swap(g.strides[j - 1][k], g.strides[j][k]);
+    }
+  }
+  // Merge neighbours that are contiguous for every operand.
+  int m = 0;
+  for (int d = 1; d < nd; ++d) {
+    bool mergeable = true;
+    for (int k = 0; k < N; ++k) mergeable &= g.strides[m][k] == g.strides[d][k] * g.sizes[d];
+    if (mergeable) {
+      g.sizes[m] *= g.sizes[d];
+      for (int k = 0; k < N; ++k) g.strides[m][k] = g.strides[d][k];
+    } else {
+      ++m;
+      g.sizes[m] = g.sizes[d];
+      for (int k = 0; k < N; ++k) g.strides[m][k] = g.strides[d][k];
+    }
+  }
+  g.ndim = nd == 0 ? 0 : m + 1;
+  if (g.ndim == 0) {  // one element
+    g.ndim = 1;
+    g.sizes[0] = 1;
+    for (int k = 0; k < N; ++k) g.strides[0][k] = elem_sizes[k];
+  }
+  return g;
+}
+
+/// A loop over tensors sharing ops[0]'s sizes, each with its own strides and dtype.
+template <int N>
+Loop<N> make_loop(const std::array<const Tensor*, N>& ops) {
+  std::array<char*, N> data;
+  std::array<const int64_t*, N> strides;
+  std::array<int64_t, N> elem_sizes;
+  for (int k = 0; k < N; ++k) {
+    STRATA_INTERNAL_ASSERT(ops[k]->sizes() == ops[0]->sizes());
+    data[k] = static_cast<char*>(ops[k]->data_ptr());
+    strides[k] = ops[k]->strides().data();
+    elem_sizes[k] = static_cast<int64_t>(ops[k]->element_size());
+  }
+  return make_loop<N>(ops[0]->sizes(), data, strides, elem_sizes);
+}
+
+/// Runs f over the linear positions [begin, end) of g, one inner run at a time.
+template <int N, class F>
+void run_range(const Loop<N>& g, int64_t begin, int64_t end, const F& f) {
+  const int inner = g.ndim - 1;
+  char* ptr[N];
+  if (inner == 0) {
+    for (int k = 0; k < N; ++k) ptr[k] = g.data[k] + begin * g.strides[0][k];
+    f(ptr, g.strides[0], end - begin);
+    return;
+  }
+  int64_t idx[kMaxDims];
+  int64_t rem = begin;
+  for (int d = inner; d >= 0; --d) {
+    idx[d] = rem % g.sizes[d];
+    rem /= g.sizes[d];
+  }
+  for (int k = 0; k < N; ++k) {
+    ptr[k] = g.data[k];
+    for (int d = 0; d <= inner; ++d) ptr[k] += idx[d] * g.strides[d][k];
+  }
+  for (int64_t pos = begin; pos < end;) {
+    int64_t n = std::min(g.sizes[inner] - idx[inner], end - pos);
+    f(ptr, g.strides[inner], n);
+    pos += n;
+    idx[inner] += n;
+    for (int k = 0; k < N; ++k) ptr[k] += n * g.strides[inner][k];
+    for (int d = inner; d > 0 && idx[d] == g.sizes[d]; --d) {
+      for (int k = 0; k < N; ++k) ptr[k] += g.strides[d - 1][k] - idx[d] * g.strides[d][k];
+      idx[d] = 0;
+      ++idx[d - 1];
+    }
+  }
+}
+
+/// Edge of the square tiles used when an operand walks its inner dim with a long stride.
+constexpr int64_t kTile = 64;
+
+/// True when some operand jumps at least a few cache lines per inner step (a transposed read
+/// or write): then for_each walks the two inner dims in kTile x kTile tiles so the lines
+/// fetched for one row of a tile are still cached for the next.
+template <int N>
+bool wants_tiles(const Loop<N>& g) {
+  const int inner = g.ndim - 1;
+  if (inner < 1 || g.sizes[inner] < kTile / 4 || g.sizes[inner - 1] < kTile / 4) return false;
+  for (int k = 0; k < N; ++k)
+    if (std::abs(g.strides[inner][k]) >= 256) return true;
+  return false;
+}
+
+/// Runs f over tiles [begin, end) of g: tile t covers a kTile x kTile block of the two inner dims.
+template <int N, class F>
+void run_tiles(const Loop<N>& g, int64_t begin, int64_t end, const F& f) {
+  const int inner = g.ndim - 1, outer_dims = g.ndim - 2;
+  const int64_t n0 = g.sizes[inner], n1 = g.sizes[inner - 1];
+  const int64_t tiles0 = (n0 + kTile - 1) / kTile, tiles1 = (n1 + kTile - 1) / kTile;
+  for (int64_t t = begin; t < end; ++t) {
+    int64_t rest = t / (tiles0 * tiles1);
+    const int64_t t1 = t / tiles0 % tiles1, t0 = t % tiles0;
+    char* base[N];
+    for (int k = 0; k < N; ++k) base[k] = g.data[k] + t1 * kTile * g.strides[inner - 1][k] + t0 * kTile * g.strides[inner][k];
+    for (int d = outer_dims - 1; d >= 0; --d) {
+      const int64_t i = rest % g.sizes[d];
+      rest /= g.sizes[d];
+      for (int k = 0; k < N; ++k) base[k] += i * g.strides[d][k];
+    }
+    const int64_t len0 = std::min(kTile, n0 - t0 * kTile), len1 = std::min(kTile, n1 - t1 * kTile);
+    for (int64_t i1 = 0; i1 < len1; ++i1) {
+      char* ptr[N];
+      for (int k = 0; k < N; ++k) ptr[k] = base[k] + i1 * g.strides[inner - 1][k];
+      f(ptr, g.strides[inner], len0);
+    }
+  }
+}
+
+/// Runs f over all of g, split across threads when numel * cost_per_element is large.
+template <int N, class F>
+void for_each(const Loop<N>& g, const F& f, int64_t cost_per_element = 1) {
+  if (g.numel == 0) return;
+  const bool parallel = use_threads(g.numel * cost_per_element);
+  if (wants_tiles(g)) {
+    const int inner = g.ndim - 1;
+    const int64_t tiles = g.numel / (g.sizes[inner] * g.sizes[inner - 1]) * ((g.sizes[inner] + kTile - 1) / kTile) *
+                          ((g.sizes[inner - 1] + kTile - 1) / kTile);
+    if (parallel) {
+#pragma omp parallel
+      {
+        int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+        run_tiles(g, tiles * t / nt, tiles * (t + 1) / nt, f);
+      }
+    } else {
+      run_tiles(g, 0, tiles, f);
+    }
+  } else if (parallel) {
+#pragma omp parallel
+    {
+      int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+      run_range(g, g.numel * t / nt, g.numel * (t + 1) / nt, f);
+    }
+  } else {
+    run_range(g, 0, g.numel, f);
+  }
+}
+
+/// Calls f(i) for i in [0, n), as an OpenMP static loop when `parallel`, else on this thread.
+template <class F>
+inline void parallel_for(int64_t n, bool parallel, const F& f) {
+  if (parallel) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) f(i);
+  } else {
+    for (int64_t i = 0; i < n; ++i) f(i);
+  }
+}
+
+/// Calls body(offset) for every position of an nd-dim grid, offset = sum(index[d] * strides[d]).
+template <class F>
+inline void for_each_offset(int nd, const int64_t* sizes, const int64_t* strides, const F& body) {
+  int64_t count = 1;
+  for (int d = 0; d < nd; ++d) count *= sizes[d];
+  int64_t idx[kMaxDims] = {};
+  int64_t off = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    body(off);
+    for (int d = nd - 1; d >= 0; --d) {
+      off += strides[d];
+      if (++idx[d] < sizes[d]) break;
+      off -= strides[d] * sizes[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+/// Offset of linear position i (row-major over sizes) under strides.
+inline int64_t offset_of(int64_t i, int nd, const int64_t* sizes, const int64_t* strides) {
+  int64_t off = 0;
+  for (int d = nd - 1; d >= 0; --d) {
+    off += (i % sizes[d]) * strides[d];
+    i /= sizes[d];
+  }
+  return off;
+}
+
+/// A 0-dim or one-element tensor viewed as 1-D of size numel (for kernels that need a dim).
+inline Tensor as_1d(const Tensor& t) {
+  if (t.dim() != 0) return t;
+  const int64_t one = 1;
+  return make_view(t, one, one, t.storage_offset());
+}
+
+namespace detail {
+template <class Out, class... In, class F, size_t... I>
+inline void map_inner(std::index_sequence<I...>, char* const* d, const int64_t* s, int64_t n, const F& f) {
+  Out* out = reinterpret_cast<Out*>(d[0]);
+  std::tuple<const In*...> in{reinterpret_cast<const In*>(d[I + 1])...};
+  const bool out_unit = s[0] == sizeof(Out);
+  if (out_unit && ((s[I + 1] == sizeof(In)) && ...)) {
+    for (int64_t i = 0; i < n; ++i) out[i] = f(std::get<I>(in)[i]...);
+    return;
+  }
+  if constexpr (sizeof...(In) == 1) {
+    if (out_unit && s[1] == 0) {
+      const Out v = f(*std::get<0>(in));
+      for (int64_t i = 0; i < n; ++i) out[i] = v;
+      return;
+    }
+  } else if constexpr (sizeof...(In) == 2) {
+    const auto* a = std::get<0>(in);
+    const auto* b = std::get<1>(in);
+    if (out_unit && s[1] == sizeof(*a) && s[2] == 0) {
+      const auto bv = *b;
+      for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], bv);
+      return;
+    }
+    if (out_unit && s[1] == 0 && s[2] == sizeof(*b)) {
+      const auto av = *a;
+      for (int64_t i = 0; i < n; ++i) out[i] = f(av, b[i]);
+      return;
+    }
+  }
+  for (int64_t i = 0; i < n; ++i)
+    *reinterpret_cast<Out*>(d[0] + i * s[0]) = f(*reinterpret_cast<const In*>(d[I + 1] + i * s[I + 1])...);
+}
+}  // namespace detail
+
+/// One inner run of out = f(in...): unit strides (and, for one or two inputs, stride-0
+/// scalars) take loops the compiler vectorises; anything else walks the byte strides.
+template <class Out, class... In, class F>
+inline void map_inner(char* const* data, const int64_t* strides, int64_t n, const F& f) {
+  detail::map_inner<Out, In...>(std::index_sequence_for<In...>{}, data, strides, n, f);
+}
+
+}  // namespace strata::cpu

@@ -1,0 +1,125 @@
+// CPU kernels: counter-based random numbers.
+//
+// Note: the random stream. Value i of a call with (seed, offset) depends only on the counter
+// c = offset + i, so results are the same for any thread count and any split of the work; a
+// CUDA kernel reproduces them by evaluating the same formulas per element:
+//   mix64(z)       SplitMix64's finaliser: z ^= z >> 30; z *= 0xBF58476D1CE4E5B9;
+//                  z ^= z >> 27; z *= 0x94D049BB133111EB; z ^= z >> 31
+//   bits(lane, c)  mix64(mix64(seed + lane * 0xD1B54A32D192ED03) + (c + 1) * 0x9E3779B97F4A7C15)
+//   uniform float  u = (bits(0, c) >> 40) * 2^-24 (float32) or (bits(0, c) >> 11) * 2^-53 (float64);
+//                  value = T(lo + u * (hi - lo)) computed in double; if rounding reached hi,
+//                  the largest T below hi
+//   uniform int    value = lo + mulhi64(bits(0, c), hi - lo)   (high 64 bits of the 128-bit product)
+//   normal         with b = 24 bits for float32 and 53 for float64, in T's precision:
+//                  u1 = ((bits(0, c) >> (64 - b)) + 1) * 2^-b in (0, 1], u2 = (bits(1, c) >> (64 - b)) * 2^-b,
+//                  value = mean + std * sqrt(-2 log u1) * cos(2 pi u2)
+// (The transcendental functions run vectorised through Eigen, so the last bit of a normal
+// value may differ from another libm's; the stream of uniforms is exact everywhere.)
+
+// GCC 12 reports false (maybe-)uninitialized warnings inside Eigen's AVX-512 intrinsics.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <Eigen/Core>
+
+#include <cmath>
+#include <type_traits>
+
+#include "strata/tensor/cpu/cpu_kernels.h"
+#include "strata/tensor/cpu/loops.h"
+#include "strata/tensor/creation.h"
+
+namespace strata::cpu {
+
+namespace {
+
+constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ULL;
+constexpr uint64_t kLane = 0xD1B54A32D192ED03ULL;
+constexpr double kTwoPi = 6.283185307179586476925286766559;
+
+constexpr uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+/// The bits of one lane of the stream: bits(c) = mix64(key + (c + 1) * golden).
+struct Stream {
+  uint64_t key;
+  Stream(uint64_t seed, uint64_t lane) : key(mix64(seed + lane * kLane)) {}
+  uint64_t operator()(uint64_t c) const { return mix64(key + (c + 1) * kGolden); }
+};
+
+constexpr int64_t kRandomBlock = 256;
+
+/// Fills element i (row-major) of out by block(dst, offset + first, n), which writes the values
+/// of counters [offset + first, offset + first + n) to dst[0, n).
+template <class T, class Block>
+void generate(const Tensor& out, uint64_t offset, const Kernels& kernels, const Block& block) {
+  if (!out.is_contiguous()) {
+    Tensor dense = empty(out.sizes(), out.options());
+    generate<T>(dense, offset, kernels, block);
+    return kernels.copy(dense, out);
+  }
+  T* p = static_cast<T*>(out.data_ptr());
+  const int64_t n = out.numel(), blocks = (n + kRandomBlock - 1) / kRandomBlock;
+  parallel_for(blocks, use_threads(8 * n), [&](int64_t b) {
+    const int64_t first = b * kRandomBlock;
+    block(p + first, offset + static_cast<uint64_t>(first), std::min(kRandomBlock, n - first));
+  });
+}
+
+}  // namespace
+
+void CpuKernels::uniform(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset) const {
+  const Stream bits(seed, 0);
+  visit_dtype(out.dtype(), [&]<class T>() {
+    if constexpr (std::is_floating_point_v<T>) {
+      STRATA_CHECK(lo <= hi, "uniform: expected lo <= hi, got lo=", lo, " hi=", hi);
+      constexpr int kBits = std::is_same_v<T, float> ? 24 : 53;
+      const double scale = std::ldexp(1.0, -kBits) * (hi - lo);
+      const T top = static_cast<T>(hi), below_top = lo == hi ? top : std::nextafter(top, static_cast<T>(lo));
+      // Captures by value: loop-invariant locals let the compiler vectorise the loop.
+      generate<T>(out, offset, *this, [=](T* dst, uint64_t c, int64_t n) {
+        for (int64_t i = 0; i < n; ++i) {
+          const T v = static_cast<T>(lo + static_cast<double>(bits(c + i) >> (64 - kBits)) * scale);
+          dst[i] = v < top ? v : below_top;
+        }
+      });
+    } else {
+      const auto lo_i = static_cast<int64_t>(lo), hi_i = static_cast<int64_t>(hi);
+      STRATA_CHECK(lo_i < hi_i, "uniform: expected lo < hi, got lo=", lo_i, " hi=", hi_i);
+      const auto range = static_cast<uint64_t>(hi_i) - static_cast<uint64_t>(lo_i);
+      generate<T>(out, offset, *this, [=](T* dst, uint64_t c, int64_t n) {
+        for (int64_t i = 0; i < n; ++i) {
+          const auto high = static_cast<uint64_t>((static_cast<unsigned __int128>(bits(c + i)) * range) >> 64);
+          dst[i] = static_cast<T>(static_cast<int64_t>(static_cast<uint64_t>(lo_i) + high));
+        }
+      });
+    }
+  });
+}
+
+void CpuKernels::normal(const Tensor& out, double mean, double stddev, uint64_t seed, uint64_t offset) const {
+  STRATA_CHECK(out.is_floating_point(), "normal does not support ", out.dtype());
+  STRATA_CHECK(stddev >= 0, "normal: expected std >= 0, got ", stddev);
+  const Stream bits0(seed, 0), bits1(seed, 1);
+  visit_dtype(out.dtype(), [&]<class T>() {
+    if constexpr (std::is_floating_point_v<T>) {
+      using Array = Eigen::Array<T, Eigen::Dynamic, 1>;
+      constexpr int kBits = std::is_same_v<T, float> ? 24 : 53;
+      const T scale = std::ldexp(T(1), -kBits), two_pi_scale = static_cast<T>(kTwoPi) * scale;
+      generate<T>(out, offset, *this, [=](T* dst, uint64_t c, int64_t n) {
+        alignas(64) T u1[kRandomBlock], u2[kRandomBlock];
+        for (int64_t i = 0; i < n; ++i) {
+          u1[i] = static_cast<T>((bits0(c + i) >> (64 - kBits)) + 1) * scale;
+          u2[i] = static_cast<T>(bits1(c + i) >> (64 - kBits)) * two_pi_scale;
+        }
+        Eigen::Map<Array> z(dst, n);
+        z = static_cast<T>(mean) + static_cast<T>(stddev) * (T(-2) * Eigen::Map<const Array>(u1, n).log()).sqrt() *
+                                       Eigen::Map<const Array>(u2, n).cos();
+      });
+    }
+  });
+}
+
+}  // namespace strata::cpu

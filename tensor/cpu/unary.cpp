@@ -1,0 +1,104 @@
+// CPU kernels: elementwise functions of one tensor. Transcendental functions run through
+// Eigen array maps on contiguous runs so they use Eigen's SIMD implementations.
+
+// GCC 12 reports false maybe-uninitialized warnings inside Eigen's AVX-512 intrinsics.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <Eigen/Core>
+#include <unsupported/Eigen/SpecialFunctions>
+
+#include <cmath>
+#include <type_traits>
+
+#include "strata/tensor/cpu/cpu_kernels.h"
+#include "strata/tensor/cpu/loops.h"
+
+namespace strata::cpu {
+
+namespace {
+
+template <class T>
+using ArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+template <class T>
+using ConstArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+const char* unary_name(UnaryOp op) {
+  static constexpr const char* kNames[] = {"neg",  "exp",     "log",  "sqrt", "rsqrt", "abs",
+                                           "tanh", "sigmoid", "relu", "sign", "erf",   "logical_not"};
+  return kNames[static_cast<int>(op)];
+}
+
+/// out = f(in) with simple per-element code the compiler vectorises.
+template <class Out, class T, class F>
+void unary_loop(const Tensor& in, const Tensor& out, const F& f) {
+  auto loop = make_loop<2>({&out, &in});
+  for_each(loop, [&](char* const* d, const int64_t* s, int64_t n) { map_inner<Out, T>(d, s, n, f); });
+}
+
+/// out = f(in): contiguous runs use the Eigen expression array_f(map), the rest the scalar f.
+template <class T, class F, class ArrayF>
+void eigen_loop(const Tensor& in, const Tensor& out, const F& f, const ArrayF& array_f) {
+  auto loop = make_loop<2>({&out, &in});
+  for_each(loop, [&](char* const* d, const int64_t* s, int64_t n) {
+    if (s[0] == sizeof(T) && s[1] == sizeof(T)) {
+      ArrayMap<T> o(reinterpret_cast<T*>(d[0]), n);
+      ConstArrayMap<T> a(reinterpret_cast<const T*>(d[1]), n);
+      o = array_f(a);
+    } else {
+      map_inner<T, T>(d, s, n, f);
+    }
+  });
+}
+
+template <class T>
+void floating(UnaryOp op, const Tensor& in, const Tensor& out) {
+  switch (op) {
+    case UnaryOp::Exp:
+      return eigen_loop<T>(in, out, [](T x) { return std::exp(x); }, [](const auto& a) { return a.exp(); });
+    case UnaryOp::Log:
+      return eigen_loop<T>(in, out, [](T x) { return std::log(x); }, [](const auto& a) { return a.log(); });
+    case UnaryOp::Sqrt:
+      return eigen_loop<T>(in, out, [](T x) { return std::sqrt(x); }, [](const auto& a) { return a.sqrt(); });
+    case UnaryOp::Rsqrt:
+      return eigen_loop<T>(in, out, [](T x) { return T(1) / std::sqrt(x); }, [](const auto& a) { return a.rsqrt(); });
+    case UnaryOp::Tanh:
+      return eigen_loop<T>(in, out, [](T x) { return std::tanh(x); }, [](const auto& a) { return a.tanh(); });
+    case UnaryOp::Sigmoid:
+      return eigen_loop<T>(in, out, [](T x) { return T(1) / (T(1) + std::exp(-x)); },
+                           [](const auto& a) { return a.logistic(); });
+    case UnaryOp::Erf:
+      return eigen_loop<T>(in, out, [](T x) { return std::erf(x); }, [](const auto& a) { return a.erf(); });
+    default: STRATA_INTERNAL_ASSERT(false);
+  }
+}
+
+}  // namespace
+
+void CpuKernels::unary(UnaryOp op, const Tensor& in, const Tensor& out) const {
+  const ScalarType out_dtype = op == UnaryOp::LogicalNot ? kBool : in.dtype();
+  STRATA_CHECK(out.dtype() == out_dtype, unary_name(op), ": expected a ", out_dtype, " output, got ", out.dtype());
+  visit_dtype(in.dtype(), [&]<class T>() {
+    constexpr bool kFloating = std::is_floating_point_v<T>;
+    constexpr bool kBool = std::is_same_v<T, bool>;
+    switch (op) {
+      case UnaryOp::LogicalNot: return unary_loop<bool, T>(in, out, [](T x) { return x == T(0); });
+      case UnaryOp::Sign:
+        if constexpr (kBool) return unary_loop<T, T>(in, out, [](T x) { return x; });
+        else return unary_loop<T, T>(in, out, [](T x) { return static_cast<T>((T(0) < x) - (x < T(0))); });
+      default: break;
+    }
+    if constexpr (!kBool) {
+      switch (op) {
+        case UnaryOp::Neg: return unary_loop<T, T>(in, out, [](T x) { return static_cast<T>(-x); });
+        case UnaryOp::Abs:
+          if constexpr (kFloating) return unary_loop<T, T>(in, out, [](T x) { return std::abs(x); });
+          else return unary_loop<T, T>(in, out, [](T x) { return x < T(0) ? static_cast<T>(-x) : x; });
+        case UnaryOp::Relu: return unary_loop<T, T>(in, out, [](T x) { return x < T(0) ? T(0) : x; });  // keeps NaN
+        default: break;
+      }
+    }
+    if constexpr (kFloating) return floating<T>(op, in, out);
+    STRATA_CHECK(false, unary_name(op), " does not support ", in.dtype());
+  });
+}
+
+}  // namespace strata::cpu

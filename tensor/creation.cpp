@@ -1,0 +1,183 @@
+#include "strata/tensor/creation.h"
+
+#include <cmath>
+
+#include "strata/tensor/kernels.h"
+
+namespace strata {
+
+Generator& default_generator() {
+  static Generator gen;
+  return gen;
+}
+
+void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
+
+namespace {
+
+void check_sizes(IntArrayRef sizes, const char* op) {
+  for (int64_t s : sizes) STRATA_CHECK(s >= 0, op, ": negative dimension ", s, " in size ", sizes);
+}
+
+Tensor finish(Tensor t, const TensorOptions& options) {
+  if (options.requires_grad()) {
+    STRATA_CHECK(t.is_floating_point(), "requires_grad: only tensors of floating point dtype can require gradients, got ",
+                 t.dtype());
+    t.requires_grad_(true);
+  }
+  return t;
+}
+
+Tensor allocate(IntArrayRef sizes, ScalarType dtype, Device device) {
+  const Kernels& k = kernels_for(device);
+  auto storage = std::make_shared<Storage>();
+  auto impl = std::make_shared<TensorImpl>();
+  impl->sizes = sizes;
+  impl->strides = contiguous_strides(sizes);
+  impl->numel = multiply(sizes);
+  impl->dtype = dtype;
+  storage->nbytes = static_cast<size_t>(impl->numel) * element_size(dtype);
+  storage->data = k.allocate(storage->nbytes);
+  storage->device = device;
+  storage->deleter = [&k, n = storage->nbytes](void* p) { k.deallocate(p, n); };
+  impl->storage = std::move(storage);
+  return Tensor(std::move(impl));
+}
+
+TensorOptions like(const Tensor& t, const std::optional<TensorOptions>& options) {
+  return options ? *options : t.options();
+}
+
+}  // namespace
+
+Tensor empty(IntArrayRef sizes, TensorOptions options) {
+  check_sizes(sizes, "empty");
+  return finish(allocate(sizes, options.dtype(), options.device()), options);
+}
+
+Tensor full(IntArrayRef sizes, double value, TensorOptions options) {
+  check_sizes(sizes, "full");
+  Tensor t = allocate(sizes, options.dtype(), options.device());
+  kernels_for(options.device()).fill(t, value);
+  return finish(t, options);
+}
+
+Tensor zeros(IntArrayRef sizes, TensorOptions options) { return full(sizes, 0, options); }
+Tensor ones(IntArrayRef sizes, TensorOptions options) { return full(sizes, 1, options); }
+
+Tensor arange(double end, TensorOptions options) { return arange(0, end, 1, options); }
+
+Tensor arange(double start, double end, double step, TensorOptions options) {
+  STRATA_CHECK(step != 0, "arange: step must be nonzero");
+  STRATA_CHECK(std::isfinite(start) && std::isfinite(end), "arange: unsupported range: ", start, " -> ", end);
+  STRATA_CHECK((end - start) / step >= 0, "arange: upper bound and larger bound inconsistent with step sign (start ",
+               start, ", end ", end, ", step ", step, ")");
+  const auto n = static_cast<int64_t>(std::ceil((end - start) / step));
+  Tensor t = allocate({n}, options.dtype(), options.device());
+  kernels_for(options.device()).arange(t, start, step);
+  return finish(t, options);
+}
+
+Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions options) {
+  const int64_t cols = m.value_or(n);
+  STRATA_CHECK(n >= 0 && cols >= 0, "eye: n and m must be non-negative, got ", n, " and ", cols);
+  Tensor t = allocate({n, cols}, options.dtype(), options.device());
+  const Kernels& k = kernels_for(options.device());
+  k.fill(t, 0);
+  // The diagonal is the view with stride cols + 1.
+  const int64_t d = std::min(n, cols);
+  k.fill(make_view(t, {d}, {cols + 1}, 0), 1);
+  return finish(t, options);
+}
+
+Tensor rand(IntArrayRef sizes, TensorOptions options, Generator* gen) {
+  check_sizes(sizes, "rand");
+  STRATA_CHECK(is_floating_point(options.dtype()), "rand: expected a floating point dtype, got ", options.dtype());
+  Tensor t = allocate(sizes, options.dtype(), options.device());
+  Generator& g = gen ? *gen : default_generator();
+  kernels_for(options.device()).uniform(t, 0, 1, g.seed(), g.advance(t.numel()));
+  return finish(t, options);
+}
+
+Tensor randn(IntArrayRef sizes, TensorOptions options, Generator* gen) {
+  check_sizes(sizes, "randn");
+  STRATA_CHECK(is_floating_point(options.dtype()), "randn: expected a floating point dtype, got ", options.dtype());
+  Tensor t = allocate(sizes, options.dtype(), options.device());
+  Generator& g = gen ? *gen : default_generator();
+  kernels_for(options.device()).normal(t, 0, 1, g.seed(), g.advance(t.numel()));
+  return finish(t, options);
+}
+
+Tensor randint(int64_t low, int64_t high, IntArrayRef sizes, TensorOptions options, Generator* gen) {
+  check_sizes(sizes, "randint");
+  STRATA_CHECK(low < high, "randint: expected low < high, got low=", low, " high=", high);
+  Tensor t = allocate(sizes, options.dtype(), options.device());
+  Generator& g = gen ? *gen : default_generator();
+  kernels_for(options.device()).uniform(t, static_cast<double>(low), static_cast<double>(high), g.seed(),
+                                        g.advance(t.numel()));
+  return finish(t, options);
+}
+
+Tensor randint(int64_t high, IntArrayRef sizes, TensorOptions options, Generator* gen) {
+  return randint(0, high, sizes, options, gen);
+}
+
+Tensor empty_like(const Tensor& t, std::optional<TensorOptions> o) { return empty(t.sizes(), like(t, o)); }
+Tensor zeros_like(const Tensor& t, std::optional<TensorOptions> o) { return zeros(t.sizes(), like(t, o)); }
+Tensor ones_like(const Tensor& t, std::optional<TensorOptions> o) { return ones(t.sizes(), like(t, o)); }
+Tensor full_like(const Tensor& t, double v, std::optional<TensorOptions> o) { return full(t.sizes(), v, like(t, o)); }
+Tensor rand_like(const Tensor& t, std::optional<TensorOptions> o) { return rand(t.sizes(), like(t, o)); }
+Tensor randn_like(const Tensor& t, std::optional<TensorOptions> o) { return randn(t.sizes(), like(t, o)); }
+
+Tensor from_blob(void* data, IntArrayRef sizes, TensorOptions options, std::function<void(void*)> deleter) {
+  return from_blob(data, sizes, contiguous_strides(sizes), options, std::move(deleter));
+}
+
+Tensor from_blob(void* data, IntArrayRef sizes, IntArrayRef strides, TensorOptions options,
+                 std::function<void(void*)> deleter) {
+  check_sizes(sizes, "from_blob");
+  STRATA_CHECK(sizes.size() == strides.size(), "from_blob: got ", sizes.size(), " sizes but ", strides.size(),
+               " strides");
+  STRATA_CHECK(data != nullptr || multiply(sizes) == 0, "from_blob: data is null");
+  int64_t extent = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    STRATA_CHECK(strides[i] >= 0, "from_blob: negative stride ", strides[i], " at dim ", i);
+    if (sizes[i] > 0) extent += (sizes[i] - 1) * strides[i];
+  }
+  auto storage = std::make_shared<Storage>();
+  storage->data = data;
+  storage->nbytes = multiply(sizes) == 0 ? 0 : (extent + 1) * element_size(options.dtype());
+  storage->device = options.device();
+  storage->deleter = std::move(deleter);
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::move(storage);
+  impl->sizes = sizes;
+  impl->strides = strides;
+  impl->numel = multiply(sizes);
+  impl->dtype = options.dtype();
+  return finish(Tensor(std::move(impl)), options);
+}
+
+namespace {
+template <class T, class V>
+Tensor from_values(const V& values, TensorOptions options) {
+  const auto n = static_cast<int64_t>(values.size());
+  std::unique_ptr<T[]> buf(new T[n]);  // not std::vector: vector<bool> has no data()
+  std::copy(values.begin(), values.end(), buf.get());
+  Tensor src = from_blob(buf.get(), {n}, TensorOptions(scalar_type_of<T>()));
+  Tensor t = allocate(src.sizes(), options.dtype(), options.device());
+  kernels_for(options.device()).copy(src, t);
+  return finish(t, options);
+}
+}  // namespace
+
+Tensor tensor(std::initializer_list<double> v, TensorOptions o) { return from_values<double>(v, o); }
+Tensor tensor(const std::vector<double>& v, TensorOptions o) { return from_values<double>(v, o); }
+Tensor tensor(std::initializer_list<int64_t> v, TensorOptions o) { return from_values<int64_t>(v, o); }
+Tensor tensor(const std::vector<int64_t>& v, TensorOptions o) { return from_values<int64_t>(v, o); }
+Tensor tensor(std::initializer_list<int> v, TensorOptions o) { return from_values<int64_t>(v, o); }
+Tensor tensor(std::initializer_list<bool> v, TensorOptions o) { return from_values<bool>(v, o); }
+
+Tensor scalar_tensor(double value, TensorOptions options) { return full({}, value, options); }
+
+}  // namespace strata

@@ -1,0 +1,95 @@
+#pragma once
+// Tensor factories and the seedable random generator, with libtorch's names.
+//
+//   strata::manual_seed(0);
+//   auto w = strata::randn({784, 256}, strata::TensorOptions().requires_grad(true));
+//   auto b = strata::zeros({256});
+//   auto t = strata::tensor({1.0, 2.0, 3.0});          // float32, like torch::tensor
+//   auto i = strata::arange(10, strata::kLong);
+
+#include <functional>
+#include <initializer_list>
+
+#include "strata/tensor/tensor.h"
+
+namespace strata {
+
+/// A counter-based random stream: the same seed gives the same numbers on every run and thread count.
+class Generator {
+ public:
+  explicit Generator(uint64_t seed = 67280421310721ULL) : seed_(seed) {}  ///< a stream starting at seed
+  void manual_seed(uint64_t seed) { seed_ = seed; offset_ = 0; }  ///< restarts the stream at seed
+  uint64_t seed() const { return seed_; }  ///< the current seed
+  /// Reserves n values of the stream and returns the offset of the first; kernels hash (seed, offset + i).
+  uint64_t advance(uint64_t n) { uint64_t o = offset_; offset_ += n; return o; }
+
+ private:
+  uint64_t seed_;
+  uint64_t offset_ = 0;
+};
+/// The process-wide generator used when a factory gets no generator.
+Generator& default_generator();
+/// Seeds the default generator, as torch::manual_seed.
+void manual_seed(uint64_t seed);
+
+/// Uninitialised tensor of the given sizes.
+Tensor empty(IntArrayRef sizes, TensorOptions options = {});
+/// Tensor of zeros.
+Tensor zeros(IntArrayRef sizes, TensorOptions options = {});
+/// Tensor of ones.
+Tensor ones(IntArrayRef sizes, TensorOptions options = {});
+/// Tensor filled with value.
+Tensor full(IntArrayRef sizes, double value, TensorOptions options = {});
+/// 0, 1, ..., end-1.
+Tensor arange(double end, TensorOptions options = {});
+/// start, start+step, ... below end (above end for negative step).
+Tensor arange(double start, double end, double step = 1, TensorOptions options = {});
+/// n x m identity (m defaults to n).
+Tensor eye(int64_t n, std::optional<int64_t> m = std::nullopt, TensorOptions options = {});
+/// Uniform in [0, 1).
+Tensor rand(IntArrayRef sizes, TensorOptions options = {}, Generator* gen = nullptr);
+/// Standard normal.
+Tensor randn(IntArrayRef sizes, TensorOptions options = {}, Generator* gen = nullptr);
+/// Integers uniform in [low, high); int64 unless options say otherwise.
+Tensor randint(int64_t low, int64_t high, IntArrayRef sizes, TensorOptions options = kLong, Generator* gen = nullptr);
+/// Integers uniform in [0, high).
+Tensor randint(int64_t high, IntArrayRef sizes, TensorOptions options = kLong, Generator* gen = nullptr);
+/// empty() with the sizes and dtype of t (options override).
+Tensor empty_like(const Tensor& t, std::optional<TensorOptions> options = std::nullopt);
+/// zeros() shaped like t.
+Tensor zeros_like(const Tensor& t, std::optional<TensorOptions> options = std::nullopt);
+/// ones() shaped like t.
+Tensor ones_like(const Tensor& t, std::optional<TensorOptions> options = std::nullopt);
+/// full() shaped like t.
+Tensor full_like(const Tensor& t, double value, std::optional<TensorOptions> options = std::nullopt);
+/// rand() shaped like t.
+Tensor rand_like(const Tensor& t, std::optional<TensorOptions> options = std::nullopt);
+/// randn() shaped like t.
+Tensor randn_like(const Tensor& t, std::optional<TensorOptions> options = std::nullopt);
+/// Wraps caller-owned memory without copying; `deleter` (optional) runs when the last view goes.
+Tensor from_blob(void* data, IntArrayRef sizes, TensorOptions options = {},
+                 std::function<void(void*)> deleter = nullptr);
+/// Wraps caller-owned memory with explicit strides.
+Tensor from_blob(void* data, IntArrayRef sizes, IntArrayRef strides, TensorOptions options = {},
+                 std::function<void(void*)> deleter = nullptr);
+/// 1-D float tensor (float32 unless options say otherwise) holding values.
+Tensor tensor(std::initializer_list<double> values, TensorOptions options = {});
+/// 1-D float tensor from a vector.
+Tensor tensor(const std::vector<double>& values, TensorOptions options = {});
+/// 1-D int64 tensor holding values.
+Tensor tensor(std::initializer_list<int64_t> values, TensorOptions options = kLong);
+/// 1-D int64 tensor from a vector.
+Tensor tensor(const std::vector<int64_t>& values, TensorOptions options = kLong);
+/// 1-D int64 tensor (int literals), as torch::tensor({1, 2, 3}).
+Tensor tensor(std::initializer_list<int> values, TensorOptions options = kLong);
+/// 1-D bool tensor.
+Tensor tensor(std::initializer_list<bool> values, TensorOptions options = kBool);
+/// 0-dim float32 tensor.
+Tensor scalar_tensor(double value, TensorOptions options = {});
+
+/// Threads used by CPU kernels (OpenMP and Eigen).
+void set_num_threads(int n);
+/// Current CPU thread count.
+int get_num_threads();
+
+}  // namespace strata

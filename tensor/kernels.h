@@ -1,0 +1,70 @@
+#pragma once
+// The kernel table: the small set of primitives every device implements. Ops above it
+// (autograd/ops/*) are written once, for every device, in terms of these.
+//
+//   Tensor out = empty(a.sizes(), a.options());
+//   kernels_for(a.device()).binary(BinaryOp::Mul, a, b, out);
+//
+// Contract shared by every entry: operands are already on one device, `out` is allocated
+// by the caller with the final sizes and dtype, inputs have been expanded (stride 0) to the
+// iteration shape where broadcasting applies, and inputs have the compute dtype unless an
+// entry says otherwise. Inputs may have any strides; outputs may too (copy_ into views).
+
+#include <cstdint>
+
+#include "strata/tensor/tensor.h"
+
+namespace strata {
+
+/// Elementwise functions of one tensor.
+enum class UnaryOp : int8_t { Neg, Exp, Log, Sqrt, Rsqrt, Abs, Tanh, Sigmoid, Relu, Sign, Erf, LogicalNot };
+/// Elementwise functions of two tensors; comparisons and logical ops write bool.
+enum class BinaryOp : int8_t {
+  Add, Sub, Mul, Div, Pow, Maximum, Minimum, Eq, Ne, Lt, Le, Gt, Ge, LogicalAnd, LogicalOr
+};
+/// Reductions.
+enum class ReduceOp : int8_t { Sum, Prod, Max, Min };
+
+/// One device's implementation of the primitives.
+class Kernels {
+ public:
+  virtual ~Kernels() = default;
+  virtual void* allocate(size_t nbytes) const = 0;  ///< device memory, 64-byte aligned
+  virtual void deallocate(void* p, size_t nbytes) const = 0;  ///< frees allocate(nbytes)'s memory
+  virtual void copy(const Tensor& src, const Tensor& dst) const = 0;  ///< dst = src, converting dtype; same sizes
+  virtual void fill(const Tensor& dst, double value) const = 0;  ///< every element of dst = value
+  virtual void unary(UnaryOp op, const Tensor& in, const Tensor& out) const = 0;  ///< out = op(in); LogicalNot writes bool
+  /// out = op(a, b); a and b share dtype and out's sizes; comparisons and logical ops write bool.
+  virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) const = 0;
+  /// out = cond ? a : b; cond is bool, a and b share out's dtype and sizes.
+  virtual void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) const = 0;
+  /// Reduces `in` over dims into out, whose sizes are in's with those dims set to 1.
+  virtual void reduce(ReduceOp op, const Tensor& in, IntArrayRef dims, const Tensor& out) const = 0;
+  /// Max or Min along one dim: values and int64 indices of the first extreme (NaN wins), sizes with dim set to 1.
+  virtual void arg_reduce(ReduceOp op, const Tensor& in, int64_t dim, const Tensor& values,
+                          const Tensor& indices) const = 0;
+  /// out[b] = a[b] @ c[b] for 3-D a [B, M, K], c [B, K, N], out [B, M, N] (contiguous out).
+  virtual void matmul(const Tensor& a, const Tensor& c, const Tensor& out) const = 0;
+  /// out[..i..] = in[..index[..i..]..] along dim; index (int64) has out's sizes, checked against in.size(dim).
+  virtual void gather(const Tensor& in, int64_t dim, const Tensor& index, const Tensor& out) const = 0;
+  /// out[..index[..i..]..] += src[..i..] along dim; index has src's sizes, checked against out.size(dim).
+  virtual void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) const = 0;
+  /// out[i] = start + i * step.
+  virtual void arange(const Tensor& out, double start, double step) const = 0;
+  /// Uniform [lo, hi) floats or integers from the counter-based stream (seed, offset + i).
+  virtual void uniform(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset) const = 0;
+  /// Normal(mean, std) floats from the counter-based stream (seed, offset + i).
+  virtual void normal(const Tensor& out, double mean, double std, uint64_t seed, uint64_t offset) const = 0;
+};
+
+/// A tensor sharing base's storage with the given geometry and no autograd state (for view ops and kernels).
+Tensor make_view(const Tensor& base, IntArrayRef sizes, IntArrayRef strides, int64_t offset);
+
+/// The kernels for a device; throws when strata was built without that backend.
+const Kernels& kernels_for(Device device);
+/// The CPU table (tensor/cpu/).
+const Kernels& cpu_kernels();
+/// The CUDA table; without STRATA_WITH_CUDA a stub that throws "CUDA is not supported".
+const Kernels& cuda_kernels();
+
+}  // namespace strata

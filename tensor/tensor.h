@@ -1,0 +1,304 @@
+#pragma once
+// Tensor: shared storage + sizes + strides + offset + dtype + device, with libtorch's names.
+//
+//   using namespace strata;
+//   Tensor x = randn({64, 784});
+//   Tensor w = zeros({784, 10}, TensorOptions().dtype(kFloat32).requires_grad(true));
+//   Tensor loss = cross_entropy(x.matmul(w), targets);
+//   loss.backward();                      // w.grad() now holds d loss / d w
+//   float first = w.grad()[0][0].item<float>();
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <tuple>
+#include <vector>
+
+#include "strata/tensor/dtype.h"
+#include "strata/tensor/shape.h"
+
+namespace strata {
+
+namespace autograd {
+struct Node;
+}
+class Tensor;
+using tensor_list = std::vector<Tensor>;  ///< a list of tensors, as in libtorch
+
+/// Memory shared by a tensor and all its views; freed with the last of them.
+struct Storage {
+  void* data = nullptr;                  ///< first byte
+  size_t nbytes = 0;                     ///< size in bytes
+  Device device;                         ///< where the bytes live
+  std::function<void(void*)> deleter;    ///< frees `data`; empty for memory strata does not own
+  uint32_t version = 0;                  ///< bumped by every in-place write (see autograd's SavedVariable)
+  Storage() = default;
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  ~Storage() { if (deleter) deleter(data); }
+};
+
+/// Base of the autograd state a tensor may carry; defined by the autograd layer.
+struct AutogradMetaInterface {
+  virtual ~AutogradMetaInterface() = default;
+};
+
+/// The shared state behind a Tensor handle. Internal: use Tensor's methods.
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;  ///< shared by views
+  DimVector sizes;                   ///< extent of each dim
+  DimVector strides;                 ///< elements to step per dim
+  int64_t offset = 0;                ///< first element, in elements from storage->data
+  int64_t numel = 0;                 ///< product of sizes
+  ScalarType dtype = kFloat;         ///< element type
+  std::unique_ptr<AutogradMetaInterface> autograd_meta;  ///< null until autograd needs it
+};
+
+/// dtype, device and requires_grad for tensor factories: TensorOptions().dtype(kFloat64).requires_grad(true).
+class TensorOptions {
+ public:
+  TensorOptions() = default;
+  TensorOptions(ScalarType t) : dtype_(t) {}  ///< implicit, as in libtorch: zeros({2}, kLong)
+  TensorOptions(Device d) : device_(d) {}     ///< implicit: zeros({2}, Device(kCPU))
+  TensorOptions dtype(ScalarType t) const { auto o = *this; o.dtype_ = t; return o; }  ///< with element type t
+  TensorOptions device(Device d) const { auto o = *this; o.device_ = d; return o; }  ///< with device d
+  TensorOptions requires_grad(bool r) const { auto o = *this; o.requires_grad_ = r; return o; }  ///< with requires_grad r
+  ScalarType dtype() const { return dtype_; }  ///< element type (default float32)
+  Device device() const { return device_; }  ///< device (default CPU)
+  bool requires_grad() const { return requires_grad_; }  ///< whether factories return leaves that require grad
+
+ private:
+  ScalarType dtype_ = kFloat;
+  Device device_;
+  bool requires_grad_ = false;
+};
+/// TensorOptions().dtype(t), as torch::dtype.
+inline TensorOptions dtype(ScalarType t) { return TensorOptions().dtype(t); }
+/// TensorOptions().requires_grad(r), as torch::requires_grad.
+inline TensorOptions requires_grad(bool r = true) { return TensorOptions().requires_grad(r); }
+
+/// A handle to a TensorImpl; copying a Tensor shares data, clone() copies it. Default-constructed is undefined.
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}  ///< wraps an impl
+
+  // ---- metadata ----
+  bool defined() const { return impl_ != nullptr; }  ///< false for a default-constructed Tensor
+  IntArrayRef sizes() const { return impl().sizes; }  ///< extent of each dim
+  IntArrayRef strides() const { return impl().strides; }  ///< elements to step per dim
+  int64_t size(int64_t dim) const;  ///< extent of one dim (negative counts from the end)
+  int64_t stride(int64_t dim) const;  ///< stride of one dim (negative counts from the end)
+  int64_t dim() const { return static_cast<int64_t>(impl().sizes.size()); }  ///< number of dims
+  int64_t numel() const { return impl().numel; }  ///< number of elements
+  ScalarType dtype() const { return impl().dtype; }  ///< element type
+  ScalarType scalar_type() const { return impl().dtype; }  ///< element type (libtorch's other name)
+  Device device() const { return impl().storage->device; }  ///< where the data lives
+  TensorOptions options() const { return TensorOptions(dtype()).device(device()); }  ///< dtype and device of this tensor
+  int64_t storage_offset() const { return impl().offset; }  ///< first element's offset in storage, in elements
+  size_t element_size() const { return strata::element_size(dtype()); }  ///< bytes per element
+  size_t nbytes() const { return numel() * element_size(); }  ///< numel() * element_size()
+  bool is_contiguous() const;  ///< row-major dense layout
+  bool is_floating_point() const { return strata::is_floating_point(dtype()); }  ///< float32 or float64
+  bool is_cpu() const { return device().is_cpu(); }  ///< data in host memory
+  bool is_same(const Tensor& o) const { return impl_ == o.impl_; }  ///< same handle target
+  bool is_alias_of(const Tensor& o) const { return impl().storage == o.impl().storage; }  ///< shares storage with o
+  uint32_t _version() const { return impl().storage->version; }  ///< in-place write counter of the storage
+  void* data_ptr() const;  ///< address of the first element
+  template <class T> T* data_ptr() const;  ///< typed address of the first element; checks the dtype
+  template <class T> T item() const;  ///< the value of a one-element tensor, converted to T
+  TensorImpl& impl() const { STRATA_CHECK(impl_, "tensor is undefined"); return *impl_; }  ///< the shared state
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }  ///< the shared state's owner
+
+  // ---- autograd (defined in autograd/) ----
+  bool requires_grad() const;  ///< whether gradients flow to this tensor
+  Tensor& requires_grad_(bool r = true);  ///< makes a leaf require grad (or not); returns *this
+  Tensor& set_requires_grad(bool r);  ///< same as requires_grad_
+  const Tensor& grad() const;  ///< accumulated gradient of a leaf (undefined before backward)
+  Tensor& mutable_grad();  ///< the gradient slot, for assigning or resetting it
+  const std::shared_ptr<autograd::Node>& grad_fn() const;  ///< the node that made this tensor; null for leaves
+  bool is_leaf() const;  ///< true for tensors not produced by a recorded op
+  uint32_t output_nr() const;  ///< which output of grad_fn this tensor is
+  /// Backpropagates from this tensor; `gradient` may be omitted for one-element tensors.
+  void backward(const Tensor& gradient = {}, std::optional<bool> retain_graph = std::nullopt,
+                bool create_graph = false) const;
+  /// Calls f(grad) when this tensor's gradient is computed; f returns a replacement or void. Returns a handle.
+  template <class F> unsigned register_hook(F&& f) const;
+  void remove_hook(unsigned handle) const;  ///< removes a hook added by register_hook
+  void retain_grad() const;  ///< keeps grad() of a non-leaf after backward
+  bool retains_grad() const;  ///< whether retain_grad() was called
+  Tensor detach() const;  ///< shares data, no history, requires_grad false
+  Tensor& detach_();  ///< removes history in place
+
+  // ---- conversion and copies ----
+  Tensor to(ScalarType t, bool copy = false) const;  ///< converts the dtype (returns *this when equal and !copy)
+  Tensor clone() const;  ///< a contiguous copy (differentiable)
+  Tensor contiguous() const;  ///< *this if contiguous, else a contiguous copy
+  Tensor& copy_(const Tensor& src);  ///< copies src (broadcast, converted) into this tensor
+
+  // ---- elementwise ----
+  Tensor add(const Tensor& o, double alpha = 1) const;  ///< this + alpha * o
+  Tensor add(double o) const;  ///< this + o
+  Tensor sub(const Tensor& o, double alpha = 1) const;  ///< this - alpha * o
+  Tensor sub(double o) const;  ///< this - o
+  Tensor mul(const Tensor& o) const;  ///< this * o
+  Tensor mul(double o) const;  ///< this * o
+  Tensor div(const Tensor& o) const;  ///< this / o
+  Tensor div(double o) const;  ///< this / o
+  Tensor neg() const;  ///< -this
+  Tensor pow(const Tensor& e) const;  ///< this ** e
+  Tensor pow(double e) const;  ///< this ** e
+  Tensor exp() const;  ///< e ** this
+  Tensor log() const;  ///< natural log
+  Tensor sqrt() const;  ///< square root
+  Tensor rsqrt() const;  ///< 1 / sqrt
+  Tensor abs() const;  ///< absolute value
+  Tensor tanh() const;  ///< hyperbolic tangent
+  Tensor sigmoid() const;  ///< 1 / (1 + e ** -this)
+  Tensor relu() const;  ///< max(this, 0)
+  Tensor clamp(std::optional<double> min, std::optional<double> max = std::nullopt) const;  ///< limits to [min, max]
+  Tensor maximum(const Tensor& o) const;  ///< elementwise max
+  Tensor minimum(const Tensor& o) const;  ///< elementwise min
+  Tensor eq(const Tensor& o) const;  ///< this == o, bool
+  Tensor eq(double o) const;  ///< this == o, bool
+  Tensor ne(const Tensor& o) const;  ///< this != o, bool
+  Tensor ne(double o) const;  ///< this != o, bool
+  Tensor lt(const Tensor& o) const;  ///< this < o, bool
+  Tensor lt(double o) const;  ///< this < o, bool
+  Tensor le(const Tensor& o) const;  ///< this <= o, bool
+  Tensor le(double o) const;  ///< this <= o, bool
+  Tensor gt(const Tensor& o) const;  ///< this > o, bool
+  Tensor gt(double o) const;  ///< this > o, bool
+  Tensor ge(const Tensor& o) const;  ///< this >= o, bool
+  Tensor ge(double o) const;  ///< this >= o, bool
+  Tensor logical_and(const Tensor& o) const;  ///< elementwise and, bool
+  Tensor logical_or(const Tensor& o) const;  ///< elementwise or, bool
+  Tensor logical_not() const;  ///< elementwise not, bool
+  Tensor masked_fill(const Tensor& mask, double value) const;  ///< value where mask, else this
+
+  // ---- reductions ----
+  Tensor sum(std::optional<ScalarType> dtype = std::nullopt) const;  ///< sum of all elements
+  Tensor sum(IntArrayRef dims, bool keepdim = false) const;  ///< sum over dims
+  Tensor mean() const;  ///< mean of all elements
+  Tensor mean(IntArrayRef dims, bool keepdim = false) const;  ///< mean over dims
+  Tensor prod() const;  ///< product of all elements
+  Tensor prod(int64_t dim, bool keepdim = false) const;  ///< product over one dim
+  Tensor max() const;  ///< largest element
+  std::tuple<Tensor, Tensor> max(int64_t dim, bool keepdim = false) const;  ///< values and indices along dim
+  Tensor min() const;  ///< smallest element
+  std::tuple<Tensor, Tensor> min(int64_t dim, bool keepdim = false) const;  ///< values and indices along dim
+  Tensor argmax(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;  ///< index of the largest
+  Tensor argmin(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;  ///< index of the smallest
+  Tensor var(IntArrayRef dims = {}, bool unbiased = true, bool keepdim = false) const;  ///< variance (all dims when empty)
+  Tensor std(IntArrayRef dims = {}, bool unbiased = true, bool keepdim = false) const;  ///< standard deviation
+  Tensor norm(double p = 2, IntArrayRef dims = {}, bool keepdim = false) const;  ///< p-norm (all dims when empty)
+  Tensor logsumexp(IntArrayRef dims, bool keepdim = false) const;  ///< log(sum(exp(this))) computed stably
+
+  // ---- linear algebra ----
+  Tensor matmul(const Tensor& o) const;  ///< numpy-style matmul
+  Tensor mm(const Tensor& o) const;  ///< 2-D matrix product
+  Tensor bmm(const Tensor& o) const;  ///< 3-D batched matrix product
+  Tensor t() const;  ///< transpose of a tensor of at most 2 dims
+  Tensor transpose(int64_t d0, int64_t d1) const;  ///< swaps two dims (a view)
+  Tensor permute(IntArrayRef dims) const;  ///< reorders dims (a view)
+
+  // ---- shape ----
+  Tensor reshape(IntArrayRef sizes) const;  ///< a view when possible, else a copy; one size may be -1
+  Tensor view(IntArrayRef sizes) const;  ///< a view with new sizes; throws when strides do not allow it
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;  ///< merges dims start..end
+  Tensor unsqueeze(int64_t dim) const;  ///< inserts a dim of size 1
+  Tensor squeeze() const;  ///< removes all dims of size 1
+  Tensor squeeze(int64_t dim) const;  ///< removes dim if its size is 1
+  Tensor expand(IntArrayRef sizes) const;  ///< broadcasts to sizes (a view, -1 keeps a dim)
+  Tensor expand_as(const Tensor& o) const;  ///< expand(o.sizes())
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;  ///< a view of length elements from start
+  Tensor slice(int64_t dim, std::optional<int64_t> start = std::nullopt, std::optional<int64_t> end = std::nullopt,
+               int64_t step = 1) const;  ///< python-style slice along dim (a view)
+  Tensor select(int64_t dim, int64_t index) const;  ///< removes dim by picking one index (a view)
+  Tensor operator[](int64_t index) const { return select(0, index); }  ///< select(0, index)
+  tensor_list split(int64_t split_size, int64_t dim = 0) const;  ///< views of split_size along dim
+  tensor_list split(IntArrayRef split_sizes, int64_t dim = 0) const;  ///< views of the given sizes
+  tensor_list chunk(int64_t chunks, int64_t dim = 0) const;  ///< at most `chunks` near-equal views
+  Tensor repeat(IntArrayRef repeats) const;  ///< tiles the tensor
+  Tensor as_strided(IntArrayRef sizes, IntArrayRef strides, std::optional<int64_t> offset = std::nullopt) const;  ///< raw view
+
+  // ---- indexing ----
+  Tensor index_select(int64_t dim, const Tensor& index) const;  ///< picks indices along dim
+  Tensor gather(int64_t dim, const Tensor& index) const;  ///< out[i][j] = this[i][index[i][j]] for dim 1
+  Tensor scatter_add(int64_t dim, const Tensor& index, const Tensor& src) const;  ///< adds src at index along dim
+
+  // ---- nn ----
+  Tensor softmax(int64_t dim) const;  ///< exp normalised along dim
+  Tensor log_softmax(int64_t dim) const;  ///< log of softmax, computed stably
+
+  // ---- in place (bump the version counter) ----
+  Tensor& add_(const Tensor& o, double alpha = 1);  ///< this += alpha * o
+  Tensor& add_(double o);  ///< this += o
+  Tensor& sub_(const Tensor& o, double alpha = 1);  ///< this -= alpha * o
+  Tensor& sub_(double o);  ///< this -= o
+  Tensor& mul_(const Tensor& o);  ///< this *= o
+  Tensor& mul_(double o);  ///< this *= o
+  Tensor& div_(const Tensor& o);  ///< this /= o
+  Tensor& div_(double o);  ///< this /= o
+  Tensor& zero_();  ///< fills with 0
+  Tensor& fill_(double value);  ///< fills with value
+  Tensor& clamp_(std::optional<double> min, std::optional<double> max = std::nullopt);  ///< clamps in place
+
+  Tensor& operator+=(const Tensor& o) { return add_(o); }  ///< add_
+  Tensor& operator+=(double o) { return add_(o); }  ///< add_
+  Tensor& operator-=(const Tensor& o) { return sub_(o); }  ///< sub_
+  Tensor& operator-=(double o) { return sub_(o); }  ///< sub_
+  Tensor& operator*=(const Tensor& o) { return mul_(o); }  ///< mul_
+  Tensor& operator*=(double o) { return mul_(o); }  ///< mul_
+  Tensor& operator/=(const Tensor& o) { return div_(o); }  ///< div_
+  Tensor& operator/=(double o) { return div_(o); }  ///< div_
+
+ private:
+  unsigned add_hook(std::function<Tensor(const Tensor&)> hook) const;
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+Tensor operator+(const Tensor& a, const Tensor& b);  ///< add
+Tensor operator+(const Tensor& a, double b);  ///< add
+Tensor operator+(double a, const Tensor& b);  ///< add
+Tensor operator-(const Tensor& a, const Tensor& b);  ///< sub
+Tensor operator-(const Tensor& a, double b);  ///< sub
+Tensor operator-(double a, const Tensor& b);  ///< sub
+Tensor operator*(const Tensor& a, const Tensor& b);  ///< mul
+Tensor operator*(const Tensor& a, double b);  ///< mul
+Tensor operator*(double a, const Tensor& b);  ///< mul
+Tensor operator/(const Tensor& a, const Tensor& b);  ///< div
+Tensor operator/(const Tensor& a, double b);  ///< div
+Tensor operator/(double a, const Tensor& b);  ///< div
+Tensor operator-(const Tensor& a);  ///< neg
+
+/// Prints dtype, shape and values, e.g. "tensor([[1, 2], [3, 4]], dtype=Float)".
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+template <class T>
+T* Tensor::data_ptr() const {
+  STRATA_CHECK(dtype() == scalar_type_of<T>(), "data_ptr: expected ", scalar_type_of<T>(), " but the tensor holds ",
+               dtype());
+  return static_cast<T*>(data_ptr());
+}
+
+template <class T>
+T Tensor::item() const {
+  STRATA_CHECK(numel() == 1, "item: a Tensor with ", numel(), " elements cannot be converted to a scalar (shape ",
+               sizes(), ")");
+  STRATA_CHECK(is_cpu(), "item: only CPU tensors are readable here, got ", device());
+  return visit_dtype(dtype(), [&]<class S>() { return static_cast<T>(*static_cast<const S*>(data_ptr())); });
+}
+
+template <class F>
+unsigned Tensor::register_hook(F&& f) const {
+  if constexpr (std::is_void_v<std::invoke_result_t<F, const Tensor&>>) {
+    return add_hook([f = std::forward<F>(f)](const Tensor& g) { f(g); return Tensor(); });
+  } else {
+    return add_hook(std::function<Tensor(const Tensor&)>(std::forward<F>(f)));
+  }
+}
+
+}  // namespace strata

@@ -1,0 +1,23 @@
+// Uses an installed strata through its CMake package: d/dx sum(x^3 + 2 x) = 3 x^2 + 2.
+#include <strata/strata.h>
+
+#include <cmath>
+#include <iostream>
+
+int main() {
+  using namespace strata;
+  Tensor x = tensor({1.0, 2.0, 3.0}, requires_grad());
+  Tensor loss = (x * x * x + x * 2.0).sum();
+  loss.backward();
+
+  const double expected[] = {5, 14, 29};
+  for (int64_t i = 0; i < 3; ++i) {
+    float g = x.grad()[i].item<float>();
+    if (std::abs(g - expected[i]) > 1e-5) {
+      std::cerr << "consumer: x.grad()[" << i << "] = " << g << ", expected " << expected[i] << "\n";
+      return 1;
+    }
+  }
+  std::cout << "consumer: loss " << loss.item<float>() << ", grad " << x.grad() << "\n";
+  return 0;
+}

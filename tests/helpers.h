@@ -1,0 +1,114 @@
+#pragma once
+// Shared test helpers: value comparison, error-message assertions and gradcheck.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <strata/strata.h>
+
+namespace strata::testing {
+
+/// The elements of t in row-major order as doubles, read directly through its strides.
+inline std::vector<double> values(const Tensor& t) {
+  std::vector<double> out;
+  out.reserve(t.numel());
+  DimVector idx(t.dim(), 0);
+  for (int64_t n = 0; n < t.numel(); ++n) {
+    int64_t off = t.storage_offset();
+    for (int64_t d = 0; d < t.dim(); ++d) off += idx[d] * t.stride(d);
+    visit_dtype(t.dtype(), [&]<class T>() {
+      out.push_back(static_cast<double>(static_cast<const T*>(t.impl().storage->data)[off]));
+    });
+    for (int64_t d = t.dim() - 1; d >= 0; --d) {
+      if (++idx[d] < t.size(d)) break;
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+/// Same sizes and every |a - b| <= atol + rtol * |b|; the failure message shows the first mismatch.
+inline ::testing::AssertionResult allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5,
+                                           double atol = 1e-8) {
+  if (a.sizes() != b.sizes()) {
+    std::ostringstream os;
+    os << "shapes differ: " << a.sizes() << " vs " << b.sizes();
+    return ::testing::AssertionFailure() << os.str();
+  }
+  auto va = values(a), vb = values(b);
+  for (size_t i = 0; i < va.size(); ++i) {
+    bool both_nan = std::isnan(va[i]) && std::isnan(vb[i]);
+    if (!both_nan && !(std::abs(va[i] - vb[i]) <= atol + rtol * std::abs(vb[i])))
+      return ::testing::AssertionFailure() << "element " << i << ": " << va[i] << " vs " << vb[i];
+  }
+  return ::testing::AssertionSuccess();
+}
+
+/// Checks t's values equal `expected` (row-major) within tolerance, and optionally its sizes.
+inline ::testing::AssertionResult values_are(const Tensor& t, const std::vector<double>& expected,
+                                             double tol = 1e-6) {
+  auto v = values(t);
+  if (v.size() != expected.size())
+    return ::testing::AssertionFailure() << "numel " << v.size() << " vs expected " << expected.size();
+  for (size_t i = 0; i < v.size(); ++i)
+    if (!(std::abs(v[i] - expected[i]) <= tol * (1 + std::abs(expected[i]))))
+      return ::testing::AssertionFailure() << "element " << i << ": " << v[i] << " vs expected " << expected[i];
+  return ::testing::AssertionSuccess();
+}
+
+/// Options for a float64 leaf that requires grad.
+inline TensorOptions f64() { return TensorOptions().dtype(kFloat64).requires_grad(true); }
+/// A float64 leaf of standard-normal values.
+inline Tensor leaf(IntArrayRef sizes) { return randn(sizes, kFloat64).requires_grad_(true); }
+/// A float64 leaf with values uniform in [lo, hi), away from kinks and poles.
+inline Tensor leaf_in(IntArrayRef sizes, double lo, double hi) {
+  return (rand(sizes, kFloat64) * (hi - lo) + lo).requires_grad_(true);
+}
+
+}  // namespace strata::testing
+
+namespace strata {
+using testing::f64;
+using testing::leaf;
+using testing::leaf_in;
+}  // namespace strata
+
+/// Expects a and b to have equal sizes and close values: EXPECT_ALLCLOSE(a, b) or with (rtol, atol).
+#define EXPECT_ALLCLOSE(a, b, ...) EXPECT_TRUE(::strata::testing::allclose((a), (b), ##__VA_ARGS__))
+/// Expects t's row-major values to equal a braced list: EXPECT_VALUES(t, {1, 2, 3}).
+#define EXPECT_VALUES(t, ...) EXPECT_TRUE(::strata::testing::values_are((t), std::vector<double> __VA_ARGS__))
+
+/// Expects `stmt` to throw strata::Error whose message contains `substr`.
+#define EXPECT_THROW_MSG(stmt, substr)                                                         \
+  do {                                                                                         \
+    try {                                                                                      \
+      stmt;                                                                                    \
+      ADD_FAILURE() << "expected strata::Error containing \"" << (substr) << "\"";             \
+    } catch (const ::strata::Error& e) {                                                       \
+      EXPECT_NE(std::string(e.what()).find(substr), std::string::npos)                         \
+          << "message \"" << e.what() << "\" does not contain \"" << (substr) << "\"";         \
+    }                                                                                          \
+  } while (0)
+
+/// Expects gradcheck (float64 central differences) to pass for fn over inputs.
+#define EXPECT_GRADCHECK(fn, ...)                                                              \
+  do {                                                                                         \
+    try {                                                                                      \
+      EXPECT_TRUE(::strata::autograd::gradcheck(fn, __VA_ARGS__));                            \
+    } catch (const ::strata::Error& e) {                                                       \
+      ADD_FAILURE() << e.what();                                                               \
+    }                                                                                          \
+  } while (0)
+
+/// Expects gradgradcheck to pass for fn over inputs.
+#define EXPECT_GRADGRADCHECK(fn, ...)                                                          \
+  do {                                                                                         \
+    try {                                                                                      \
+      EXPECT_TRUE(::strata::autograd::gradgradcheck(fn, __VA_ARGS__));                        \
+    } catch (const ::strata::Error& e) {                                                       \
+      ADD_FAILURE() << e.what();                                                               \
+    }                                                                                          \
+  } while (0)

@@ -1,0 +1,195 @@
+// In-place ops: values, version counters, dtype and broadcast rules, and autograd's rules
+// (saved tensors modified in place, leaves, NoGradGuard, gradients through in-place ops on non-leaves).
+
+#include "helpers.h"
+
+using namespace strata;
+
+TEST(Inplace, Values) {
+  Tensor a = tensor({1.0, 2.0, 3.0});
+  Tensor& r = a.add_(tensor({1.0, 1.0, 1.0}));
+  EXPECT_EQ(&r, &a);
+  EXPECT_VALUES(a, {2, 3, 4});
+  a.add_(tensor({1.0, 2.0, 3.0}), 2);
+  EXPECT_VALUES(a, {4, 7, 10});
+  a.sub_(tensor({1.0, 1.0, 1.0}), 3);
+  EXPECT_VALUES(a, {1, 4, 7});
+  a.mul_(tensor({2.0, 0.5, 1.0}));
+  EXPECT_VALUES(a, {2, 2, 7});
+  a.div_(tensor({2.0, 4.0, 7.0}));
+  EXPECT_VALUES(a, {1, 0.5, 1});
+  a.add_(1.0).mul_(4.0).sub_(2.0).div_(2.0);
+  EXPECT_VALUES(a, {3, 2, 3});
+  a += tensor({1.0, 1.0, 1.0});
+  a -= 1.0;
+  a *= 2.0;
+  a /= tensor({2.0, 2.0, 3.0});
+  EXPECT_VALUES(a, {3, 2, 2});
+  a.clamp_(2.5, std::nullopt);
+  EXPECT_VALUES(a, {3, 2.5, 2.5});
+  a.clamp_(std::nullopt, 2.75);
+  EXPECT_VALUES(a, {2.75, 2.5, 2.5});
+  a.fill_(7);
+  EXPECT_VALUES(a, {7, 7, 7});
+  a.zero_();
+  EXPECT_VALUES(a, {0, 0, 0});
+}
+
+TEST(Inplace, BroadcastsOtherAndWritesThroughViews) {
+  Tensor m = zeros({2, 3});
+  m.add_(tensor({1.0, 2.0, 3.0}));  // [3] into [2, 3]
+  m.mul_(tensor({1.0, 10.0}).reshape({2, 1}));
+  EXPECT_VALUES(m, {1, 2, 3, 10, 20, 30});
+  m.t().narrow(0, 1, 1).fill_(0);  // column 1 through a transposed, narrowed view
+  EXPECT_VALUES(m, {1, 0, 3, 10, 0, 30});
+  m.narrow(1, 2, 1).add_(scalar_tensor(5));  // a 0-dim other
+  EXPECT_VALUES(m, {1, 0, 8, 10, 0, 35});
+}
+
+TEST(Inplace, VersionCounter) {
+  Tensor a = zeros({3});
+  Tensor view = a.narrow(0, 1, 2);
+  const uint32_t v0 = a._version();
+  a.add_(1.0);
+  EXPECT_EQ(a._version(), v0 + 1);
+  view.mul_(2.0);
+  EXPECT_EQ(a._version(), v0 + 2);  // views share the counter
+  EXPECT_EQ(view._version(), v0 + 2);
+  a.zero_();
+  a.fill_(1);
+  a.clamp_(0.0, 0.5);
+  EXPECT_EQ(a._version(), v0 + 5);
+  // A rejected op writes nothing and does not bump the version.
+  EXPECT_THROW(a.add_(zeros({2})), Error);
+  EXPECT_EQ(a._version(), v0 + 5);
+  Tensor b = a + 1.0;  // out-of-place ops leave the input's version alone
+  EXPECT_EQ(a._version(), v0 + 5);
+}
+
+TEST(Inplace, DtypeRules) {
+  Tensor i = tensor({1, 2, 3});
+  i.add_(tensor({1, 1, 1}));
+  i.mul_(tensor({2, 2, 2}));
+  EXPECT_EQ(i.dtype(), kLong);
+  EXPECT_VALUES(i, {4, 6, 8});
+  EXPECT_THROW_MSG(i.add_(tensor({0.5, 0.5, 0.5})), "add_: result type Float can't be cast to the desired output type Long");
+  EXPECT_THROW_MSG(i.add_(1.0), "add_: result type Float can't be cast to the desired output type Long");
+  EXPECT_THROW_MSG(i.div_(tensor({2, 2, 2})), "div_: result type Float can't be cast to the desired output type Long");
+  EXPECT_THROW_MSG(i.clamp_(0.5), "clamp_: result type Float can't be cast to the desired output type Long");
+  EXPECT_THROW_MSG(tensor({true}).mul_(tensor({2})), "mul_: result type Long can't be cast to the desired output type Bool");
+  // A float32 target takes a float64 result (computed in float64, written as float32).
+  Tensor f = tensor({1.0, 2.0});
+  f.add_(tensor({0.25, 0.5}, kFloat64));
+  EXPECT_EQ(f.dtype(), kFloat32);
+  EXPECT_VALUES(f, {1.25, 2.5});
+  f.mul_(tensor({2, 4}));  // integer other into a float target
+  EXPECT_VALUES(f, {2.5, 10});
+}
+
+TEST(Inplace, ShapeErrors) {
+  EXPECT_THROW_MSG(zeros({2, 1}).add_(zeros({3})),
+                   "add_: shape [3] cannot be broadcast to the in-place target's shape [2, 1]");
+  EXPECT_THROW_MSG(zeros({3}).mul_(zeros({2, 3})),
+                   "mul_: shape [2, 3] cannot be broadcast to the in-place target's shape [3]");
+  EXPECT_THROW_MSG(zeros({3}).sub_(zeros({4})), "sub_: shapes [3] and [4] cannot be broadcast together");
+}
+
+TEST(Inplace, ModifyingASavedTensorBreaksBackward) {
+  Tensor x = tensor({1.0, 2.0}, f64());
+  Tensor y = x.exp();  // exp saves its output
+  y.add_(1.0);
+  EXPECT_THROW_MSG(y.sum().backward(), "modified by an inplace operation");
+
+  Tensor a = x * 2.0;
+  Tensor b = a * x;  // mul saves a
+  a.mul_(3.0);
+  EXPECT_THROW_MSG(b.sum().backward(), "modified by an inplace operation");
+
+  Tensor c = x.sigmoid();
+  Tensor d = c.tanh();  // saves d, not c: modifying c afterwards is fine for tanh, not for sigmoid
+  c.zero_();
+  EXPECT_THROW_MSG(d.sum().backward(), "modified by an inplace operation");
+}
+
+TEST(Inplace, LeafRequiringGrad) {
+  Tensor w = tensor({1.0, 2.0}, f64());
+  EXPECT_THROW_MSG(w.add_(1.0), "add_: a leaf Variable that requires grad is being used in an in-place operation");
+  EXPECT_THROW_MSG(w.mul_(tensor({2.0, 2.0}, kFloat64)), "mul_: a leaf Variable that requires grad");
+  EXPECT_THROW_MSG(w.zero_(), "zero_: a leaf Variable that requires grad");
+  EXPECT_THROW_MSG(w.clamp_(0.0), "clamp_: a leaf Variable that requires grad");
+  EXPECT_VALUES(w, {1, 2});  // nothing was written
+}
+
+TEST(Inplace, NoGradGuardOptimizerStep) {
+  Tensor w = tensor({1.0, 2.0}, f64());
+  (w * w).sum().backward();
+  const uint32_t v0 = w._version();
+  {
+    NoGradGuard no_grad;
+    w.sub_(w.grad() * 0.25);  // w -= lr * 2w
+    w.mutable_grad().zero_();
+  }
+  EXPECT_VALUES(w, {0.5, 1});
+  EXPECT_EQ(w._version(), v0 + 1);
+  EXPECT_TRUE(w.is_leaf());
+  EXPECT_TRUE(w.requires_grad());
+  EXPECT_VALUES(w.grad(), {0, 0});
+  (w * 3.0).sum().backward();  // the leaf still works after the step
+  EXPECT_VALUES(w.grad(), {3, 3});
+}
+
+TEST(Inplace, GradientsThroughNonLeaves) {
+  manual_seed(11);
+  auto mul_self = [](const tensor_list& in) {
+    Tensor y = in[0] * 2.0;
+    y.mul_(in[0]);
+    return y;
+  };
+  EXPECT_GRADCHECK(mul_self, {leaf({3})});
+  auto chain = [](const tensor_list& in) {
+    Tensor y = in[0] * 1.0;
+    y.add_(in[1], 0.5);   // [2, 3] += 0.5 * [3]
+    y.sub_(in[0]);
+    y.mul_(in[1]);
+    y.div_(in[2]);        // [2, 1] broadcast
+    y.add_(1.0).mul_(3.0).sub_(0.5).div_(2.0);
+    return y;
+  };
+  EXPECT_GRADCHECK(chain, {leaf({2, 3}), leaf({3}), leaf_in({2, 1}, 0.5, 2)});
+  auto clamp_then_fill = [](const tensor_list& in) {
+    Tensor y = in[0] * 2.0;
+    y.clamp_(-0.5, 0.5);
+    Tensor z = in[0] * 3.0;
+    z.zero_();
+    z.add_(y);            // z no longer depends on its old value
+    return z;
+  };
+  EXPECT_GRADCHECK(clamp_then_fill, {tensor({-1.0, -0.1, 0.2, 0.9}, f64())});
+  auto into_plain = [](const tensor_list& in) {
+    Tensor y = zeros({3}, kFloat64);  // does not require grad until other does
+    y.add_(in[0]);
+    y.mul_(in[0]);
+    return y;
+  };
+  EXPECT_GRADCHECK(into_plain, {leaf({3})});
+}
+
+TEST(Inplace, HistoryAfterInplace) {
+  Tensor x = tensor({1.0, 2.0}, f64());
+  Tensor y = x * 2.0;
+  y.mul_(x);
+  EXPECT_FALSE(y.is_leaf());
+  EXPECT_STREQ(y.grad_fn()->name(), "MulBackward0");
+  Tensor plain = zeros({2}, kFloat64);
+  plain.add_(x);
+  EXPECT_TRUE(plain.requires_grad());
+  plain.sum().backward();
+  EXPECT_VALUES(x.grad(), {1, 1});
+  // A float32 target with a float64 other that requires grad: the other's gradient is float64.
+  Tensor o = tensor({1.0, 2.0}, f64());
+  Tensor t32 = ones({2});
+  t32.mul_(o);
+  (t32 * 3.0).sum().backward();
+  EXPECT_EQ(o.grad().dtype(), kFloat64);
+  EXPECT_VALUES(o.grad(), {3, 3});
+}

@@ -1,0 +1,243 @@
+// nn functional ops: softmax, log_softmax, layer_norm, dropout, one_hot and the losses, against
+// hand-computed values, with gradcheck (float64) and the errors users hit.
+
+#include <cmath>
+
+#include "helpers.h"
+
+using namespace strata;
+
+// ---- softmax / log_softmax ----
+
+TEST(NnFunctional, SoftmaxValues) {
+  // exp([1, 2, 3]) / sum = [e^-2, e^-1, 1] / (1 + e^-1 + e^-2)
+  Tensor x = tensor({1.0, 2.0, 3.0});
+  EXPECT_VALUES(softmax(x, 0), {0.09003057317038043, 0.24472847105479764, 0.6652409557748218});
+  EXPECT_VALUES(x.log_softmax(0), {-2.4076059644443806, -1.4076059644443804, -0.4076059644443804});
+  // Stable for large inputs (a naive exp would overflow to inf / inf).
+  EXPECT_VALUES(tensor({1000.0, 1001.0, 1002.0}).softmax(-1),
+                {0.09003057317038043, 0.24472847105479764, 0.6652409557748218});
+  EXPECT_VALUES(log_softmax(tensor({-1000.0, 0.0}), 0), {-1000, 0});
+  // Along dim 0 of a [2, 2]: each column sums to 1.
+  Tensor m = tensor({0.0, 1.0, 0.0, 3.0}).reshape({2, 2});
+  EXPECT_VALUES(softmax(m, 0), {0.5, 1 / (1 + std::exp(2.0)), 0.5, 1 / (1 + std::exp(-2.0))});
+  EXPECT_EQ(softmax(m, 1).dtype(), kFloat32);
+}
+
+TEST(NnFunctional, SoftmaxGradients) {
+  manual_seed(21);
+  auto sm0 = [](const tensor_list& in) { return softmax(in[0], 0); };
+  auto sm1 = [](const tensor_list& in) { return softmax(in[0], -1); };
+  auto lsm = [](const tensor_list& in) { return log_softmax(in[0], 1); };
+  auto lsm_t = [](const tensor_list& in) { return log_softmax(in[0].t(), 1) * 2.0; };  // non-contiguous input
+  auto sm_narrow = [](const tensor_list& in) { return softmax(in[0].narrow(1, 1, 3), 0); };
+  EXPECT_GRADCHECK(sm0, {leaf({3, 4})});
+  EXPECT_GRADCHECK(sm1, {leaf({2, 3, 4})});
+  EXPECT_GRADCHECK(lsm, {leaf({3, 4})});
+  EXPECT_GRADCHECK(lsm_t, {leaf({4, 3})});
+  EXPECT_GRADCHECK(sm_narrow, {leaf({2, 5})});
+  EXPECT_GRADGRADCHECK(sm1, {leaf({2, 3})});
+  EXPECT_GRADGRADCHECK(lsm, {leaf({2, 3})});
+}
+
+TEST(NnFunctional, SoftmaxErrors) {
+  EXPECT_THROW_MSG(softmax(tensor({1, 2}), 0), "softmax: expected a floating point tensor, got Long");
+  EXPECT_THROW_MSG(log_softmax(zeros({2, 3}), 2), "log_softmax: dimension out of range");
+}
+
+// ---- layer_norm ----
+
+TEST(NnFunctional, LayerNormValues) {
+  // mean 2, biased variance 2/3: (x - 2) / sqrt(2/3 + 1e-5)
+  Tensor x = tensor({1.0, 2.0, 3.0, 2.0, 2.0, 2.0}, kFloat64).reshape({2, 3});
+  Tensor y = layer_norm(x, {3});
+  const double s = 1 / std::sqrt(2.0 / 3.0 + 1e-5);
+  EXPECT_VALUES(y, {-s, 0, s, 0, 0, 0});
+  Tensor w = tensor({1.0, 2.0, 3.0}, kFloat64), b = tensor({0.5, 0.5, 0.5}, kFloat64);
+  EXPECT_VALUES(layer_norm(x, {3}, w, b), {0.5 - s, 0.5, 0.5 + 3 * s, 0.5, 0.5, 0.5});
+  // Over both dims: the 6 values [1, 2, 3, 2, 2, 2] have mean 2 and biased variance 1/3.
+  const double s2 = 1 / std::sqrt(1.0 / 3.0 + 1e-5);
+  EXPECT_VALUES(layer_norm(x, {2, 3}), {-s2, 0, s2, 0, 0, 0});
+}
+
+TEST(NnFunctional, LayerNormGradients) {
+  manual_seed(22);
+  auto ln = [](const tensor_list& in) { return layer_norm(in[0], {4}, in[1], in[2]); };
+  auto ln2 = [](const tensor_list& in) { return layer_norm(in[0], {3, 4}, in[1], {}, 1e-3); };
+  auto ln_t = [](const tensor_list& in) { return layer_norm(in[0].t(), {3}); };
+  EXPECT_GRADCHECK(ln, {leaf({2, 3, 4}), leaf({4}), leaf({4})});
+  EXPECT_GRADCHECK(ln2, {leaf({2, 3, 4}), leaf({3, 4})});
+  EXPECT_GRADCHECK(ln_t, {leaf({3, 5})});
+}
+
+TEST(NnFunctional, LayerNormErrors) {
+  EXPECT_THROW_MSG(layer_norm(zeros({2, 3}), {4}),
+                   "layer_norm: normalized_shape [4] does not match the trailing dims of input shape [2, 3]");
+  EXPECT_THROW_MSG(layer_norm(zeros({3}), {2, 3}),
+                   "layer_norm: normalized_shape [2, 3] does not match the trailing dims of input shape [3]");
+  EXPECT_THROW_MSG(layer_norm(zeros({2, 3}), {3}, zeros({4})),
+                   "layer_norm: weight of shape [4] does not match normalized_shape [3]");
+  EXPECT_THROW_MSG(layer_norm(zeros({2, 3}), {3}, {}, zeros({2})),
+                   "layer_norm: bias of shape [2] does not match normalized_shape [3]");
+}
+
+// ---- dropout ----
+
+TEST(NnFunctional, Dropout) {
+  Tensor x = ones({1000}, kFloat64);
+  EXPECT_TRUE(dropout(x, 0.5, /*train=*/false).is_same(x));
+  EXPECT_TRUE(dropout(x, 0.0).is_same(x));
+  EXPECT_VALUES(dropout(tensor({1.0, 2.0}), 1.0), {0, 0});
+  Generator g1(7), g2(7);
+  Tensor a = dropout(x, 0.25, true, &g1), b = dropout(x, 0.25, true, &g2);
+  EXPECT_ALLCLOSE(a, b);  // same seed, same mask
+  int64_t kept = 0;
+  for (double v : strata::testing::values(a)) {
+    EXPECT_TRUE(v == 0 || std::abs(v - 1 / 0.75) < 1e-12) << v;
+    kept += v != 0;
+  }
+  EXPECT_GT(kept, 680);  // 750 expected; the binomial std is about 14
+  EXPECT_LT(kept, 820);
+  EXPECT_THROW_MSG(dropout(x, 1.5), "dropout: probability has to be between 0 and 1, but got 1.5");
+  EXPECT_THROW_MSG(dropout(x, -0.1), "dropout: probability has to be between 0 and 1");
+}
+
+TEST(NnFunctional, DropoutGradientIsTheMask) {
+  Tensor x = randn({200}, f64());
+  Generator gen(3);
+  Tensor y = dropout(x, 0.5, true, &gen);
+  y.sum().backward();
+  auto yv = strata::testing::values(y), gv = strata::testing::values(x.grad()), xv = strata::testing::values(x);
+  for (size_t i = 0; i < yv.size(); ++i) {
+    EXPECT_DOUBLE_EQ(yv[i], xv[i] * gv[i]);
+    EXPECT_TRUE(gv[i] == 0 || gv[i] == 2) << gv[i];
+  }
+}
+
+// ---- one_hot ----
+
+TEST(NnFunctional, OneHot) {
+  Tensor h = one_hot(tensor({0, 2, 1}), 4);
+  EXPECT_EQ(h.dtype(), kLong);
+  EXPECT_EQ(h.sizes(), IntArrayRef({3, 4}));
+  EXPECT_VALUES(h, {1, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0});
+  Tensor inferred = one_hot(tensor({1, 3}).reshape({2, 1}));  // num_classes = max + 1 = 4
+  EXPECT_EQ(inferred.sizes(), IntArrayRef({2, 1, 4}));
+  EXPECT_VALUES(inferred, {0, 1, 0, 0, 0, 0, 0, 1});
+  EXPECT_THROW_MSG(one_hot(tensor({1.0, 2.0}), 3), "one_hot: expected an int64 (Long) tensor of class indices, got Float");
+  EXPECT_THROW_MSG(one_hot(tensor({0, -1}), 3), "one_hot: class values must be non-negative, got -1");
+  EXPECT_THROW_MSG(one_hot(tensor({0, 5}), 3), "one_hot: class value 5 is out of range for num_classes 3");
+}
+
+// ---- losses ----
+//
+// Reference values below, for logits [[1, 2, 3], [0, 0, 0]] and targets [2, 0]:
+//   log_softmax row 0 = [1, 2, 3] - logsumexp = [-2.4076059644, -1.4076059644, -0.4076059644]
+//   log_softmax row 1 = -log 3 each = -1.0986122887
+//   nll = [0.4076059644443804, 1.0986122886681098]: mean 0.7531091265562451, sum 1.5062182531124901
+//   label smoothing 0.1: loss_i = 0.9 * nll_i + 0.1 / 3 * (-sum_c log_softmax_ic)
+//     row 0: 0.9 * 0.40760596 + 0.1 / 3 * 4.22281788 = 0.5076059644
+//     row 1: 0.9 * 1.09861229 + 0.1 / 3 * 3.29583687 = 1.0986122887; mean 0.8031091265562451
+//   weight [1, 2, 0.5]: mean = (0.5 * 0.40760596 + 1 * 1.09861229) / (0.5 + 1) = 0.8682768472602
+//     with smoothing 0.1: (0.9 * sum_i w_ti nll_i + 0.1 / 3 * sum_i (-sum_c w_c lsm_ic)) / 1.5 = 0.9874883599984848
+//     same with sum reduction (no division): 1.4812325399977273
+
+namespace {
+Tensor logits() { return tensor({1.0, 2.0, 3.0, 0.0, 0.0, 0.0}, kFloat64).reshape({2, 3}); }
+}  // namespace
+
+TEST(NnFunctional, CrossEntropyValues) {
+  Tensor t = tensor({2, 0});
+  EXPECT_VALUES(cross_entropy(logits(), t), {0.7531091265562451});
+  EXPECT_VALUES(cross_entropy(logits(), t, {.reduction = Reduction::Sum}), {1.5062182531124901});
+  Tensor none = cross_entropy(logits(), t, {.reduction = Reduction::None});
+  EXPECT_EQ(none.sizes(), IntArrayRef({2}));
+  EXPECT_VALUES(none, {0.4076059644443804, 1.0986122886681098});
+  EXPECT_VALUES(nll_loss(log_softmax(logits(), 1), t), {0.7531091265562451});
+  // ignore_index: the mean is over the one remaining target.
+  EXPECT_VALUES(cross_entropy(logits(), tensor({2, -100})), {0.4076059644443804});
+  EXPECT_VALUES(cross_entropy(logits(), tensor({2, 1}), {.ignore_index = 1}), {0.4076059644443804});
+  EXPECT_VALUES(cross_entropy(logits(), tensor({2, -100}), {.reduction = Reduction::None}), {0.4076059644443804, 0});
+  // One sample: [C] logits with a 0-dim target.
+  EXPECT_VALUES(cross_entropy(tensor({1.0, 2.0, 3.0}, kFloat64), tensor({2}).reshape({})), {0.4076059644443804});
+}
+
+TEST(NnFunctional, CrossEntropyLabelSmoothingAndWeight) {
+  Tensor t = tensor({2, 0});
+  EXPECT_VALUES(cross_entropy(logits(), t, {.label_smoothing = 0.1}), {0.8031091265562451});
+  EXPECT_VALUES(cross_entropy(logits(), t, {.reduction = Reduction::None, .label_smoothing = 0.1}),
+                {0.5076059644443804, 1.0986122886681098});
+  // Smoothing with an ignored target: row 1 contributes neither to the sum nor to the count.
+  EXPECT_VALUES(cross_entropy(logits(), tensor({2, -100}), {.label_smoothing = 0.1}), {0.5076059644443804});
+  Tensor w = tensor({1.0, 2.0, 0.5}, kFloat64);
+  EXPECT_VALUES(cross_entropy(logits(), t, {.weight = w}), {0.8682768472602});
+  EXPECT_VALUES(nll_loss(log_softmax(logits(), 1), t, {.weight = w}), {0.8682768472602});
+  EXPECT_VALUES(cross_entropy(logits(), t, {.label_smoothing = 0.1, .weight = w}), {0.9874883599984848});
+  EXPECT_VALUES(cross_entropy(logits(), t, {.reduction = Reduction::Sum, .label_smoothing = 0.1, .weight = w}),
+                {1.4812325399977273});
+}
+
+TEST(NnFunctional, CrossEntropySpatialMatchesFlattened) {
+  // [N, C, d] with targets [N, d] equals the [N * d, C] problem with the class dim moved last.
+  manual_seed(23);
+  Tensor x = randn({2, 3, 4}, kFloat64);
+  Tensor t = randint(0, 3, {2, 4});
+  Tensor flat_x = x.permute({0, 2, 1}).reshape({8, 3});
+  Tensor flat_t = t.reshape({8});
+  for (double eps : {0.0, 0.2}) {
+    LossOptions o{.label_smoothing = eps, .weight = tensor({0.5, 1.0, 2.0}, kFloat64)};
+    EXPECT_ALLCLOSE(cross_entropy(x, t, o), cross_entropy(flat_x, flat_t, o));
+    o.reduction = Reduction::None;
+    EXPECT_ALLCLOSE(cross_entropy(x, t, o), cross_entropy(flat_x, flat_t, o).reshape({2, 4}));
+  }
+}
+
+TEST(NnFunctional, LossGradients) {
+  manual_seed(24);
+  Tensor t = tensor({2, 0, 1, -100});
+  Tensor w = tensor({0.5, 1.0, 2.0}, kFloat64);
+  auto ce = [t](const tensor_list& in) { return cross_entropy(in[0], t); };
+  auto ce_smooth = [t, w](const tensor_list& in) {
+    return cross_entropy(in[0], t, {.reduction = Reduction::Sum, .label_smoothing = 0.2, .weight = w});
+  };
+  auto ce_none = [t](const tensor_list& in) {
+    return cross_entropy(in[0], t, {.reduction = Reduction::None, .label_smoothing = 0.1});
+  };
+  auto ce_t = [t](const tensor_list& in) { return cross_entropy(in[0].t(), t); };  // non-contiguous logits
+  Tensor ts = randint(0, 3, {2, 2});
+  auto ce_spatial = [ts, w](const tensor_list& in) {
+    return cross_entropy(in[0], ts, {.label_smoothing = 0.1, .weight = w});
+  };
+  auto nll = [t, w](const tensor_list& in) { return nll_loss(in[0], t, {.weight = w}); };
+  auto mse = [](const tensor_list& in) { return mse_loss(in[0], in[1]); };
+  auto mse_sum = [](const tensor_list& in) { return mse_loss(in[0], in[1], Reduction::Sum); };
+  EXPECT_GRADCHECK(ce, {leaf({4, 3})});
+  EXPECT_GRADCHECK(ce_smooth, {leaf({4, 3})});
+  EXPECT_GRADCHECK(ce_none, {leaf({4, 3})});
+  EXPECT_GRADCHECK(ce_t, {leaf({3, 4})});
+  EXPECT_GRADCHECK(ce_spatial, {leaf({2, 3, 2})});
+  EXPECT_GRADCHECK(nll, {leaf({4, 3})});
+  EXPECT_GRADCHECK(mse, {leaf({2, 3}), leaf({2, 3})});
+  EXPECT_GRADCHECK(mse_sum, {leaf({2, 3}), leaf({3})});
+  EXPECT_GRADGRADCHECK(ce, {leaf({4, 3})});
+}
+
+TEST(NnFunctional, MseLossValues) {
+  Tensor a = tensor({1.0, 2.0, 4.0}), b = tensor({1.0, 0.0, 1.0});
+  EXPECT_VALUES(mse_loss(a, b), {13.0 / 3});  // (0 + 4 + 9) / 3
+  EXPECT_VALUES(mse_loss(a, b, Reduction::Sum), {13});
+  EXPECT_VALUES(mse_loss(a, b, Reduction::None), {0, 4, 9});
+}
+
+TEST(NnFunctional, LossErrors) {
+  Tensor x = zeros({2, 3});
+  EXPECT_THROW_MSG(cross_entropy(x, tensor({0, 3})), "cross_entropy: target 3 is out of bounds for 3 classes");
+  EXPECT_THROW_MSG(nll_loss(x, tensor({-2, 0})), "nll_loss: target -2 is out of bounds for 3 classes");
+  EXPECT_THROW_MSG(cross_entropy(x, tensor({0.0, 1.0})),
+                   "cross_entropy: expected target of dtype Long (int64 class indices), got Float");
+  EXPECT_THROW_MSG(cross_entropy(x, tensor({0, 1, 2})),
+                   "cross_entropy: expected target of shape [2] for input of shape [2, 3], got [3]");
+  EXPECT_THROW_MSG(cross_entropy(x, tensor({0, 1}), {.label_smoothing = 1.5}),
+                   "cross_entropy: label_smoothing must be between 0.0 and 1.0, got 1.5");
+  EXPECT_THROW_MSG(nll_loss(x, tensor({0, 1}), {.weight = ones({4})}), "nll_loss: expected weight of shape [3], got [4]");
+}

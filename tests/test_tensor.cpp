@@ -1,0 +1,111 @@
+// The tensor core: metadata, factories, views sharing storage, random streams, printing, errors.
+
+#include "helpers.h"
+
+using namespace strata;
+
+TEST(Tensor, MetadataAndFactories) {
+  Tensor z = zeros({2, 3});
+  EXPECT_EQ(z.dim(), 2);
+  EXPECT_EQ(z.numel(), 6);
+  EXPECT_EQ(z.sizes(), IntArrayRef({2, 3}));
+  EXPECT_EQ(z.strides(), IntArrayRef({3, 1}));
+  EXPECT_EQ(z.dtype(), kFloat32);
+  EXPECT_TRUE(z.is_contiguous());
+  EXPECT_FALSE(z.requires_grad());
+  EXPECT_VALUES(z, {0, 0, 0, 0, 0, 0});
+  EXPECT_VALUES(ones({2}, kInt64), {1, 1});
+  EXPECT_EQ(ones({2}, kInt64).dtype(), kLong);
+  EXPECT_VALUES(full({3}, 2.5, kFloat64), {2.5, 2.5, 2.5});
+  EXPECT_VALUES(arange(4), {0, 1, 2, 3});
+  EXPECT_VALUES(arange(1, 2, 0.25, kFloat64), {1, 1.25, 1.5, 1.75});
+  EXPECT_VALUES(arange(5, 0, -2, kLong), {5, 3, 1});
+  EXPECT_VALUES(eye(2, 3), {1, 0, 0, 0, 1, 0});
+  EXPECT_VALUES(tensor({1.5, 2.5}), {1.5, 2.5});
+  EXPECT_EQ(tensor({1.5, 2.5}).dtype(), kFloat32);  // as torch::tensor: floating literals give the default dtype
+  EXPECT_EQ(tensor({1, 2, 3}).dtype(), kInt64);
+  EXPECT_EQ(tensor({true, false}).dtype(), kBool);
+  EXPECT_EQ(scalar_tensor(3).dim(), 0);
+  EXPECT_EQ(scalar_tensor(3).item<double>(), 3.0);
+  Tensor like = zeros_like(ones({4, 1}, kFloat64));
+  EXPECT_EQ(like.dtype(), kFloat64);
+  EXPECT_EQ(like.sizes(), IntArrayRef({4, 1}));
+  EXPECT_EQ(empty({0, 3}).numel(), 0);
+}
+
+TEST(Tensor, TensorOptionsRequiresGrad) {
+  Tensor w = zeros({2, 2}, TensorOptions().dtype(kFloat64).requires_grad(true));
+  EXPECT_TRUE(w.requires_grad());
+  EXPECT_TRUE(w.is_leaf());
+  EXPECT_EQ(w.dtype(), kFloat64);
+  EXPECT_THROW_MSG(zeros({2}, TensorOptions().dtype(kLong).requires_grad(true)),
+                   "only tensors of floating point dtype can require gradients");
+}
+
+TEST(Tensor, FromBlobSharesMemory) {
+  float data[6] = {1, 2, 3, 4, 5, 6};
+  Tensor t = from_blob(data, {2, 3});
+  EXPECT_EQ(t.data_ptr<float>(), data);
+  data[4] = 50;
+  EXPECT_EQ(t.select(0, 1).select(0, 1).item<float>(), 50.0f);
+  bool freed = false;
+  {
+    Tensor owned = from_blob(data, {6}, kFloat32, [&](void*) { freed = true; });
+    Tensor view = owned.narrow(0, 1, 2);
+    owned = Tensor();
+    EXPECT_FALSE(freed);  // the view keeps the storage alive
+  }
+  EXPECT_TRUE(freed);
+  Tensor strided = from_blob(data, {2, 2}, {1, 3});  // a transposed window
+  EXPECT_VALUES(strided, {1, 4, 2, 50});
+  EXPECT_FALSE(strided.is_contiguous());
+}
+
+TEST(Tensor, ItemAndDataPtrErrors) {
+  EXPECT_EQ(tensor({7.0}).item<float>(), 7.0f);
+  EXPECT_EQ(tensor({7}).item<int64_t>(), 7);
+  EXPECT_THROW_MSG(zeros({2, 3}).item<float>(), "item: a Tensor with 6 elements cannot be converted to a scalar");
+  EXPECT_THROW_MSG(zeros({2}).data_ptr<double>(), "data_ptr: expected Double but the tensor holds Float");
+  EXPECT_THROW_MSG(zeros({2, 3}).size(2), "size: dimension out of range (expected to be in range of [-2, 1], but got 2)");
+  EXPECT_THROW_MSG(empty({-1}), "empty: negative dimension -1");
+  EXPECT_THROW_MSG(zeros({2, -3}), "full: negative dimension -3 in size [2, -3]");
+  EXPECT_THROW_MSG(Tensor().dim(), "tensor is undefined");
+}
+
+TEST(Tensor, RandomStreamsAreSeeded) {
+  manual_seed(42);
+  Tensor a = randn({1000});
+  Tensor u = rand({5, 7}, kFloat64);
+  Tensor i = randint(3, 9, {100});
+  manual_seed(42);
+  Tensor b = randn({1000});
+  EXPECT_EQ(strata::testing::values(a), strata::testing::values(b));  // bit-identical
+  EXPECT_EQ(strata::testing::values(u), strata::testing::values(rand({5, 7}, kFloat64)));
+  EXPECT_EQ(strata::testing::values(i), strata::testing::values(randint(3, 9, {100})));
+  Tensor c = randn({1000});
+  EXPECT_NE(strata::testing::values(a), strata::testing::values(c));  // the stream moves on
+  for (double v : strata::testing::values(i)) EXPECT_TRUE(v >= 3 && v < 9);
+  Generator gen(7);
+  Tensor g1 = rand({10}, {}, &gen);
+  gen.manual_seed(7);
+  EXPECT_EQ(strata::testing::values(g1), strata::testing::values(rand({10}, {}, &gen)));
+  EXPECT_THROW_MSG(randint(5, 5, {2}), "randint: expected low < high");
+  EXPECT_THROW_MSG(rand({2}, kLong), "rand: expected a floating point dtype, got Long");
+}
+
+TEST(Tensor, Printing) {
+  std::ostringstream os;
+  os << tensor({1, 2, 3, 4}).view({2, 2});
+  EXPECT_EQ(os.str(), "tensor([[1, 2],\n        [3, 4]], dtype=Long)");
+  std::ostringstream s2;
+  s2 << scalar_tensor(2.5, kFloat64);
+  EXPECT_EQ(s2.str(), "tensor(2.5, dtype=Double)");
+}
+
+TEST(Tensor, ThreadsSetting) {
+  const int before = get_num_threads();
+  set_num_threads(1);
+  EXPECT_EQ(get_num_threads(), 1);
+  set_num_threads(before);
+  EXPECT_EQ(get_num_threads(), before);
+}
