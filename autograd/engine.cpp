@@ -7,6 +7,7 @@
 
 #include "strata/autograd/engine.h"
 
+#include <atomic>
 #include <queue>
 
 #include "strata/autograd/grad_mode.h"
@@ -17,7 +18,8 @@ namespace strata::autograd {
 
 namespace {
 
-thread_local uint64_t current_epoch = 0;
+// Global, not per thread: a graph may be run backward from several threads (one at a time).
+std::atomic<uint64_t> current_epoch{0};
 
 struct LaterFirst {
   bool operator()(const Node* a, const Node* b) const { return a->sequence_nr < b->sequence_nr; }
@@ -30,10 +32,24 @@ struct Capture {
   size_t slot;
 };
 
-void accumulate(Tensor& slot, Tensor&& g) {
-  if (!slot.defined()) slot = std::move(g);
-  else slot = slot + g;
+void accumulate(Tensor& slot, Tensor&& g, const Node& from) {
+  if (!slot.defined()) {
+    slot = std::move(g);
+    return;
+  }
+  STRATA_CHECK(slot.sizes() == g.sizes(), from.name(), " returned a gradient of shape ", g.sizes(),
+               " where another path delivered one of shape ", slot.sizes());
+  slot = slot + g;
 }
+
+// Clears every discovered node's scratch when the pass ends, also when a node or hook throws:
+// a gradient left in a buffer could keep a create_graph graph alive.
+struct ScratchGuard {
+  std::vector<Node*>& nodes;
+  ~ScratchGuard() {
+    for (Node* n : nodes) n->buffer_.clear();
+  }
+};
 
 // Stamps every node reachable from the roots with this pass's epoch and counts its incoming edges.
 std::vector<Node*> discover(const std::vector<Edge>& roots, uint64_t epoch) {
@@ -60,10 +76,12 @@ std::vector<Node*> discover(const std::vector<Edge>& roots, uint64_t epoch) {
 void run(const std::vector<Edge>& roots, tensor_list&& root_grads, bool keep_graph, bool create_graph,
          const std::vector<Capture>& captures, tensor_list* captured) {
   AutoGradMode mode(create_graph);
-  const uint64_t epoch = ++current_epoch;
+  const uint64_t epoch = current_epoch.fetch_add(1, std::memory_order_relaxed) + 1;
   std::vector<Node*> nodes = discover(roots, epoch);
+  ScratchGuard guard{nodes};
   for (size_t i = 0; i < roots.size(); ++i)
-    if (roots[i].valid()) accumulate(roots[i].fn->buffer_[roots[i].input_nr], std::move(root_grads[i]));
+    if (roots[i].valid())
+      accumulate(roots[i].fn->buffer_[roots[i].input_nr], std::move(root_grads[i]), *roots[i].fn);
 
   std::priority_queue<Node*, std::vector<Node*>, LaterFirst> ready;
   for (Node* n : nodes)
@@ -94,11 +112,11 @@ void run(const std::vector<Edge>& roots, tensor_list&& root_grads, bool keep_gra
       const Edge& e = node->next_edges[i];
       if (!e.valid()) continue;
       Node* next = e.fn.get();
-      if (i < outputs.size() && outputs[i].defined()) accumulate(next->buffer_[e.input_nr], std::move(outputs[i]));
+      if (i < outputs.size() && outputs[i].defined())
+        accumulate(next->buffer_[e.input_nr], std::move(outputs[i]), *node);
       if (--next->pending_ == 0) ready.push(next);
     }
   }
-  for (Node* n : nodes) n->buffer_.clear();
 }
 
 // Checks outputs and their gradients and turns them into root edges and root gradients.

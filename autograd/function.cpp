@@ -2,6 +2,8 @@
 
 #include "strata/autograd/function.h"
 
+#include <algorithm>
+
 #include "strata/tensor/creation.h"
 #include "strata/tensor/kernels.h"
 
@@ -25,8 +27,8 @@ void AutogradContext::mark_non_differentiable(const tensor_list& outputs) {
 }
 
 void finish_custom_function(Node& node, AutogradContext& ctx, const tensor_list& inputs, tensor_list& outputs,
-                            std::vector<std::pair<DimVector, ScalarType>>& output_info, bool needs_grad,
-                            const std::shared_ptr<Node>& self) {
+                            std::vector<std::pair<DimVector, ScalarType>>& output_info,
+                            std::vector<DimVector>& input_sizes, bool needs_grad, const std::shared_ptr<Node>& self) {
   const char* name = node.name();
   for (Tensor& out : outputs) {
     STRATA_CHECK(out.defined(), name, ": forward returned an undefined tensor");
@@ -40,7 +42,10 @@ void finish_custom_function(Node& node, AutogradContext& ctx, const tensor_list&
     return;
   }
   node.next_edges.reserve(inputs.size());
-  for (const Tensor& in : inputs) node.next_edges.push_back(in.defined() ? gradient_edge(in) : Edge{});
+  for (const Tensor& in : inputs) {
+    node.next_edges.push_back(in.defined() ? gradient_edge(in) : Edge{});
+    input_sizes.emplace_back(in.defined() ? in.sizes() : IntArrayRef());
+  }
   node.num_outputs = static_cast<uint32_t>(outputs.size());
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Tensor& out = outputs[i];
@@ -76,11 +81,9 @@ void materialize(tensor_list& grads, const std::vector<std::pair<DimVector, Scal
     if (!grads[i].defined()) grads[i] = zeros(outputs[i].first, outputs[i].second);
 }
 
-void throw_released(const char* name) {
-  STRATA_CHECK(false, name,
-               ": trying to backward through the graph a second time (or directly access saved tensors after they "
-               "have already been freed). Specify retain_graph=true if you need to backward through the graph a "
-               "second time.");
+void check_gradient_shape(const char* name, size_t index, const Tensor& grad, IntArrayRef input_sizes) {
+  STRATA_CHECK(!grad.defined() || grad.sizes() == input_sizes, name, ": function backward returned a gradient of shape ",
+               grad.sizes(), " for argument ", index, ", whose shape is ", input_sizes);
 }
 
 void check_gradient_count(const char* name, size_t expected, size_t got) {

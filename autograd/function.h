@@ -29,8 +29,8 @@ namespace strata::autograd {
 class AutogradContext;
 /// Shared by every Function<T>::apply: aliases outputs that are unmodified inputs, wires edges and history.
 void finish_custom_function(Node& node, AutogradContext& ctx, const tensor_list& inputs, tensor_list& outputs,
-                            std::vector<std::pair<DimVector, ScalarType>>& output_info, bool needs_grad,
-                            const std::shared_ptr<Node>& self);
+                            std::vector<std::pair<DimVector, ScalarType>>& output_info,
+                            std::vector<DimVector>& input_sizes, bool needs_grad, const std::shared_ptr<Node>& self);
 
 /// A value kept in AutogradContext::saved_data, with libtorch's accessors.
 class IValue {
@@ -82,7 +82,7 @@ class AutogradContext {
   template <class T> friend struct CppNode;
   template <class T> friend struct Function;
   friend void finish_custom_function(Node&, AutogradContext&, const tensor_list&, tensor_list&,
-                                     std::vector<std::pair<DimVector, ScalarType>>&, bool,
+                                     std::vector<std::pair<DimVector, ScalarType>>&, std::vector<DimVector>&, bool,
                                      const std::shared_ptr<Node>&);
   tensor_list to_save_;
   std::vector<SavedVariable> saved_;
@@ -96,8 +96,9 @@ namespace detail {
 std::string demangle(const char* name);
 /// Undefined gradients of outputs become zeros shaped like the output when materializing.
 void materialize(tensor_list& grads, const std::vector<std::pair<DimVector, ScalarType>>& outputs);
-[[noreturn]] void throw_released(const char* name);
 void check_gradient_count(const char* name, size_t expected, size_t got);
+/// Throws when backward's gradient for argument `index` does not have its input's shape.
+void check_gradient_shape(const char* name, size_t index, const Tensor& grad, IntArrayRef input_sizes);
 
 inline void flatten_arg(tensor_list& tensors, std::vector<bool>& is_var, const Tensor& t) {
   tensors.push_back(t);
@@ -117,7 +118,7 @@ template <class T>
 struct CppNode final : Node {
   CppNode() : Node(0) {}
   tensor_list apply(tensor_list&& grads) override {
-    if (ctx.released_) detail::throw_released(name());
+    if (ctx.released_) throw_released(name());
     if (ctx.materialize_grads_) detail::materialize(grads, output_info);
     tensor_list all = T::backward(&ctx, std::move(grads));
     // Trailing undefined gradients for non-tensor arguments may be left out, as in libtorch.
@@ -125,8 +126,11 @@ struct CppNode final : Node {
     detail::check_gradient_count(name(), is_variable_input.size(), all.size());
     tensor_list out;
     out.reserve(next_edges.size());
-    for (size_t i = 0; i < all.size(); ++i)
-      if (is_variable_input[i]) out.push_back(std::move(all[i]));
+    for (size_t i = 0; i < all.size(); ++i) {
+      if (!is_variable_input[i]) continue;
+      detail::check_gradient_shape(name(), i, all[i], input_sizes[out.size()]);
+      out.push_back(std::move(all[i]));
+    }
     return out;
   }
   const char* name() const override {
@@ -140,6 +144,7 @@ struct CppNode final : Node {
   AutogradContext ctx;
   std::vector<bool> is_variable_input;                        // per flattened forward argument
   std::vector<std::pair<DimVector, ScalarType>> output_info;  // to materialize missing grads
+  std::vector<DimVector> input_sizes;                         // per tensor input, to check returned grads
 };
 
 /// CRTP base of a custom differentiable function: define static forward(ctx, args...) and backward(ctx, grads).
@@ -154,8 +159,11 @@ struct Function {
     const bool needs_grad = GradMode::is_enabled() && any_requires_grad(inputs);
     {
       size_t k = 0;
-      for (bool is_var : node->is_variable_input)
-        node->ctx.needs_input_grad_.push_back(is_var && needs_grad && inputs[k++].requires_grad());
+      for (bool is_var : node->is_variable_input) {
+        const bool needs = is_var && needs_grad && inputs[k].defined() && inputs[k].requires_grad();
+        if (is_var) ++k;
+        node->ctx.needs_input_grad_.push_back(needs);
+      }
     }
     using Out = decltype(T::forward(&node->ctx, std::forward<Args>(args)...));
     Out out = [&] {
@@ -165,7 +173,8 @@ struct Function {
     tensor_list outputs;
     if constexpr (std::is_same_v<Out, Tensor>) outputs = {out};
     else outputs = out;
-    finish_custom_function(*node, node->ctx, inputs, outputs, node->output_info, needs_grad, node);
+    finish_custom_function(*node, node->ctx, inputs, outputs, node->output_info, node->input_sizes, needs_grad,
+                           node);
     if constexpr (std::is_same_v<Out, Tensor>) return outputs[0];
     else return outputs;
   }

@@ -70,6 +70,9 @@ struct LambdaNode final : Node {
   const char* name_;
 };
 
+/// g itself when nothing else holds it and it is contiguous, else a clone (what a leaf may keep as grad()).
+Tensor take_or_clone(Tensor&& g);
+
 /// Accumulates into a leaf's grad(); the end of every path.
 struct AccumulateGrad final : Node {
   explicit AccumulateGrad(const Tensor& variable);
@@ -85,7 +88,8 @@ struct AutogradMeta final : AutogradMetaInterface {
   bool requires_grad = false;           ///< leaf flag; non-leaves require grad through grad_fn
   std::vector<GradHook> hooks;          ///< a leaf's hooks, run by its AccumulateGrad (null slots were removed)
   bool retains_grad = false;            ///< a non-leaf that keeps grad() (retain_grad())
-  bool is_view_of_grad = false;         ///< a view of a tensor that requires grad (no in-place through it)
+  std::weak_ptr<TensorImpl> view_base;  ///< for views with history: the tensor viewed
+  const Node* base_grad_fn = nullptr;   ///< the base's grad_fn when the view was taken (see check_view_history)
   uint32_t output_nr = 0;               ///< which output of grad_fn
   Tensor grad;                          ///< the accumulated gradient
   std::shared_ptr<Node> grad_fn;        ///< the op that made this tensor
@@ -111,10 +115,15 @@ std::shared_ptr<LambdaNode> record(const char* name, const Tensor& input, const 
 std::shared_ptr<LambdaNode> record(const char* name, const Tensor& a, const Tensor& b, const Tensor& output);
 /// Makes `node` the grad_fn of `t` as output output_nr.
 void set_history(const Tensor& t, const std::shared_ptr<Node>& node, uint32_t output_nr = 0);
-/// Marks `view` as a view of `base` for the in-place checks; call after recording the view op.
+/// Marks `view` as a view of `base` for the in-place checks; every view op calls it after recording.
 void mark_view(const Tensor& view, const Tensor& base);
-/// Called by every in-place op before it writes: checks the target may be modified, bumps its version.
-void check_inplace(const Tensor& t, const char* op);
+/// Throws when a view's base was rebased by an in-place op after the view was taken.
+void check_view_history(const AutogradMeta& m);
+/// Called by every in-place op before it writes: checks the target may be modified (records_grad: the op
+/// will record history, i.e. an operand requires grad) and bumps its version.
+void check_inplace(const Tensor& t, const char* op, bool records_grad = false);
+/// The shared "graph already freed" error of nodes whose saved state was released.
+[[noreturn]] void throw_released(const char* name);
 /// After an in-place differentiable op: rebases t's history onto `node` (null when no grad needed).
 void rebase_history(const Tensor& t, const std::shared_ptr<Node>& node);
 

@@ -16,13 +16,17 @@
 namespace strata {
 
 // ---- elementwise (autograd/ops/elementwise.cpp) ----
-Tensor add(const Tensor& a, const Tensor& b, double alpha = 1);  ///< a + alpha * b, broadcasting
-Tensor sub(const Tensor& a, const Tensor& b, double alpha = 1);  ///< a - alpha * b
+Tensor add(const Tensor& a, const Tensor& b, Scalar alpha = 1);  ///< a + alpha * b, broadcasting
+Tensor add(const Tensor& a, Scalar b, Scalar alpha = 1);  ///< a + alpha * b (Note [type promotion] in elementwise.cpp)
+Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha = 1);  ///< a - alpha * b
+Tensor sub(const Tensor& a, Scalar b, Scalar alpha = 1);  ///< a - alpha * b
 Tensor mul(const Tensor& a, const Tensor& b);  ///< a * b
+Tensor mul(const Tensor& a, Scalar b);  ///< a * b
 Tensor div(const Tensor& a, const Tensor& b);  ///< a / b (true division: integer inputs give float)
+Tensor div(const Tensor& a, Scalar b);  ///< a / b (true division)
 Tensor neg(const Tensor& a);  ///< -a
 Tensor pow(const Tensor& a, const Tensor& e);  ///< a ** e
-Tensor pow(const Tensor& a, double e);  ///< a ** e
+Tensor pow(const Tensor& a, Scalar e);  ///< a ** e
 Tensor exp(const Tensor& a);  ///< e ** a
 Tensor log(const Tensor& a);  ///< natural log
 Tensor sqrt(const Tensor& a);  ///< square root
@@ -34,21 +38,30 @@ Tensor relu(const Tensor& a);  ///< max(a, 0)
 /// x * Phi(x); approximate = "tanh" uses the tanh formula, as torch's gelu.
 Tensor gelu(const Tensor& a, const std::string& approximate = "none");
 Tensor silu(const Tensor& a);  ///< a * sigmoid(a)
-Tensor clamp(const Tensor& a, std::optional<double> min, std::optional<double> max = std::nullopt);  ///< limits to [min, max]
+Tensor clamp(const Tensor& a, std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);  ///< limits to [min, max]
 Tensor maximum(const Tensor& a, const Tensor& b);  ///< elementwise max (gradient split evenly on ties)
 Tensor minimum(const Tensor& a, const Tensor& b);  ///< elementwise min (gradient split evenly on ties)
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);  ///< a where cond, else b; broadcasting
 Tensor eq(const Tensor& a, const Tensor& b);  ///< a == b, bool
+Tensor eq(const Tensor& a, Scalar b);  ///< a == b, bool
 Tensor ne(const Tensor& a, const Tensor& b);  ///< a != b, bool
+Tensor ne(const Tensor& a, Scalar b);  ///< a != b, bool
 Tensor lt(const Tensor& a, const Tensor& b);  ///< a < b, bool
+Tensor lt(const Tensor& a, Scalar b);  ///< a < b, bool
 Tensor le(const Tensor& a, const Tensor& b);  ///< a <= b, bool
+Tensor le(const Tensor& a, Scalar b);  ///< a <= b, bool
 Tensor gt(const Tensor& a, const Tensor& b);  ///< a > b, bool
+Tensor gt(const Tensor& a, Scalar b);  ///< a > b, bool
 Tensor ge(const Tensor& a, const Tensor& b);  ///< a >= b, bool
+Tensor ge(const Tensor& a, Scalar b);  ///< a >= b, bool
 Tensor logical_and(const Tensor& a, const Tensor& b);  ///< a && b, bool
 Tensor logical_or(const Tensor& a, const Tensor& b);  ///< a || b, bool
 Tensor logical_not(const Tensor& a);  ///< !a, bool
 /// The dtype of a binary op's result under libtorch's promotion rules.
 ScalarType result_type(const Tensor& a, const Tensor& b);
+/// The dtype of `a op b` for a wrapped number b: a's, unless b's kind (bool < integer < floating) is
+/// higher, then Long or Float (the default dtype).
+ScalarType result_type(const Tensor& a, const Scalar& b);
 
 // ---- reductions (autograd/ops/reduce.cpp); an empty dims list means every dim ----
 Tensor sum(const Tensor& a, IntArrayRef dims = {}, bool keepdim = false);  ///< sum over dims
@@ -89,7 +102,7 @@ tensor_list chunk(const Tensor& a, int64_t chunks, int64_t dim = 0);  ///< near-
 Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index);  ///< picks indices along dim
 Tensor gather(const Tensor& a, int64_t dim, const Tensor& index);  ///< gathers along dim
 Tensor scatter_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src);  ///< a with src added at index
-Tensor masked_fill(const Tensor& a, const Tensor& mask, double value);  ///< value where mask
+Tensor masked_fill(const Tensor& a, const Tensor& mask, Scalar value);  ///< value (converted to a's dtype) where mask
 Tensor embedding(const Tensor& weight, const Tensor& indices);  ///< rows of weight picked by indices
 
 // ---- nn functional (autograd/ops/nn.cpp) ----

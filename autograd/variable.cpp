@@ -1,6 +1,9 @@
 // Autograd state on tensors: grad mode, AutogradMeta, recording history, saved variables and
 // the autograd methods of Tensor.
 
+#include <algorithm>
+#include <atomic>
+
 #include "strata/autograd/engine.h"
 #include "strata/autograd/grad_mode.h"
 #include "strata/autograd/node.h"
@@ -10,7 +13,8 @@ namespace strata {
 
 namespace {
 thread_local bool grad_mode_enabled = true;
-thread_local uint64_t next_sequence_nr = 0;
+// Global, not per thread: graphs built on one thread may be run backward on another.
+std::atomic<uint64_t> next_sequence_nr{0};
 }  // namespace
 
 bool GradMode::is_enabled() { return grad_mode_enabled; }
@@ -18,32 +22,43 @@ void GradMode::set_enabled(bool enabled) { grad_mode_enabled = enabled; }
 
 namespace autograd {
 
-Node::Node(uint32_t n) : num_outputs(n), sequence_nr(next_sequence_nr++) {}
+Node::Node(uint32_t n) : num_outputs(n), sequence_nr(next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
 
 // Note [iterative graph destruction]: freeing the last node of a long chain would free its
 // predecessor from inside its own destructor, and so on: 100,000 ops deep that overflows the
 // stack. Nodes whose last owner is this edge list are queued and freed by the outermost call.
+// The queue belongs to the outermost call (a thread_local object could already be destroyed when a
+// static tensor's graph is freed at exit; a plain pointer cannot).
 Node::~Node() {
-  thread_local bool draining = false;
-  thread_local std::vector<std::shared_ptr<Node>> queue;
+  thread_local std::vector<std::shared_ptr<Node>>* queue = nullptr;
+  if (queue) {
+    for (Edge& e : next_edges)
+      if (e.fn && e.fn.use_count() == 1) queue->push_back(std::move(e.fn));
+    return;
+  }
+  std::vector<std::shared_ptr<Node>> local;
   for (Edge& e : next_edges)
-    if (e.fn && e.fn.use_count() == 1) queue.push_back(std::move(e.fn));
-  if (draining) return;
-  draining = true;
-  while (!queue.empty()) {
-    std::shared_ptr<Node> n = std::move(queue.back());
-    queue.pop_back();
+    if (e.fn && e.fn.use_count() == 1) local.push_back(std::move(e.fn));
+  if (local.empty()) return;
+  queue = &local;
+  while (!local.empty()) {
+    std::shared_ptr<Node> n = std::move(local.back());
+    local.pop_back();
     n.reset();
   }
-  draining = false;
+  queue = nullptr;
 }
 
-tensor_list LambdaNode::apply(tensor_list&& grads) {
-  STRATA_CHECK(backward, name(),
+void throw_released(const char* name) {
+  ::strata::detail::throw_error(__FILE__, __LINE__, name,
                ": trying to backward through the graph a second time (or directly access saved tensors after they "
                "have already been freed). Saved intermediate values of the graph are freed when you call backward() "
                "or autograd::grad(). Specify retain_graph=true if you need to backward through the graph a second "
                "time.");
+}
+
+tensor_list LambdaNode::apply(tensor_list&& grads) {
+  if (!backward) throw_released(name());
   return backward(grads);
 }
 
@@ -68,23 +83,22 @@ std::shared_ptr<Node> grad_accumulator(const Tensor& t) {
 Edge gradient_edge(const Tensor& t) {
   AutogradMeta* m = meta(t);
   if (!m) return {};
-  if (m->grad_fn) return {m->grad_fn, m->output_nr};
+  if (m->grad_fn) {
+    check_view_history(*m);
+    return {m->grad_fn, m->output_nr};
+  }
   if (m->requires_grad) return {grad_accumulator(t), 0};
   return {};
 }
 
 bool any_requires_grad(std::initializer_list<Tensor> inputs) {
-  if (!GradMode::is_enabled()) return false;
-  for (const Tensor& t : inputs)
-    if (t.defined() && t.requires_grad()) return true;
-  return false;
+  return GradMode::is_enabled() &&
+         std::any_of(inputs.begin(), inputs.end(), [](const Tensor& t) { return t.defined() && t.requires_grad(); });
 }
 
 bool any_requires_grad(const tensor_list& inputs) {
-  if (!GradMode::is_enabled()) return false;
-  for (const Tensor& t : inputs)
-    if (t.defined() && t.requires_grad()) return true;
-  return false;
+  return GradMode::is_enabled() &&
+         std::any_of(inputs.begin(), inputs.end(), [](const Tensor& t) { return t.defined() && t.requires_grad(); });
 }
 
 void set_history(const Tensor& t, const std::shared_ptr<Node>& node, uint32_t output_nr) {
@@ -121,18 +135,34 @@ std::shared_ptr<LambdaNode> record(const char* name, const Tensor& a, const Tens
 }
 
 void mark_view(const Tensor& view, const Tensor& base) {
-  if (GradMode::is_enabled() && base.requires_grad()) ensure_meta(view).is_view_of_grad = true;
+  view.impl().is_view = true;
+  AutogradMeta* m = meta(view);
+  if (!m || !m->grad_fn) return;
+  m->view_base = base.impl_ptr();
+  m->base_grad_fn = base.grad_fn().get();
 }
 
-void check_inplace(const Tensor& t, const char* op) {
+// Note [view history]: strata does not regenerate a view's history when an in-place op rebases
+// its base (libtorch does, with CopySlices); using such a view would give silently wrong
+// gradients, so it throws instead.
+void check_view_history(const AutogradMeta& m) {
+  auto base = m.view_base.lock();
+  if (!base) return;
+  const AutogradMeta* bm = static_cast<const AutogradMeta*>(base->autograd_meta.get());
+  STRATA_CHECK(bm && bm->grad_fn.get() == m.base_grad_fn,
+               "a view was used after an in-place operation modified its base with autograd recording; its "
+               "gradient would be wrong (strata does not regenerate view history): take the view again after the "
+               "in-place operation");
+}
+
+void check_inplace(const Tensor& t, const char* op, bool records_grad) {
   if (GradMode::is_enabled()) {
-    if (const AutogradMeta* m = meta(t)) {
-      STRATA_CHECK(!(m->requires_grad && !m->grad_fn), op,
-                   ": a leaf Variable that requires grad is being used in an in-place operation.");
-      STRATA_CHECK(!m->is_view_of_grad, op,
-                   ": in-place operation on a view of a tensor that requires grad is not supported; "
-                   "clone() the view or use an out-of-place op");
-    }
+    const AutogradMeta* m = meta(t);
+    STRATA_CHECK(!(m && m->requires_grad && !m->grad_fn), op,
+                 ": a leaf Variable that requires grad is being used in an in-place operation.");
+    STRATA_CHECK(!t.impl().is_view || !(records_grad || t.requires_grad()), op,
+                 ": in-place operation on a view, with an operand that requires grad, is not supported (strata "
+                 "does not propagate it to the base); build the result out of place, e.g. with cat or stack");
   }
   ++t.impl().storage->version;
 }
@@ -174,6 +204,14 @@ Tensor SavedVariable::unpack() const {
   return out;
 }
 
+// A gradient a leaf can keep: a fresh contiguous one is taken as it is; anything shared (one
+// gradient may feed several leaves, or be the caller's) or strided (stride-0 expands) is cloned.
+// With create_graph the clone is recorded, so the stored gradient keeps its history.
+Tensor take_or_clone(Tensor&& g) {
+  const bool owned = g.impl_ptr().use_count() == 1 && g.impl().storage.use_count() == 1 && g.is_contiguous();
+  return owned ? std::move(g) : g.clone();
+}
+
 AccumulateGrad::AccumulateGrad(const Tensor& v) : Node(1), variable(v.impl_ptr()) {
   sequence_nr = UINT64_MAX;  // leaves accumulate as soon as their gradient is complete
 }
@@ -193,10 +231,7 @@ tensor_list AccumulateGrad::apply(tensor_list&& grads) {
                " does not match the leaf's shape ", variable.sizes());
   if (g.dtype() != variable.dtype()) g = g.to(variable.dtype());
   if (!m.grad.defined()) {
-    // Without create_graph, take ownership of a fresh contiguous gradient; copy anything shared
-    // (one gradient may feed several leaves) or strided (expanded gradients have stride 0).
-    const bool owned = g.impl_ptr().use_count() == 1 && g.impl().storage.use_count() == 1 && g.is_contiguous();
-    m.grad = GradMode::is_enabled() || owned ? g : g.clone();
+    m.grad = take_or_clone(std::move(g));
   } else if (GradMode::is_enabled()) {
     m.grad = m.grad + g;
   } else {
@@ -285,7 +320,7 @@ void Tensor::retain_grad() const {
     if (!impl) return;
     Tensor self(impl);
     Tensor& slot = autograd::ensure_meta(self).grad;
-    if (!slot.defined()) slot = GradMode::is_enabled() ? g : g.clone();
+    if (!slot.defined()) slot = g.clone();
     else slot = slot + g;
   });
 }
@@ -299,7 +334,7 @@ Tensor Tensor::detach() const { return make_view(*this, sizes(), strides(), stor
 
 Tensor& Tensor::detach_() {
   if (AutogradMeta* m = meta(*this)) {
-    STRATA_CHECK(!m->is_view_of_grad, "detach_: can't detach views in-place. Use detach() instead.");
+    STRATA_CHECK(!impl().is_view, "detach_: can't detach views in-place. Use detach() instead.");
     m->grad_fn = nullptr;
     m->requires_grad = false;
   }

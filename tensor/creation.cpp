@@ -36,7 +36,8 @@ Tensor allocate(IntArrayRef sizes, ScalarType dtype, Device device) {
   impl->strides = contiguous_strides(sizes);
   impl->numel = multiply(sizes);
   impl->dtype = dtype;
-  storage->nbytes = static_cast<size_t>(impl->numel) * element_size(dtype);
+  STRATA_CHECK(!__builtin_mul_overflow(static_cast<size_t>(impl->numel), element_size(dtype), &storage->nbytes),
+               "empty: ", impl->numel, " elements of ", dtype, " overflow the address space");
   storage->data = k.allocate(storage->nbytes);
   storage->device = device;
   storage->deleter = [&k, n = storage->nbytes](void* p) { k.deallocate(p, n); };
@@ -45,7 +46,7 @@ Tensor allocate(IntArrayRef sizes, ScalarType dtype, Device device) {
 }
 
 TensorOptions like(const Tensor& t, const std::optional<TensorOptions>& options) {
-  return options ? *options : t.options();
+  return options ? options->merged_with(t.dtype(), t.device()) : t.options();
 }
 
 }  // namespace
@@ -111,10 +112,16 @@ Tensor randn(IntArrayRef sizes, TensorOptions options, Generator* gen) {
 Tensor randint(int64_t low, int64_t high, IntArrayRef sizes, TensorOptions options, Generator* gen) {
   check_sizes(sizes, "randint");
   STRATA_CHECK(low < high, "randint: expected low < high, got low=", low, " high=", high);
-  Tensor t = allocate(sizes, options.dtype(), options.device());
+  const Kernels& k = kernels_for(options.device());
+  // Integers are drawn in int64 and converted, so a floating dtype still gets integral values.
+  Tensor t = allocate(sizes, kLong, options.device());
   Generator& g = gen ? *gen : default_generator();
-  kernels_for(options.device()).uniform(t, static_cast<double>(low), static_cast<double>(high), g.seed(),
-                                        g.advance(t.numel()));
+  k.uniform(t, static_cast<double>(low), static_cast<double>(high), g.seed(), g.advance(t.numel()));
+  if (options.dtype() != kLong) {
+    Tensor converted = allocate(sizes, options.dtype(), options.device());
+    k.copy(t, converted);
+    t = converted;
+  }
   return finish(t, options);
 }
 

@@ -7,6 +7,7 @@
 //   auto t = strata::tensor({1.0, 2.0, 3.0});          // float32, like torch::tensor
 //   auto i = strata::arange(10, strata::kLong);
 
+#include <atomic>
 #include <functional>
 #include <initializer_list>
 
@@ -18,14 +19,16 @@ namespace strata {
 class Generator {
  public:
   explicit Generator(uint64_t seed = 67280421310721ULL) : seed_(seed) {}  ///< a stream starting at seed
+  Generator(const Generator& o) : seed_(o.seed_), offset_(o.offset_.load()) {}  ///< a copy of the stream state
   void manual_seed(uint64_t seed) { seed_ = seed; offset_ = 0; }  ///< restarts the stream at seed
   uint64_t seed() const { return seed_; }  ///< the current seed
   /// Reserves n values of the stream and returns the offset of the first; kernels hash (seed, offset + i).
-  uint64_t advance(uint64_t n) { uint64_t o = offset_; offset_ += n; return o; }
+  /// Safe to call from several threads (each call gets its own range).
+  uint64_t advance(uint64_t n) { return offset_.fetch_add(n, std::memory_order_relaxed); }
 
  private:
   uint64_t seed_;
-  uint64_t offset_ = 0;
+  std::atomic<uint64_t> offset_{0};
 };
 /// The process-wide generator used when a factory gets no generator.
 Generator& default_generator();

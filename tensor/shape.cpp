@@ -62,7 +62,8 @@ void DimVector::erase(size_t pos) {
 
 int64_t multiply(IntArrayRef a) {
   int64_t n = 1;
-  for (int64_t v : a) n *= v;
+  for (int64_t v : a)
+    STRATA_CHECK(!__builtin_mul_overflow(n, v, &n), "shape ", a, " has too many elements (overflows int64)");
   return n;
 }
 

@@ -8,6 +8,7 @@
 //   loss.backward();                      // w.grad() now holds d loss / d w
 //   float first = w.grad()[0][0].item<float>();
 
+#include <concepts>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "strata/tensor/dtype.h"
+#include "strata/tensor/scalar.h"
 #include "strata/tensor/shape.h"
 
 namespace strata {
@@ -53,6 +55,7 @@ struct TensorImpl {
   int64_t offset = 0;                ///< first element, in elements from storage->data
   int64_t numel = 0;                 ///< product of sizes
   ScalarType dtype = kFloat;         ///< element type
+  bool is_view = false;              ///< made by a view op: shares storage with the tensor it came from
   std::unique_ptr<AutogradMetaInterface> autograd_meta;  ///< null until autograd needs it
 };
 
@@ -61,17 +64,26 @@ class TensorOptions {
  public:
   TensorOptions() = default;
   TensorOptions(ScalarType t) : dtype_(t) {}  ///< implicit, as in libtorch: zeros({2}, kLong)
-  TensorOptions(Device d) : device_(d) {}     ///< implicit: zeros({2}, Device(kCPU))
+  TensorOptions(Device d) : device_(d), has_device_(true) {}  ///< implicit: zeros({2}, Device(kCPU))
   TensorOptions dtype(ScalarType t) const { auto o = *this; o.dtype_ = t; return o; }  ///< with element type t
-  TensorOptions device(Device d) const { auto o = *this; o.device_ = d; return o; }  ///< with device d
+  TensorOptions device(Device d) const { auto o = *this; o.device_ = d; o.has_device_ = true; return o; }  ///< with device d
   TensorOptions requires_grad(bool r) const { auto o = *this; o.requires_grad_ = r; return o; }  ///< with requires_grad r
-  ScalarType dtype() const { return dtype_; }  ///< element type (default float32)
+  ScalarType dtype() const { return dtype_.value_or(kFloat); }  ///< element type (default float32)
+  bool has_dtype() const { return dtype_.has_value(); }  ///< whether dtype was set explicitly
+  /// These options with the dtype and device of `like` filling what was not set, as *_like factories do.
+  TensorOptions merged_with(ScalarType like_dtype, Device like_device) const {
+    auto o = *this;
+    if (!has_dtype()) o.dtype_ = like_dtype;
+    if (!has_device_) o.device_ = like_device;
+    return o;
+  }
   Device device() const { return device_; }  ///< device (default CPU)
   bool requires_grad() const { return requires_grad_; }  ///< whether factories return leaves that require grad
 
  private:
-  ScalarType dtype_ = kFloat;
+  std::optional<ScalarType> dtype_;
   Device device_;
+  bool has_device_ = false;
   bool requires_grad_ = false;
 };
 /// TensorOptions().dtype(t), as torch::dtype.
@@ -139,17 +151,17 @@ class Tensor {
   Tensor& copy_(const Tensor& src);  ///< copies src (broadcast, converted) into this tensor
 
   // ---- elementwise ----
-  Tensor add(const Tensor& o, double alpha = 1) const;  ///< this + alpha * o
-  Tensor add(double o) const;  ///< this + o
-  Tensor sub(const Tensor& o, double alpha = 1) const;  ///< this - alpha * o
-  Tensor sub(double o) const;  ///< this - o
+  Tensor add(const Tensor& o, Scalar alpha = 1) const;  ///< this + alpha * o
+  Tensor add(Scalar o) const;  ///< this + o
+  Tensor sub(const Tensor& o, Scalar alpha = 1) const;  ///< this - alpha * o
+  Tensor sub(Scalar o) const;  ///< this - o
   Tensor mul(const Tensor& o) const;  ///< this * o
-  Tensor mul(double o) const;  ///< this * o
+  Tensor mul(Scalar o) const;  ///< this * o
   Tensor div(const Tensor& o) const;  ///< this / o
-  Tensor div(double o) const;  ///< this / o
+  Tensor div(Scalar o) const;  ///< this / o
   Tensor neg() const;  ///< -this
   Tensor pow(const Tensor& e) const;  ///< this ** e
-  Tensor pow(double e) const;  ///< this ** e
+  Tensor pow(Scalar e) const;  ///< this ** e
   Tensor exp() const;  ///< e ** this
   Tensor log() const;  ///< natural log
   Tensor sqrt() const;  ///< square root
@@ -158,25 +170,25 @@ class Tensor {
   Tensor tanh() const;  ///< hyperbolic tangent
   Tensor sigmoid() const;  ///< 1 / (1 + e ** -this)
   Tensor relu() const;  ///< max(this, 0)
-  Tensor clamp(std::optional<double> min, std::optional<double> max = std::nullopt) const;  ///< limits to [min, max]
+  Tensor clamp(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt) const;  ///< limits to [min, max]
   Tensor maximum(const Tensor& o) const;  ///< elementwise max
   Tensor minimum(const Tensor& o) const;  ///< elementwise min
   Tensor eq(const Tensor& o) const;  ///< this == o, bool
-  Tensor eq(double o) const;  ///< this == o, bool
+  Tensor eq(Scalar o) const;  ///< this == o, bool
   Tensor ne(const Tensor& o) const;  ///< this != o, bool
-  Tensor ne(double o) const;  ///< this != o, bool
+  Tensor ne(Scalar o) const;  ///< this != o, bool
   Tensor lt(const Tensor& o) const;  ///< this < o, bool
-  Tensor lt(double o) const;  ///< this < o, bool
+  Tensor lt(Scalar o) const;  ///< this < o, bool
   Tensor le(const Tensor& o) const;  ///< this <= o, bool
-  Tensor le(double o) const;  ///< this <= o, bool
+  Tensor le(Scalar o) const;  ///< this <= o, bool
   Tensor gt(const Tensor& o) const;  ///< this > o, bool
-  Tensor gt(double o) const;  ///< this > o, bool
+  Tensor gt(Scalar o) const;  ///< this > o, bool
   Tensor ge(const Tensor& o) const;  ///< this >= o, bool
-  Tensor ge(double o) const;  ///< this >= o, bool
+  Tensor ge(Scalar o) const;  ///< this >= o, bool
   Tensor logical_and(const Tensor& o) const;  ///< elementwise and, bool
   Tensor logical_or(const Tensor& o) const;  ///< elementwise or, bool
   Tensor logical_not() const;  ///< elementwise not, bool
-  Tensor masked_fill(const Tensor& mask, double value) const;  ///< value where mask, else this
+  Tensor masked_fill(const Tensor& mask, Scalar value) const;  ///< value where mask, else this
 
   // ---- reductions ----
   Tensor sum(std::optional<ScalarType> dtype = std::nullopt) const;  ///< sum of all elements
@@ -192,7 +204,13 @@ class Tensor {
   Tensor argmax(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;  ///< index of the largest
   Tensor argmin(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;  ///< index of the smallest
   Tensor var(IntArrayRef dims = {}, bool unbiased = true, bool keepdim = false) const;  ///< variance (all dims when empty)
+  /// Variance of all elements; only a real bool picks this (x.var({1}) and x.var(1) reduce dim 1).
+  template <class B> requires std::same_as<B, bool>
+  Tensor var(B unbiased) const { return var(IntArrayRef(), unbiased); }
   Tensor std(IntArrayRef dims = {}, bool unbiased = true, bool keepdim = false) const;  ///< standard deviation
+  /// Standard deviation of all elements; only a real bool picks this.
+  template <class B> requires std::same_as<B, bool>
+  Tensor std(B unbiased) const { return std(IntArrayRef(), unbiased); }
   Tensor norm(double p = 2, IntArrayRef dims = {}, bool keepdim = false) const;  ///< p-norm (all dims when empty)
   Tensor logsumexp(IntArrayRef dims, bool keepdim = false) const;  ///< log(sum(exp(this))) computed stably
 
@@ -234,26 +252,26 @@ class Tensor {
   Tensor log_softmax(int64_t dim) const;  ///< log of softmax, computed stably
 
   // ---- in place (bump the version counter) ----
-  Tensor& add_(const Tensor& o, double alpha = 1);  ///< this += alpha * o
-  Tensor& add_(double o);  ///< this += o
-  Tensor& sub_(const Tensor& o, double alpha = 1);  ///< this -= alpha * o
-  Tensor& sub_(double o);  ///< this -= o
+  Tensor& add_(const Tensor& o, Scalar alpha = 1);  ///< this += alpha * o
+  Tensor& add_(Scalar o);  ///< this += o
+  Tensor& sub_(const Tensor& o, Scalar alpha = 1);  ///< this -= alpha * o
+  Tensor& sub_(Scalar o);  ///< this -= o
   Tensor& mul_(const Tensor& o);  ///< this *= o
-  Tensor& mul_(double o);  ///< this *= o
+  Tensor& mul_(Scalar o);  ///< this *= o
   Tensor& div_(const Tensor& o);  ///< this /= o
-  Tensor& div_(double o);  ///< this /= o
+  Tensor& div_(Scalar o);  ///< this /= o
   Tensor& zero_();  ///< fills with 0
-  Tensor& fill_(double value);  ///< fills with value
-  Tensor& clamp_(std::optional<double> min, std::optional<double> max = std::nullopt);  ///< clamps in place
+  Tensor& fill_(Scalar value);  ///< fills with value
+  Tensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);  ///< clamps in place
 
   Tensor& operator+=(const Tensor& o) { return add_(o); }  ///< add_
-  Tensor& operator+=(double o) { return add_(o); }  ///< add_
+  Tensor& operator+=(Scalar o) { return add_(o); }  ///< add_
   Tensor& operator-=(const Tensor& o) { return sub_(o); }  ///< sub_
-  Tensor& operator-=(double o) { return sub_(o); }  ///< sub_
+  Tensor& operator-=(Scalar o) { return sub_(o); }  ///< sub_
   Tensor& operator*=(const Tensor& o) { return mul_(o); }  ///< mul_
-  Tensor& operator*=(double o) { return mul_(o); }  ///< mul_
+  Tensor& operator*=(Scalar o) { return mul_(o); }  ///< mul_
   Tensor& operator/=(const Tensor& o) { return div_(o); }  ///< div_
-  Tensor& operator/=(double o) { return div_(o); }  ///< div_
+  Tensor& operator/=(Scalar o) { return div_(o); }  ///< div_
 
  private:
   unsigned add_hook(std::function<Tensor(const Tensor&)> hook) const;
@@ -261,17 +279,17 @@ class Tensor {
 };
 
 Tensor operator+(const Tensor& a, const Tensor& b);  ///< add
-Tensor operator+(const Tensor& a, double b);  ///< add
-Tensor operator+(double a, const Tensor& b);  ///< add
+Tensor operator+(const Tensor& a, Scalar b);  ///< add
+Tensor operator+(Scalar a, const Tensor& b);  ///< add
 Tensor operator-(const Tensor& a, const Tensor& b);  ///< sub
-Tensor operator-(const Tensor& a, double b);  ///< sub
-Tensor operator-(double a, const Tensor& b);  ///< sub
+Tensor operator-(const Tensor& a, Scalar b);  ///< sub
+Tensor operator-(Scalar a, const Tensor& b);  ///< sub
 Tensor operator*(const Tensor& a, const Tensor& b);  ///< mul
-Tensor operator*(const Tensor& a, double b);  ///< mul
-Tensor operator*(double a, const Tensor& b);  ///< mul
+Tensor operator*(const Tensor& a, Scalar b);  ///< mul
+Tensor operator*(Scalar a, const Tensor& b);  ///< mul
 Tensor operator/(const Tensor& a, const Tensor& b);  ///< div
-Tensor operator/(const Tensor& a, double b);  ///< div
-Tensor operator/(double a, const Tensor& b);  ///< div
+Tensor operator/(const Tensor& a, Scalar b);  ///< div
+Tensor operator/(Scalar a, const Tensor& b);  ///< div
 Tensor operator-(const Tensor& a);  ///< neg
 
 /// Prints dtype, shape and values, e.g. "tensor([[1, 2], [3, 4]], dtype=Float)".

@@ -1,6 +1,8 @@
 // The autograd engine: accumulation, retain_graph, hooks, grad(), create_graph, custom
 // Functions, version counters, deep graphs and the errors users hit.
 
+#include <thread>
+
 #include "helpers.h"
 
 using namespace strata;
@@ -264,4 +266,91 @@ TEST(Autograd, TwoLayerMlpWithCrossEntropy) {
     return cross_entropy(matmul(h, p[3]) + p[4], target);
   };
   EXPECT_GRADCHECK(mlp, {x, w1, b1, w2, b2});
+}
+
+TEST(Autograd, CreateGraphLeafGradientsAreNotAliased) {
+  Tensor x = randn({3}, f64());
+  x.sum().backward({}, {}, /*create_graph=*/true);  // the incoming gradient is an expanded (stride 0) view
+  (x * 2.0).sum().backward();
+  EXPECT_VALUES(x.grad(), {3, 3, 3});
+  Tensor a = randn({2}, f64()), b = randn({2}, f64());
+  (a + b).sum().backward({}, {}, /*create_graph=*/true);  // one gradient feeds both leaves
+  a.mutable_grad().mul_(0.5);
+  EXPECT_VALUES(b.grad(), {1, 1});
+}
+
+TEST(Autograd, StaleViewsAndInplaceThroughViewsThrow) {
+  Tensor x = tensor({1.0, 2.0}, f64());
+  Tensor y = x * 1.0;
+  Tensor v = y.select(0, 0);
+  y.mul_(2.0);  // rebases y; v's history would now be wrong
+  EXPECT_THROW_MSG(v.sum().backward(), "a view was used after an in-place operation modified its base");
+  Tensor fresh = y.select(0, 0);  // taken after the in-place op: fine
+  fresh.sum().backward();
+  EXPECT_VALUES(x.grad(), {2, 0});
+
+  Tensor out = zeros({2, 2}, kFloat64);
+  Tensor h = tensor({1.0, 2.0}, f64());
+  EXPECT_THROW_MSG(out.select(0, 0).copy_(h), "in-place operation on a view, with an operand that requires grad");
+  EXPECT_VALUES(out, {0, 0, 0, 0});  // nothing was written
+  {
+    NoGradGuard no_grad;
+    out.select(0, 1).copy_(h);  // without recording, writing through views is fine
+  }
+  EXPECT_VALUES(out, {0, 0, 1, 2});
+}
+
+TEST(Autograd, MaxIndicesReturnedToTheUserAreNotTheSavedOnes) {
+  Tensor x = tensor({1.0, 5.0, 3.0}, f64());
+  auto [values, indices] = x.max(0);
+  indices.zero_();
+  EXPECT_THROW_MSG(values.backward(), "modified by an inplace operation");
+}
+
+TEST(Autograd, BackwardOnAnotherThread) {
+  Tensor x = tensor({1.0, 2.0}, f64());
+  Tensor y = (x * x).sum();
+  y.backward({}, /*retain_graph=*/true);
+  std::thread([&] { y.backward(); }).join();
+  EXPECT_VALUES(x.grad(), {4, 8});
+}
+
+TEST(Autograd, ThrowingHookLeavesTheEngineUsable) {
+  Tensor x = tensor({1.0}, f64());
+  Tensor h = x * 2.0;
+  h.register_hook([](const Tensor&) -> Tensor { throw std::runtime_error("hook failed"); });
+  EXPECT_THROW(h.sum().backward(), std::runtime_error);
+  (x * 3.0).sum().backward();
+  EXPECT_VALUES(x.grad(), {3});
+}
+
+TEST(Autograd, StaticTensorsOutliveThreadLocals) {
+  // Freed at exit after the thread's caches: must not touch them (ASan checks this).
+  static Tensor kept = tensor({1.0, 2.0}, f64()) * 2.0;
+  EXPECT_TRUE(kept.requires_grad());
+}
+
+namespace {
+struct WrongShape : autograd::Function<WrongShape> {
+  static Tensor forward(autograd::AutogradContext*, const Tensor& x) { return x * 2.0; }
+  static tensor_list backward(autograd::AutogradContext*, tensor_list grads) { return {grads[0].sum()}; }
+};
+struct OptionalInput : autograd::Function<OptionalInput> {
+  static Tensor forward(autograd::AutogradContext* ctx, const Tensor& x, const Tensor& bias) {
+    ctx->saved_data["has_bias"] = bias.defined();
+    return bias.defined() ? x + bias : x * 1.0;
+  }
+  static tensor_list backward(autograd::AutogradContext* ctx, tensor_list grads) {
+    return {grads[0], ctx->saved_data["has_bias"].toBool() ? grads[0] : Tensor()};
+  }
+};
+}  // namespace
+
+TEST(Autograd, CustomFunctionArgumentChecks) {
+  Tensor x = tensor({1.0, 2.0, 3.0}, f64());
+  EXPECT_THROW_MSG(WrongShape::apply(x).sum().backward(),
+                   "function backward returned a gradient of shape [] for argument 0, whose shape is [3]");
+  Tensor y = OptionalInput::apply(x, Tensor());
+  y.sum().backward();
+  EXPECT_VALUES(x.grad(), {1, 1, 1});
 }

@@ -2,6 +2,7 @@
 // gradients (gradcheck in float64 with broadcast and non-contiguous inputs, gradgradcheck) and errors.
 
 #include <cmath>
+#include <sstream>
 
 #include "helpers.h"
 
@@ -170,6 +171,89 @@ TEST(Elementwise, PromotionWithDoubles) {
   EXPECT_EQ(scalar_tensor(3, kLong).mul(2.0).dtype(), kFloat32);
 }
 
+TEST(Elementwise, PromotionWithIntegralScalars) {
+  const int64_t big = (int64_t{1} << 53) + 1;  // not representable as a double (nor as a float32)
+  Tensor l = tensor({int64_t{1}, big});
+  Tensor r = l + 1;
+  EXPECT_EQ(r.dtype(), kLong);
+  EXPECT_EQ(r[0].item<int64_t>(), 2);
+  EXPECT_EQ(r[1].item<int64_t>(), big + 1);
+  EXPECT_EQ((1 + l).dtype(), kLong);
+  EXPECT_EQ((l - 1)[1].item<int64_t>(), big - 1);
+  EXPECT_EQ((10 - l)[0].item<int64_t>(), 9);
+  Tensor tripled = l * 3;  // exact beyond 2^53: int64 math, no trip through a double
+  EXPECT_EQ(tripled.dtype(), kLong);
+  EXPECT_EQ(tripled[1].item<int64_t>(), 3 * big);
+  EXPECT_EQ((2 * l)[1].item<int64_t>(), 2 * big);
+  EXPECT_EQ(l.add(l, 2)[1].item<int64_t>(), 3 * big);
+  EXPECT_EQ(add(l, 1, 2)[1].item<int64_t>(), big + 2);
+  // Comparisons with an integral Scalar on int64 compute in int64: 16777217 is not a float32.
+  Tensor c = tensor({16777216, 16777217});
+  EXPECT_VALUES(c.eq(16777217), {0, 1});
+  EXPECT_VALUES(c.ne(16777217), {1, 0});
+  EXPECT_VALUES(c.lt(16777217), {1, 0});
+  EXPECT_VALUES(tensor({int64_t{1}, big}).eq(big), {0, 1});
+  EXPECT_VALUES(c.eq(16777217.0), {1, 1});  // a floating Scalar compares in float32, where both round alike (as torch)
+  // bool tensor with an integral Scalar gives int64; with a floating one float32.
+  Tensor b = tensor({true, false});
+  EXPECT_EQ((b + 1).dtype(), kLong);
+  EXPECT_VALUES(b + 1, {2, 1});
+  EXPECT_EQ((b * 2.0).dtype(), kFloat32);
+  EXPECT_VALUES(b.eq(1), {1, 0});
+  // Floating tensors keep their dtype with any Scalar; integer tensors with a floating Scalar become float32.
+  EXPECT_EQ((tensor({1.5}) * 2).dtype(), kFloat32);
+  EXPECT_EQ((tensor({1.5}) * 2.0).dtype(), kFloat32);
+  EXPECT_EQ((tensor({1.5}, kFloat64) + 1).dtype(), kFloat64);
+  EXPECT_EQ((l * 2.5).dtype(), kFloat32);
+  EXPECT_VALUES(tensor({2, 4}) * 2.5, {5, 10});
+  EXPECT_EQ((tensor({3, 4}) / 2).dtype(), kFloat32);  // true division
+  EXPECT_VALUES(tensor({3, 4}) / 2, {1.5, 2});
+  EXPECT_VALUES(3 / tensor({2, 4}), {1.5, 0.75});
+  EXPECT_EQ(tensor({2, 3}).pow(2).dtype(), kLong);
+  EXPECT_VALUES(tensor({2, 3}).pow(2), {4, 9});
+  EXPECT_THROW_MSG(tensor({2, 3}).pow(-1), "pow: integers to negative integer powers are not allowed");
+  // clamp keeps int64 with integral bounds (exact), float32 with a floating one.
+  Tensor cl = tensor({-5, 3, 12}).clamp(0, 9);
+  EXPECT_EQ(cl.dtype(), kLong);
+  EXPECT_VALUES(cl, {0, 3, 9});
+  EXPECT_EQ(clamp(tensor({int64_t{0}, big + 5}), std::nullopt, big)[1].item<int64_t>(), big);
+  EXPECT_EQ(tensor({-5, 3}).clamp(0, 9.5).dtype(), kFloat32);
+}
+
+TEST(Elementwise, ScalarOverloadsResolve) {
+  // Each line is an overload the compiler must pick without ambiguity.
+  Tensor f = tensor({1.0, 2.0});
+  EXPECT_VALUES(f * 2, {2, 4});
+  EXPECT_VALUES(2 * f, {2, 4});
+  EXPECT_VALUES(f + 1.5f, {2.5, 3.5});
+  EXPECT_VALUES(f - 2u, {-1, 0});
+  EXPECT_VALUES(f / int64_t{2}, {0.5, 1});
+  EXPECT_VALUES(f.add(f, 2), {3, 6});
+  EXPECT_VALUES(f.sub(f, 0.5), {0.5, 1});
+  EXPECT_VALUES(f.clamp(0, 1.5), {1, 1.5});
+  EXPECT_VALUES(f.clamp(std::nullopt, 1), {1, 1});
+  EXPECT_VALUES(f.pow(2), {1, 4});
+  EXPECT_VALUES(f.gt(1), {0, 1});
+  EXPECT_VALUES(f.masked_fill(tensor({true, false}), 7), {7, 2});
+  Tensor g = f.clone();
+  g += 1;
+  g *= 2.0f;
+  g -= 1L;
+  g /= 2;
+  EXPECT_VALUES(g, {1.5, 2.5});
+}
+
+TEST(Elementwise, ScalarPrints) {
+  std::ostringstream os;
+  os << Scalar(3) << " " << Scalar(2.5) << " " << Scalar(true);
+  EXPECT_EQ(os.str(), "3 2.5 true");
+  EXPECT_TRUE(Scalar(3).isIntegral());
+  EXPECT_TRUE(Scalar(2.5f).isFloatingPoint());
+  EXPECT_TRUE(Scalar(false).isBoolean());
+  EXPECT_EQ(Scalar(2.5).to<int64_t>(), 2);
+  EXPECT_EQ(Scalar(int64_t{1} << 60).to<int64_t>(), int64_t{1} << 60);
+}
+
 TEST(Elementwise, BoolArithmeticIsRejected) {
   Tensor b = tensor({true, false});
   EXPECT_THROW_MSG(b + b, "add: arithmetic on bool tensors is not supported; use logical_or");
@@ -187,7 +271,9 @@ TEST(Elementwise, Errors) {
   EXPECT_THROW_MSG(where(tensor({1.0, 0.0}), zeros({2}), zeros({2})), "where: expected a bool condition, got Float");
   EXPECT_THROW_MSG(gelu(zeros({2}), "fast"), "gelu: approximate must be \"none\" or \"tanh\", got \"fast\"");
   EXPECT_THROW_MSG(zeros({2}).clamp(std::nullopt, std::nullopt), "clamp: at least one of 'min' or 'max'");
-  EXPECT_THROW_MSG(add(tensor({1, 2}), tensor({1, 2}), 0.5), "add: for integral input tensors, alpha must be an integer");
+  EXPECT_THROW_MSG(add(tensor({1, 2}), tensor({1, 2}), 0.5),
+                   "add: for integral input tensors, argument alpha must not be a floating point number, got 0.5");
+  EXPECT_THROW_MSG(tensor({1, 2}).add_(tensor({1, 2}), 2.0), "add_: for integral input tensors, argument alpha");
 }
 
 // ---- gradients ----

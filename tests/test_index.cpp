@@ -151,6 +151,11 @@ TEST(Index, MaskedFill) {
   EXPECT_VALUES(x, {0, 1, 2, 3, 4, 5});  // out of place
   EXPECT_VALUES(masked_fill(x.t(), tensor({false, true}), 9), {0, 9, 1, 9, 2, 9});
   EXPECT_EQ(x.masked_fill(mask, 1).dtype(), kFloat);
+  // The value is converted exactly to the tensor's dtype: an int64 above 2^53 survives.
+  const int64_t big = (int64_t{1} << 53) + 1;
+  Tensor filled = tensor({1, 2}).masked_fill(tensor({false, true}), big);
+  EXPECT_EQ(filled.dtype(), kLong);
+  EXPECT_EQ(filled[1].item<int64_t>(), big);
 
   Tensor y = leaf({2, 3});
   y.masked_fill(mask, 5).sum().backward();

@@ -174,6 +174,77 @@ TEST(Inplace, GradientsThroughNonLeaves) {
   EXPECT_GRADCHECK(into_plain, {leaf({3})});
 }
 
+TEST(Inplace, IntegralScalars) {
+  Tensor i = tensor({-5, 3, 12});
+  i.clamp_(0, 9);  // was rejected when every bound was a double
+  EXPECT_EQ(i.dtype(), kLong);
+  EXPECT_VALUES(i, {0, 3, 9});
+  const int64_t big = (int64_t{1} << 53) + 1;
+  Tensor l = tensor({int64_t{0}, big});
+  l.add_(1).mul_(3).sub_(3);
+  EXPECT_EQ(l[1].item<int64_t>(), 3 * big);
+  l += 2;
+  l *= 2;
+  EXPECT_EQ(l[1].item<int64_t>(), 2 * (3 * big + 2));
+  l.fill_(big);
+  EXPECT_EQ(l[0].item<int64_t>(), big);
+  EXPECT_THROW_MSG(l.mul_(1.5), "mul_: result type Float can't be cast to the desired output type Long");
+  EXPECT_THROW_MSG(l.div_(2), "div_: result type Float can't be cast to the desired output type Long");
+}
+
+// Note [in-place operands] in elementwise.cpp: an other operand sharing self's storage is saved as it
+// was before the write.
+TEST(Inplace, OtherAliasingSelf) {
+  Tensor x = tensor({1.0, 2.0, 3.0}, f64());
+  Tensor y = x * 1.0;
+  y.mul_(y);
+  EXPECT_VALUES(y, {1, 4, 9});
+  y.sum().backward();
+  EXPECT_VALUES(x.grad(), {2, 4, 6});  // d(x^2) = 2x, not x^2 + x
+
+  Tensor x2 = tensor({1.0, 2.0, 3.0}, f64());
+  Tensor z = x2 * 2.0;
+  z.div_(z);
+  EXPECT_VALUES(z, {1, 1, 1});
+  z.sum().backward();
+  EXPECT_VALUES(x2.grad(), {0, 0, 0});
+
+  // other a view of self: y[0] scales every element, and is read before the write.
+  Tensor x3 = tensor({2.0, 3.0}, f64());
+  Tensor w = x3 * 1.0;
+  w.mul_(w.select(0, 0));  // [x0^2, x1 x0]
+  EXPECT_VALUES(w, {4, 6});
+  w.sum().backward();
+  EXPECT_VALUES(x3.grad(), {2 * 2 + 3, 2});
+
+  auto square_inplace = [](const tensor_list& in) {
+    Tensor y = in[0] * 1.0;
+    y.mul_(y);
+    return y;
+  };
+  EXPECT_GRADCHECK(square_inplace, {leaf({3})});
+  EXPECT_GRADGRADCHECK(square_inplace, {leaf({3})});
+  auto div_row = [](const tensor_list& in) {
+    Tensor y = in[0] * 1.0;
+    y.div_(y.select(0, 1));  // [2, 3] / its row 1, broadcast
+    return y;
+  };
+  EXPECT_GRADCHECK(div_row, {leaf_in({2, 3}, 0.5, 2)});
+}
+
+// The saved clone does not point back at the node that rebased self: the graph is freed with y.
+TEST(Inplace, OtherAliasingSelfLeavesNoCycle) {
+  std::weak_ptr<autograd::Node> node;
+  {
+    Tensor x = tensor({1.0, 2.0}, f64());
+    Tensor y = x * 1.0;
+    y.mul_(y);
+    node = y.grad_fn();
+    EXPECT_FALSE(node.expired());
+  }
+  EXPECT_TRUE(node.expired());
+}
+
 TEST(Inplace, HistoryAfterInplace) {
   Tensor x = tensor({1.0, 2.0}, f64());
   Tensor y = x * 2.0;
@@ -192,4 +263,11 @@ TEST(Inplace, HistoryAfterInplace) {
   (t32 * 3.0).sum().backward();
   EXPECT_EQ(o.grad().dtype(), kFloat64);
   EXPECT_VALUES(o.grad(), {3, 3});
+}
+
+TEST(Inplace, ThroughAViewWithAGradOperandThrows) {
+  Tensor out = zeros({2, 2}, kFloat64);
+  Tensor w = tensor({1.0, 2.0}, f64());
+  EXPECT_THROW_MSG(out.select(0, 0).add_(w), "in-place operation on a view, with an operand that requires grad");
+  EXPECT_VALUES(out, {0, 0, 0, 0});
 }

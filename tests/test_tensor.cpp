@@ -109,3 +109,37 @@ TEST(Tensor, ThreadsSetting) {
   set_num_threads(before);
   EXPECT_EQ(get_num_threads(), before);
 }
+
+TEST(Tensor, SizesThatOverflowAreRejected) {
+  EXPECT_THROW_MSG(zeros({(int64_t{1} << 61) + 1}, kFloat64), "overflow the address space");
+  EXPECT_THROW_MSG(zeros({int64_t{1} << 32, int64_t{1} << 32}), "has too many elements");
+  EXPECT_THROW_MSG(empty({0}).view({int64_t{1} << 32, int64_t{1} << 32, 0, int64_t{1} << 32}), "too many elements");
+  EXPECT_THROW_MSG(ones({4}).as_strided({3}, {int64_t{1} << 62}), "as_strided");
+  EXPECT_THROW_MSG(ones({1}).expand({-5}), "expand: cannot expand shape [1] to shape [-5]: negative size -5");
+}
+
+TEST(Tensor, LikeFactoriesMergeOptions) {
+  Tensor d = ones({2}, kFloat64);
+  Tensor z = zeros_like(d, requires_grad(true));
+  EXPECT_EQ(z.dtype(), kFloat64);
+  EXPECT_TRUE(z.requires_grad());
+  EXPECT_EQ(ones_like(d, kLong).dtype(), kLong);
+}
+
+TEST(Tensor, RandintWithFloatDtypeGivesIntegers) {
+  manual_seed(3);
+  for (double v : strata::testing::values(randint(0, 10, {50}, kFloat))) EXPECT_EQ(v, std::floor(v));
+}
+
+TEST(Tensor, VarAndStdTakeUnbiasedFlag) {
+  Tensor x = tensor({1.0, 2.0, 3.0, 4.0}, kFloat64);
+  EXPECT_DOUBLE_EQ(x.var(false).item<double>(), 1.25);
+  EXPECT_DOUBLE_EQ(x.var(true).item<double>(), 5.0 / 3.0);
+  EXPECT_DOUBLE_EQ(x.std(false).item<double>(), std::sqrt(1.25));
+}
+
+TEST(Tensor, VarWithABracedDimIsNotTheUnbiasedFlag) {
+  Tensor x = tensor({1.0, 2.0, 3.0, 4.0}, kFloat64).view({2, 2});
+  EXPECT_EQ(x.var({1}).sizes(), IntArrayRef({2}));
+  EXPECT_EQ(x.var(1).sizes(), IntArrayRef({2}));
+}

@@ -12,7 +12,7 @@ namespace strata::ops {
 inline const Kernels& kernels(const Tensor& t) { return kernels_for(t.device()); }
 /// Sums a broadcast gradient back to `sizes` (reduce.cpp); returns grad itself when sizes already match.
 Tensor sum_to(const Tensor& grad, IntArrayRef sizes);
-/// A 0-dim tensor holding v with t's dtype and device.
-Tensor scalar_like(double v, const Tensor& t);
+/// A 0-dim tensor holding v (converted exactly) with t's dtype and device.
+Tensor scalar_like(Scalar v, const Tensor& t);
 
 }  // namespace strata::ops

@@ -3,17 +3,25 @@
 //
 // Note [type promotion]: libtorch's result_type. Categories are bool < integer < floating.
 // Tensors with dims decide the dtype (the highest among them); a 0-dim tensor only raises it
-// when its category is higher (then its own dtype wins); a C++ double is a "wrapped number"
-// that only raises the category: an integer or bool tensor combined with any double gives
-// float32 (the default dtype), as `torch.tensor([1]) + 1.0` does, and a floating tensor keeps
-// its dtype (`float32_tensor * 2.0` stays float32). The scalar overloads therefore compute
-// their dtype with scalar_type_with() and pass it down explicitly.
+// when its category is higher (then its own dtype wins). A Scalar is a "wrapped number" whose
+// kind (bool, integral, floating: how it was constructed, not its value) only raises the
+// category, to the default dtype of that category: an integral Scalar keeps an int64 tensor
+// int64 and turns a bool tensor into int64 (`long_t + 1` is Long, `bool_t + 1` is Long); a
+// floating Scalar turns an integer or bool tensor into float32 (`long_t * 2.5` is Float) and
+// leaves a floating tensor's dtype alone (`float32_t * 2.0` stays float32). See
+// result_type(Tensor, Scalar); the scalar overloads pass that dtype down explicitly.
+// The number is then read exactly in the computation dtype (Scalar::to<T>), so int64 math
+// with an integral Scalar never goes through a double: `long_t * 3` and `long_t.eq(2^53 + 1)`
+// are exact, and so is clamp on an int64 tensor with integral bounds.
+//
+// Note [wrapped numbers]: a Scalar operand becomes a tensor of the computation dtype with the
+// other operand's sizes and all strides 0, backed by one element (wrap()). It then meets the
+// kernels' contract without a broadcast or an expand view, and `float_t * 2.0` takes
+// binary_kernel's fast path and the lean add/mul backward.
 //
 // Note [bool arithmetic]: torch lets bool + bool mean logical or and bool * bool logical and;
 // strata rejects arithmetic whose computation type is bool with an error naming logical_or /
 // logical_and, since those spell the intent. Mixed bool-and-number arithmetic promotes as usual.
-
-#include <cmath>
 
 #include "strata/autograd/ops/common.h"
 
@@ -25,9 +33,6 @@ using autograd::SavedVariable;
 namespace {
 
 int category(ScalarType t) { return t == kBool ? 0 : (t == kLong ? 1 : 2); }
-
-// The dtype of `t op double` (Note [type promotion]).
-ScalarType scalar_type_with(const Tensor& t) { return t.is_floating_point() ? t.dtype() : kFloat; }
 
 // Float ops (exp, log, ...) on integer or bool tensors compute in float32, as torch.
 ScalarType float_type(const Tensor& t) { return t.is_floating_point() ? t.dtype() : kFloat; }
@@ -44,10 +49,40 @@ void check_not_bool(ScalarType compute, const char* op) {
                ".to(kLong)");
 }
 
-// A 0-dim tensor holding a wrapped C++ number in the computation dtype.
-Tensor wrap(double v, ScalarType dtype, Device device) {
-  Tensor t = empty({}, TensorOptions(dtype).device(device));
-  ops::kernels(t).fill(t, v);
+// A host scalar's value, stored beside its Storage: one allocation, no kernel allocate, no deleter.
+struct HostScalar {
+  Storage storage;
+  alignas(8) unsigned char bytes[8];
+};
+
+// A 0-dim tensor holding s converted to dtype: exact on the host; other devices fill from a double.
+Tensor zero_dim_tensor(const Scalar& s, ScalarType dtype, Device device) {
+  if (!device.is_cpu()) {
+    Tensor t = empty({}, TensorOptions(dtype).device(device));
+    ops::kernels(t).fill(t, s.to<double>());
+    return t;
+  }
+  auto box = std::make_shared<HostScalar>();
+  box->storage.data = box->bytes;
+  box->storage.nbytes = element_size(dtype);
+  visit_dtype(dtype, [&]<class T>() { *reinterpret_cast<T*>(box->bytes) = s.to<T>(); });
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::shared_ptr<Storage>(box, &box->storage);
+  impl->numel = 1;
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+// s in dtype, broadcast (stride 0) to like's sizes (Note [wrapped numbers]). The tensor is new and
+// unshared, so its geometry is set directly instead of through a second, view, tensor.
+Tensor wrap(const Scalar& s, ScalarType dtype, const Tensor& like) {
+  Tensor t = zero_dim_tensor(s, dtype, like.device());
+  if (like.dim() > 0) {
+    TensorImpl& impl = t.impl();
+    impl.sizes = like.sizes();
+    impl.strides = DimVector(like.sizes().size(), 0);
+    impl.numel = like.numel();
+  }
   return t;
 }
 
@@ -132,52 +167,65 @@ void set_add_backward(LambdaNode& node, const Tensor& a, const Tensor& b, const 
   };
 }
 
-// d(a * b) = (g * b, g * a); a_value is a's value at the time of the op (a clone for mul_).
-void set_mul_backward(LambdaNode& node, const Tensor& a, const Tensor& b, const Tensor& a_value) {
+// d(a * b) = (g * b, g * a); a_value and b_value are the operands' values at the time of the op
+// (clones taken before the write for mul_, Note [in-place operands]).
+void set_mul_backward(LambdaNode& node, const Tensor& a, const Tensor& b, const Tensor& a_value,
+                      const Tensor& b_value) {
   const bool need_a = needs_grad(node, 0), need_b = needs_grad(node, 1);
   node.backward = [ta = GradTarget(a, need_a), tb = GradTarget(b, need_b),
                    sa = need_b ? SavedVariable(a_value) : SavedVariable(),
-                   sb = need_a ? SavedVariable(b) : SavedVariable()](const tensor_list& g) -> tensor_list {
+                   sb = need_a ? SavedVariable(b_value) : SavedVariable()](const tensor_list& g) -> tensor_list {
     return {ta.needed ? ta(g[0] * sb.unpack()) : Tensor(), tb.needed ? tb(g[0] * sa.unpack()) : Tensor()};
   };
 }
 
-// d(a / b) = (g / b, -g * a / b^2); a_value as in set_mul_backward.
-void set_div_backward(LambdaNode& node, const Tensor& a, const Tensor& b, const Tensor& a_value) {
+// d(a / b) = (g / b, -g * a / b^2); a_value and b_value as in set_mul_backward.
+void set_div_backward(LambdaNode& node, const Tensor& a, const Tensor& b, const Tensor& a_value,
+                      const Tensor& b_value) {
   const bool need_a = needs_grad(node, 0), need_b = needs_grad(node, 1);
-  node.backward = [ta = GradTarget(a, need_a), tb = GradTarget(b, need_b), sb = SavedVariable(b),
+  node.backward = [ta = GradTarget(a, need_a), tb = GradTarget(b, need_b), sb = SavedVariable(b_value),
                    sa = need_b ? SavedVariable(a_value) : SavedVariable()](const tensor_list& g) -> tensor_list {
     Tensor bv = sb.unpack();
     return {ta.needed ? ta(g[0] / bv) : Tensor(), tb.needed ? tb(-g[0] * sa.unpack() / (bv * bv)) : Tensor()};
   };
 }
 
+// alpha must not be floating for an integer computation, as torch.
+void check_alpha(const Scalar& alpha, ScalarType compute, const char* name) {
+  STRATA_CHECK(is_floating_point(compute) || !alpha.isFloatingPoint(), name,
+               ": for integral input tensors, argument alpha must not be a floating point number, got ", alpha);
+}
+
+// alpha * b in the computation dtype; b itself when alpha is 1.
+Tensor scaled(const Tensor& b, const Scalar& alpha, ScalarType compute, const char* name) {
+  if (alpha.equal(1)) return b;
+  return binary_kernel(BinaryOp::Mul, b, wrap(alpha, compute, b), compute, compute, name);
+}
+
 // a + alpha * b (op Add) or a - alpha * b (op Sub).
-Tensor add_impl(BinaryOp op, const Tensor& a, const Tensor& b, double alpha, ScalarType compute, const char* name,
-                const char* node_name) {
+Tensor add_impl(BinaryOp op, const Tensor& a, const Tensor& b, const Scalar& alpha, ScalarType compute,
+                const char* name, const char* node_name) {
   check_not_bool(compute, name);
-  STRATA_CHECK(is_floating_point(compute) || alpha == std::trunc(alpha), name,
-               ": for integral input tensors, alpha must be an integer, got ", alpha);
-  Tensor out = alpha == 1 ? binary_kernel(op, a, b, compute, compute, name)
-                          : binary_kernel(op, a, binary_kernel(BinaryOp::Mul, b, wrap(alpha, compute, b.device()),
-                                                               compute, compute, name),
-                                          compute, compute, name);
-  if (auto node = autograd::record(node_name, a, b, out))
-    set_add_backward(*node, a, b, out, op == BinaryOp::Add ? alpha : -alpha);
+  check_alpha(alpha, compute, name);
+  Tensor out = binary_kernel(op, a, scaled(b, alpha, compute, name), compute, compute, name);
+  if (auto node = autograd::record(node_name, a, b, out)) {
+    const double alpha_value = alpha.to<double>();  // gradients are floating
+    set_add_backward(*node, a, b, out, op == BinaryOp::Add ? alpha_value : -alpha_value);
+  }
   return out;
 }
 
 Tensor mul_impl(const Tensor& a, const Tensor& b, ScalarType compute) {
   check_not_bool(compute, "mul");
   Tensor out = binary_kernel(BinaryOp::Mul, a, b, compute, compute, "mul");
-  if (auto node = autograd::record("MulBackward0", a, b, out)) set_mul_backward(*node, a, b, a);
+  if (auto node = autograd::record("MulBackward0", a, b, out)) set_mul_backward(*node, a, b, a, b);
   return out;
 }
 
 Tensor div_impl(const Tensor& a, const Tensor& b, ScalarType compute) {
   if (!is_floating_point(compute)) compute = kFloat;  // true division
   Tensor out = binary_kernel(BinaryOp::Div, a, b, compute, compute, "div");
-  if (auto node = autograd::record("DivBackward0", a, b, out)) set_div_backward(*node, a, b, a);
+  if (auto node = autograd::record("DivBackward0", a, b, out)) set_div_backward(*node, a, b, a, b);
   return out;
 }
 
@@ -209,7 +257,7 @@ void check_inplace_operands(const Tensor& self, const Tensor& other, ScalarType 
     STRATA_CHECK(IntArrayRef(shape) == self.sizes(), name, ": shape ", other.sizes(),
                  " cannot be broadcast to the in-place target's shape ", self.sizes());
   }
-  autograd::check_inplace(self, name);
+  autograd::check_inplace(self, name, autograd::any_requires_grad({self, other}));
 }
 
 // self = op(self, other) written straight into self (through a temporary only when the computation dtype differs).
@@ -225,32 +273,45 @@ void write_inplace(BinaryOp op, const Tensor& self, const Tensor& other, ScalarT
   k.copy(tmp, self);
 }
 
-Tensor& add_inplace(BinaryOp op, Tensor& self, const Tensor& other, double alpha, ScalarType compute,
+Tensor& add_inplace(BinaryOp op, Tensor& self, const Tensor& other, const Scalar& alpha, ScalarType compute,
                     const char* name) {
   check_not_bool(compute, name);
+  check_alpha(alpha, compute, name);
   check_inplace_operands(self, other, compute, name);
   auto node = autograd::record(op == BinaryOp::Add ? "AddBackward0" : "SubBackward0", {self, other}, {});
-  Tensor b = alpha == 1 ? other
-                        : binary_kernel(BinaryOp::Mul, other, wrap(alpha, compute, other.device()), compute, compute,
-                                        name);
-  write_inplace(op, self, b, compute);
+  write_inplace(op, self, scaled(other, alpha, compute, name), compute);
   if (node) {
     autograd::rebase_history(self, node);
-    set_add_backward(*node, self, other, self, op == BinaryOp::Add ? alpha : -alpha);
+    const double alpha_value = alpha.to<double>();
+    set_add_backward(*node, self, other, self, op == BinaryOp::Add ? alpha_value : -alpha_value);
   }
   return self;
 }
+
+// Note [in-place operands]: mul_ and div_ save both operands' values for backward, and must take
+// them before self is written. self's is a differentiable clone (for double backward). other is
+// saved as is, unless it shares self's storage (x.mul_(x), x.div_(x[0])): then the write changes
+// it too, and after rebase_history its grad_fn may be the node itself (a reference cycle), so a
+// clone taken before the write is saved instead (self's own clone when other is self).
+struct InplaceOperands {
+  Tensor self_value, other_value;
+  InplaceOperands(const LambdaNode* node, const Tensor& self, const Tensor& other) {
+    if (!node) return;
+    if (needs_grad(*node, 1)) self_value = self.clone();
+    if (!other.is_alias_of(self)) other_value = other;
+    else other_value = other.is_same(self) && self_value.defined() ? self_value : other.clone();
+  }
+};
 
 Tensor& mul_inplace(Tensor& self, const Tensor& other, ScalarType compute) {
   check_not_bool(compute, "mul_");
   check_inplace_operands(self, other, compute, "mul_");
   auto node = autograd::record("MulBackward0", {self, other}, {});
-  // other's gradient needs self's value from before the write (a differentiable copy, for double backward).
-  Tensor original = node && needs_grad(*node, 1) ? self.clone() : Tensor();
+  const InplaceOperands saved(node.get(), self, other);
   write_inplace(BinaryOp::Mul, self, other, compute);
   if (node) {
     autograd::rebase_history(self, node);
-    set_mul_backward(*node, self, other, original);
+    set_mul_backward(*node, self, other, saved.self_value, saved.other_value);
   }
   return self;
 }
@@ -259,29 +320,29 @@ Tensor& div_inplace(Tensor& self, const Tensor& other, ScalarType compute) {
   if (!is_floating_point(compute)) compute = kFloat;
   check_inplace_operands(self, other, compute, "div_");
   auto node = autograd::record("DivBackward0", {self, other}, {});
-  Tensor original = node && needs_grad(*node, 1) ? self.clone() : Tensor();
+  const InplaceOperands saved(node.get(), self, other);
   write_inplace(BinaryOp::Div, self, other, compute);
   if (node) {
     autograd::rebase_history(self, node);
-    set_div_backward(*node, self, other, original);
+    set_div_backward(*node, self, other, saved.self_value, saved.other_value);
   }
   return self;
 }
 
 // x limited to [lo, hi] in dtype compute, written into out (which may be x itself).
-void clamp_kernel(const Tensor& x, std::optional<double> lo, std::optional<double> hi, ScalarType compute,
-                  const Tensor& out) {
+void clamp_kernel(const Tensor& x, const std::optional<Scalar>& lo, const std::optional<Scalar>& hi,
+                  ScalarType compute, const Tensor& out) {
   const Kernels& k = ops::kernels(x);
   Tensor src = cast(x, compute);
   if (lo) {
-    k.binary(BinaryOp::Maximum, src, expand_to(wrap(*lo, compute, x.device()), x.sizes()), out);
+    k.binary(BinaryOp::Maximum, src, wrap(*lo, compute, x), out);
     src = out;
   }
-  if (hi) k.binary(BinaryOp::Minimum, src, expand_to(wrap(*hi, compute, x.device()), x.sizes()), out);
+  if (hi) k.binary(BinaryOp::Minimum, src, wrap(*hi, compute, x), out);
 }
 
 // Where clamp passes its input through (inclusive bounds, as torch): the gradient mask.
-Tensor clamp_mask(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
+Tensor clamp_mask(const Tensor& x, const std::optional<Scalar>& lo, const std::optional<Scalar>& hi) {
   if (lo && hi) return logical_and(x.ge(*lo), x.le(*hi));
   return lo ? x.ge(*lo) : x.le(*hi);
 }
@@ -290,19 +351,32 @@ void set_clamp_backward(LambdaNode& node, Tensor mask) {
   node.backward = [mask = std::move(mask)](const tensor_list& g) -> tensor_list { return {g[0] * mask}; };
 }
 
-ScalarType clamp_type(const Tensor& a, std::optional<double> lo, std::optional<double> hi) {
+// The dtype of `t op s` for a wrapped number s (Note [type promotion]).
+ScalarType promote_with(ScalarType t, const Scalar& s) {
+  const int kind = s.isFloatingPoint() ? 2 : s.isIntegral() ? 1 : 0;
+  if (kind <= category(t)) return t;
+  return kind == 2 ? kFloat : kLong;
+}
+
+// clamp computes in the dtype promoted with both bounds: Long stays Long with integral bounds.
+ScalarType clamp_type(const Tensor& a, const std::optional<Scalar>& lo, const std::optional<Scalar>& hi) {
   STRATA_CHECK(lo || hi, "clamp: at least one of 'min' or 'max' must not be None");
   STRATA_CHECK(a.dtype() != kBool, "clamp: bool tensors are not supported");
-  return scalar_type_with(a);
+  ScalarType t = a.dtype();
+  if (lo) t = promote_with(t, *lo);
+  if (hi) t = promote_with(t, *hi);
+  return t;
 }
 
 }  // namespace
 
 namespace ops {
-Tensor scalar_like(double v, const Tensor& t) { return wrap(v, t.dtype(), t.device()); }
+Tensor scalar_like(Scalar v, const Tensor& t) { return zero_dim_tensor(v, t.dtype(), t.device()); }
 }  // namespace ops
 
 // ---- promotion ----
+
+ScalarType result_type(const Tensor& a, const Scalar& b) { return promote_with(a.dtype(), b); }
 
 ScalarType result_type(const Tensor& a, const Tensor& b) {
   const ScalarType ta = a.dtype(), tb = b.dtype();
@@ -315,17 +389,37 @@ ScalarType result_type(const Tensor& a, const Tensor& b) {
 
 // ---- arithmetic ----
 
-Tensor add(const Tensor& a, const Tensor& b, double alpha) {
+Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
   return add_impl(BinaryOp::Add, a, b, alpha, result_type(a, b), "add", "AddBackward0");
 }
 
-Tensor sub(const Tensor& a, const Tensor& b, double alpha) {
+Tensor add(const Tensor& a, Scalar b, Scalar alpha) {
+  const ScalarType c = result_type(a, b);
+  return add_impl(BinaryOp::Add, a, wrap(b, c, a), alpha, c, "add", "AddBackward1");
+}
+
+Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
   return add_impl(BinaryOp::Sub, a, b, alpha, result_type(a, b), "sub", "SubBackward0");
+}
+
+Tensor sub(const Tensor& a, Scalar b, Scalar alpha) {
+  const ScalarType c = result_type(a, b);
+  return add_impl(BinaryOp::Sub, a, wrap(b, c, a), alpha, c, "sub", "SubBackward1");
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) { return mul_impl(a, b, result_type(a, b)); }
 
+Tensor mul(const Tensor& a, Scalar b) {
+  const ScalarType c = result_type(a, b);
+  return mul_impl(a, wrap(b, c, a), c);
+}
+
 Tensor div(const Tensor& a, const Tensor& b) { return div_impl(a, b, result_type(a, b)); }
+
+Tensor div(const Tensor& a, Scalar b) {
+  const ScalarType c = is_floating_point(result_type(a, b)) ? result_type(a, b) : kFloat;  // true division
+  return div_impl(a, wrap(b, c, a), c);
+}
 
 Tensor neg(const Tensor& a) {
   check_not_bool(a.dtype(), "neg");
@@ -357,11 +451,14 @@ Tensor pow(const Tensor& a, const Tensor& e) {
   return y;
 }
 
-Tensor pow(const Tensor& a, double e) {
-  const ScalarType compute = scalar_type_with(a);
-  Tensor y = binary_kernel(BinaryOp::Pow, a, wrap(e, compute, a.device()), compute, compute, "pow");
+Tensor pow(const Tensor& a, Scalar exponent) {
+  const ScalarType compute = result_type(a, exponent);
+  check_not_bool(compute, "pow");
+  STRATA_CHECK(is_floating_point(compute) || exponent.isBoolean() || exponent.to<int64_t>() >= 0,
+               "pow: integers to negative integer powers are not allowed, got exponent ", exponent);
+  Tensor y = binary_kernel(BinaryOp::Pow, a, wrap(exponent, compute, a), compute, compute, "pow");
   if (auto node = autograd::record("PowBackward0", a, y))
-    node->backward = [e, x = SavedVariable(a)](const tensor_list& g) -> tensor_list {
+    node->backward = [e = exponent.to<double>(), x = SavedVariable(a)](const tensor_list& g) -> tensor_list {
       if (e == 0) return {zeros_like(g[0])};
       return {g[0] * (x.unpack().pow(e - 1) * e)};
     };
@@ -490,7 +587,7 @@ Tensor silu(const Tensor& a) {
   return y;
 }
 
-Tensor clamp(const Tensor& a, std::optional<double> min, std::optional<double> max) {
+Tensor clamp(const Tensor& a, std::optional<Scalar> min, std::optional<Scalar> max) {
   const ScalarType compute = clamp_type(a, min, max);
   Tensor y = empty(a.sizes(), options_of(compute, a));
   clamp_kernel(a, min, max, compute, y);
@@ -564,39 +661,34 @@ Tensor logical_not(const Tensor& a) {
   return out;
 }
 
-// ---- Tensor methods and operators ----
-
 namespace {
-// a op double: the scalar becomes a 0-dim tensor of the computation dtype (Note [type promotion]).
-Tensor compare_scalar(BinaryOp op, const Tensor& a, double v, const char* name) {
-  const ScalarType compute = scalar_type_with(a);
-  return compare(op, a, wrap(v, compute, a.device()), compute, name);
+// a op s, computed in result_type(a, s) (Note [type promotion]).
+Tensor compare_scalar(BinaryOp op, const Tensor& a, const Scalar& s, const char* name) {
+  const ScalarType compute = result_type(a, s);
+  return compare(op, a, wrap(s, compute, a), compute, name);
 }
 }  // namespace
 
-Tensor Tensor::add(const Tensor& o, double alpha) const { return strata::add(*this, o, alpha); }
-Tensor Tensor::add(double o) const {
-  const ScalarType c = scalar_type_with(*this);
-  return add_impl(BinaryOp::Add, *this, wrap(o, c, device()), 1, c, "add", "AddBackward1");
-}
-Tensor Tensor::sub(const Tensor& o, double alpha) const { return strata::sub(*this, o, alpha); }
-Tensor Tensor::sub(double o) const {
-  const ScalarType c = scalar_type_with(*this);
-  return add_impl(BinaryOp::Sub, *this, wrap(o, c, device()), 1, c, "sub", "SubBackward1");
-}
+Tensor eq(const Tensor& a, Scalar b) { return compare_scalar(BinaryOp::Eq, a, b, "eq"); }
+Tensor ne(const Tensor& a, Scalar b) { return compare_scalar(BinaryOp::Ne, a, b, "ne"); }
+Tensor lt(const Tensor& a, Scalar b) { return compare_scalar(BinaryOp::Lt, a, b, "lt"); }
+Tensor le(const Tensor& a, Scalar b) { return compare_scalar(BinaryOp::Le, a, b, "le"); }
+Tensor gt(const Tensor& a, Scalar b) { return compare_scalar(BinaryOp::Gt, a, b, "gt"); }
+Tensor ge(const Tensor& a, Scalar b) { return compare_scalar(BinaryOp::Ge, a, b, "ge"); }
+
+// ---- Tensor methods and operators ----
+
+Tensor Tensor::add(const Tensor& o, Scalar alpha) const { return strata::add(*this, o, alpha); }
+Tensor Tensor::add(Scalar o) const { return strata::add(*this, o); }
+Tensor Tensor::sub(const Tensor& o, Scalar alpha) const { return strata::sub(*this, o, alpha); }
+Tensor Tensor::sub(Scalar o) const { return strata::sub(*this, o); }
 Tensor Tensor::mul(const Tensor& o) const { return strata::mul(*this, o); }
-Tensor Tensor::mul(double o) const {
-  const ScalarType c = scalar_type_with(*this);
-  return mul_impl(*this, wrap(o, c, device()), c);
-}
+Tensor Tensor::mul(Scalar o) const { return strata::mul(*this, o); }
 Tensor Tensor::div(const Tensor& o) const { return strata::div(*this, o); }
-Tensor Tensor::div(double o) const {
-  const ScalarType c = scalar_type_with(*this);
-  return div_impl(*this, wrap(o, c, device()), c);
-}
+Tensor Tensor::div(Scalar o) const { return strata::div(*this, o); }
 Tensor Tensor::neg() const { return strata::neg(*this); }
 Tensor Tensor::pow(const Tensor& e) const { return strata::pow(*this, e); }
-Tensor Tensor::pow(double e) const { return strata::pow(*this, e); }
+Tensor Tensor::pow(Scalar e) const { return strata::pow(*this, e); }
 Tensor Tensor::exp() const { return strata::exp(*this); }
 Tensor Tensor::log() const { return strata::log(*this); }
 Tensor Tensor::sqrt() const { return strata::sqrt(*this); }
@@ -605,75 +697,84 @@ Tensor Tensor::abs() const { return strata::abs(*this); }
 Tensor Tensor::tanh() const { return strata::tanh(*this); }
 Tensor Tensor::sigmoid() const { return strata::sigmoid(*this); }
 Tensor Tensor::relu() const { return strata::relu(*this); }
-Tensor Tensor::clamp(std::optional<double> min, std::optional<double> max) const {
+Tensor Tensor::clamp(std::optional<Scalar> min, std::optional<Scalar> max) const {
   return strata::clamp(*this, min, max);
 }
 Tensor Tensor::maximum(const Tensor& o) const { return strata::maximum(*this, o); }
 Tensor Tensor::minimum(const Tensor& o) const { return strata::minimum(*this, o); }
 Tensor Tensor::eq(const Tensor& o) const { return strata::eq(*this, o); }
-Tensor Tensor::eq(double o) const { return compare_scalar(BinaryOp::Eq, *this, o, "eq"); }
+Tensor Tensor::eq(Scalar o) const { return strata::eq(*this, o); }
 Tensor Tensor::ne(const Tensor& o) const { return strata::ne(*this, o); }
-Tensor Tensor::ne(double o) const { return compare_scalar(BinaryOp::Ne, *this, o, "ne"); }
+Tensor Tensor::ne(Scalar o) const { return strata::ne(*this, o); }
 Tensor Tensor::lt(const Tensor& o) const { return strata::lt(*this, o); }
-Tensor Tensor::lt(double o) const { return compare_scalar(BinaryOp::Lt, *this, o, "lt"); }
+Tensor Tensor::lt(Scalar o) const { return strata::lt(*this, o); }
 Tensor Tensor::le(const Tensor& o) const { return strata::le(*this, o); }
-Tensor Tensor::le(double o) const { return compare_scalar(BinaryOp::Le, *this, o, "le"); }
+Tensor Tensor::le(Scalar o) const { return strata::le(*this, o); }
 Tensor Tensor::gt(const Tensor& o) const { return strata::gt(*this, o); }
-Tensor Tensor::gt(double o) const { return compare_scalar(BinaryOp::Gt, *this, o, "gt"); }
+Tensor Tensor::gt(Scalar o) const { return strata::gt(*this, o); }
 Tensor Tensor::ge(const Tensor& o) const { return strata::ge(*this, o); }
-Tensor Tensor::ge(double o) const { return compare_scalar(BinaryOp::Ge, *this, o, "ge"); }
+Tensor Tensor::ge(Scalar o) const { return strata::ge(*this, o); }
 Tensor Tensor::logical_and(const Tensor& o) const { return strata::logical_and(*this, o); }
 Tensor Tensor::logical_or(const Tensor& o) const { return strata::logical_or(*this, o); }
 Tensor Tensor::logical_not() const { return strata::logical_not(*this); }
 
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
-Tensor operator+(const Tensor& a, double b) { return a.add(b); }
-Tensor operator+(double a, const Tensor& b) { return b.add(a); }
+Tensor operator+(const Tensor& a, Scalar b) { return add(a, b); }
+Tensor operator+(Scalar a, const Tensor& b) { return add(b, a); }
 Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
-Tensor operator-(const Tensor& a, double b) { return a.sub(b); }
-Tensor operator-(double a, const Tensor& b) {
-  const ScalarType c = scalar_type_with(b);
-  return add_impl(BinaryOp::Sub, wrap(a, c, b.device()), b, 1, c, "sub", "RsubBackward1");
+Tensor operator-(const Tensor& a, Scalar b) { return sub(a, b); }
+Tensor operator-(Scalar a, const Tensor& b) {
+  const ScalarType c = result_type(b, a);
+  return add_impl(BinaryOp::Sub, wrap(a, c, b), b, 1, c, "sub", "RsubBackward1");
 }
 Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
-Tensor operator*(const Tensor& a, double b) { return a.mul(b); }
-Tensor operator*(double a, const Tensor& b) { return b.mul(a); }
+Tensor operator*(const Tensor& a, Scalar b) { return mul(a, b); }
+Tensor operator*(Scalar a, const Tensor& b) { return mul(b, a); }
 Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
-Tensor operator/(const Tensor& a, double b) { return a.div(b); }
-Tensor operator/(double a, const Tensor& b) {
-  const ScalarType c = scalar_type_with(b);
-  return div_impl(wrap(a, c, b.device()), b, c);
+Tensor operator/(const Tensor& a, Scalar b) { return div(a, b); }
+Tensor operator/(Scalar a, const Tensor& b) {
+  const ScalarType c = result_type(b, a);
+  return div_impl(wrap(a, c, b), b, c);
 }
 Tensor operator-(const Tensor& a) { return neg(a); }
 
 // ---- in-place methods ----
 
-Tensor& Tensor::add_(const Tensor& o, double alpha) { return add_inplace(BinaryOp::Add, *this, o, alpha, result_type(*this, o), "add_"); }
-Tensor& Tensor::add_(double o) {
-  const ScalarType c = scalar_type_with(*this);
-  return add_inplace(BinaryOp::Add, *this, wrap(o, c, device()), 1, c, "add_");
+Tensor& Tensor::add_(const Tensor& o, Scalar alpha) {
+  return add_inplace(BinaryOp::Add, *this, o, alpha, result_type(*this, o), "add_");
 }
-Tensor& Tensor::sub_(const Tensor& o, double alpha) { return add_inplace(BinaryOp::Sub, *this, o, alpha, result_type(*this, o), "sub_"); }
-Tensor& Tensor::sub_(double o) {
-  const ScalarType c = scalar_type_with(*this);
-  return add_inplace(BinaryOp::Sub, *this, wrap(o, c, device()), 1, c, "sub_");
+Tensor& Tensor::add_(Scalar o) {
+  const ScalarType c = result_type(*this, o);
+  return add_inplace(BinaryOp::Add, *this, wrap(o, c, *this), 1, c, "add_");
+}
+Tensor& Tensor::sub_(const Tensor& o, Scalar alpha) {
+  return add_inplace(BinaryOp::Sub, *this, o, alpha, result_type(*this, o), "sub_");
+}
+Tensor& Tensor::sub_(Scalar o) {
+  const ScalarType c = result_type(*this, o);
+  return add_inplace(BinaryOp::Sub, *this, wrap(o, c, *this), 1, c, "sub_");
 }
 Tensor& Tensor::mul_(const Tensor& o) { return mul_inplace(*this, o, result_type(*this, o)); }
-Tensor& Tensor::mul_(double o) {
-  const ScalarType c = scalar_type_with(*this);
-  return mul_inplace(*this, wrap(o, c, device()), c);
+Tensor& Tensor::mul_(Scalar o) {
+  const ScalarType c = result_type(*this, o);
+  return mul_inplace(*this, wrap(o, c, *this), c);
 }
 Tensor& Tensor::div_(const Tensor& o) { return div_inplace(*this, o, result_type(*this, o)); }
-Tensor& Tensor::div_(double o) {
-  const ScalarType c = scalar_type_with(*this);
-  return div_inplace(*this, wrap(o, c, device()), c);
+Tensor& Tensor::div_(Scalar o) {
+  const ScalarType c = strata::is_floating_point(result_type(*this, o)) ? result_type(*this, o) : kFloat;
+  return div_inplace(*this, wrap(o, c, *this), c);
 }
 
 namespace {
 // The new values do not depend on the old ones: the node passes no gradient back.
-Tensor& fill_inplace(Tensor& self, double value, const char* name) {
+// An integral value into an int64 tensor is copied from its exact wrapped form (fill takes a double).
+Tensor& fill_inplace(Tensor& self, const Scalar& value, const char* name) {
   autograd::check_inplace(self, name);
-  ops::kernels(self).fill(self, value);
+  if (self.dtype() == kLong && !value.isFloatingPoint()) {
+    ops::kernels(self).copy(wrap(value, kLong, self), self);
+  } else {
+    ops::kernels(self).fill(self, value.to<double>());
+  }
   if (auto node = autograd::record("FillBackward0", tensor_list{self}, {})) {
     node->backward = [](const tensor_list&) -> tensor_list { return {Tensor()}; };
     autograd::rebase_history(self, node);
@@ -683,9 +784,9 @@ Tensor& fill_inplace(Tensor& self, double value, const char* name) {
 }  // namespace
 
 Tensor& Tensor::zero_() { return fill_inplace(*this, 0, "zero_"); }
-Tensor& Tensor::fill_(double value) { return fill_inplace(*this, value, "fill_"); }
+Tensor& Tensor::fill_(Scalar value) { return fill_inplace(*this, value, "fill_"); }
 
-Tensor& Tensor::clamp_(std::optional<double> min, std::optional<double> max) {
+Tensor& Tensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max) {
   const ScalarType compute = clamp_type(*this, min, max);
   STRATA_CHECK(can_cast(compute, dtype()), "clamp_: result type ", compute,
                " can't be cast to the desired output type ", dtype());

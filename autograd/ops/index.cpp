@@ -120,7 +120,7 @@ Tensor scatter_add(const Tensor& a, int64_t dim, const Tensor& index, const Tens
   return out;
 }
 
-Tensor masked_fill(const Tensor& a, const Tensor& mask, double value) {
+Tensor masked_fill(const Tensor& a, const Tensor& mask, Scalar value) {
   STRATA_CHECK(mask.dtype() == kBool, "masked_fill: expected a mask of dtype Bool, got ", mask.dtype());
   STRATA_CHECK(IntArrayRef(broadcast_shapes(mask.sizes(), a.sizes(), "masked_fill")) == a.sizes(),
                "masked_fill: mask of shape ", mask.sizes(), " does not broadcast to the tensor's shape ", a.sizes());
@@ -159,6 +159,6 @@ Tensor Tensor::gather(int64_t dim, const Tensor& index) const { return strata::g
 Tensor Tensor::scatter_add(int64_t dim, const Tensor& index, const Tensor& src) const {
   return strata::scatter_add(*this, dim, index, src);
 }
-Tensor Tensor::masked_fill(const Tensor& mask, double value) const { return strata::masked_fill(*this, mask, value); }
+Tensor Tensor::masked_fill(const Tensor& mask, Scalar value) const { return strata::masked_fill(*this, mask, value); }
 
 }  // namespace strata

@@ -19,6 +19,16 @@ int64_t softmax_dim(const Tensor& a, int64_t dim, const char* name) {
   STRATA_CHECK(a.is_floating_point(), name, ": expected a floating point tensor, got ", a.dtype());
   return wrap_dim(dim, a.dim(), name);
 }
+
+/// The max of a along dim d, kept as a size-1 dim: the shift that keeps exp finite. A constant,
+/// so one plain reduce kernel, without max(dim)'s indices or a graph node.
+Tensor max_along(const Tensor& a, int64_t d) {
+  DimVector sizes(a.sizes());
+  if (a.dim() > 0) sizes[d] = 1;
+  Tensor m = empty(sizes, a.options());
+  if (a.numel() > 0) ops::kernels(a).reduce(ReduceOp::Max, a, IntArrayRef(d), m);
+  return m;
+}
 }  // namespace
 
 // y = exp(x - m) / sum(exp(x - m)) with m the (constant) max along dim; dx = y * (g - sum(g * y)).
@@ -27,7 +37,7 @@ Tensor softmax(const Tensor& a, int64_t dim) {
   Tensor y;
   {
     NoGradGuard no_grad;
-    Tensor e = exp(a - std::get<0>(max(a, d, /*keepdim=*/true)));
+    Tensor e = exp(a - max_along(a, d));
     y = e.div_(sum(e, d, /*keepdim=*/true));
   }
   if (auto node = autograd::record("SoftmaxBackward0", a, y))
@@ -44,7 +54,7 @@ Tensor log_softmax(const Tensor& a, int64_t dim) {
   Tensor y;
   {
     NoGradGuard no_grad;
-    Tensor shifted = a - std::get<0>(max(a, d, /*keepdim=*/true));
+    Tensor shifted = a - max_along(a, d);
     y = shifted.sub_(log(sum(exp(shifted), d, /*keepdim=*/true)));
   }
   if (auto node = autograd::record("LogSoftmaxBackward0", a, y))
@@ -123,10 +133,12 @@ Tensor reduce_loss(const Tensor& loss, Reduction reduction) {
 
 // The targets of a classification loss over input [N, C, d...]: checked, with the weight each one carries
 // (weight[target], or 1; 0 where target == ignore_index) and the targets made safe to gather (ignored -> 0).
+// The common case, no class weights and no target equal to ignore_index, leaves `valid` and `weights`
+// undefined (all true, all 1): the loss is then a gather and a mean, with no masks built or multiplied.
 struct ClassTargets {
-  Tensor valid;    // [N, d...] bool: target != ignore_index
+  Tensor valid;    // [N, d...] bool: target != ignore_index; undefined when all are
   Tensor safe;     // [N, d...] int64 in [0, C)
-  Tensor weights;  // [N, d...] in the input's dtype
+  Tensor weights;  // [N, d...] in the input's dtype; undefined when all are 1
 };
 
 ClassTargets check_targets(const Tensor& input, const Tensor& target, const LossOptions& o, const char* name) {
@@ -141,23 +153,31 @@ ClassTargets check_targets(const Tensor& input, const Tensor& target, const Loss
   const int64_t C = input.size(1);
   STRATA_CHECK(!o.weight.defined() || (o.weight.dim() == 1 && o.weight.size(0) == C), name,
                ": expected weight of shape [", C, "], got ", o.weight.defined() ? o.weight.sizes() : IntArrayRef());
-  const Tensor ignore = scalar_tensor(static_cast<double>(o.ignore_index), TensorOptions(kLong).device(target.device()));
   ClassTargets t;
-  t.valid = ne(target, ignore);
-  t.safe = where(t.valid, target, ops::scalar_like(0, target));
+  t.safe = target;
   if (target.numel() > 0) {
-    const int64_t lo = min(t.safe).item<int64_t>(), hi = max(t.safe).item<int64_t>();
+    int64_t lo = min(target).item<int64_t>(), hi = max(target).item<int64_t>();
+    if (o.ignore_index >= lo && o.ignore_index <= hi) {  // some targets may be ignored: mask them
+      t.valid = ne(target, scalar_tensor(static_cast<double>(o.ignore_index), TensorOptions(kLong).device(target.device())));
+      t.safe = where(t.valid, target, ops::scalar_like(0, target));
+      lo = min(t.safe).item<int64_t>();
+      hi = max(t.safe).item<int64_t>();
+    }
     STRATA_CHECK(lo >= 0, name, ": target ", lo, " is out of bounds for ", C, " classes");
     STRATA_CHECK(hi < C, name, ": target ", hi, " is out of bounds for ", C, " classes");
   }
-  t.weights = t.valid.to(input.dtype());
-  if (o.weight.defined()) t.weights = t.weights * index_select(o.weight, 0, t.safe.flatten()).reshape(target.sizes());
+  if (t.valid.defined()) t.weights = t.valid.to(input.dtype());
+  if (o.weight.defined()) {
+    Tensor picked = index_select(o.weight, 0, t.safe.flatten()).reshape(target.sizes());
+    t.weights = t.weights.defined() ? t.weights * picked : picked;
+  }
   return t;
 }
 
 // -weights * input[n, target[n]] per element, reduced; Mean divides by the total weight of non-ignored targets.
 Tensor nll_from(const Tensor& log_probs, const ClassTargets& t, Reduction reduction) {
   Tensor picked = gather(log_probs, 1, t.safe.unsqueeze(1)).squeeze(1);
+  if (!t.weights.defined()) return -reduce_loss(picked, reduction);
   Tensor loss = -(picked * t.weights);
   if (reduction == Reduction::Mean) return sum(loss) / sum(t.weights);
   return reduce_loss(loss, reduction);
@@ -202,9 +222,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const LossOptio
     per_class = per_class * options.weight.reshape(shape);
   }
   Tensor smooth = -sum(per_class, 1);
-  smooth = where(t.valid, smooth, ops::scalar_like(0, smooth));
-  Tensor reduced = options.reduction == Reduction::Mean ? sum(smooth) / sum(t.weights)
-                                                        : reduce_loss(smooth, options.reduction);
+  if (t.valid.defined()) smooth = where(t.valid, smooth, ops::scalar_like(0, smooth));
+  Tensor reduced = options.reduction == Reduction::Mean && t.weights.defined() ? sum(smooth) / sum(t.weights)
+                                                                               : reduce_loss(smooth, options.reduction);
   return nll * (1 - eps) + reduced * (eps / static_cast<double>(C));
 }
 

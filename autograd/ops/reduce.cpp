@@ -118,10 +118,12 @@ std::tuple<Tensor, Tensor> extreme_along(ReduceOp op, const Tensor& a, int64_t d
     ops::kernels(a).arg_reduce(op, a, p.dims[0], kept_view(values, p), kept_indices);
   }
   if (auto node = autograd::record(op == ReduceOp::Max ? "MaxBackward" : "MinBackward", a, values))
-    node->backward = [kept_indices, p = std::move(p)](const tensor_list& g) -> tensor_list {
+    // Saved through SavedVariable: the caller gets `indices`, and writing into it must not reroute gradients.
+    node->backward = [saved = autograd::SavedVariable(kept_indices), p = std::move(p)](
+                         const tensor_list& g) -> tensor_list {
       if (p.dims.empty()) return {g[0]};
       Tensor kept_grad = p.keepdim ? g[0] : g[0].unsqueeze(p.dims[0]);
-      return {scatter_add(zeros(p.in_sizes, g[0].options()), p.dims[0], kept_indices, kept_grad)};
+      return {scatter_add(zeros(p.in_sizes, g[0].options()), p.dims[0], saved.unpack(), kept_grad)};
     };
   return {values, indices};
 }

@@ -18,10 +18,8 @@ namespace {
 /// Records the view op `name` producing `view` from `a`, and marks `view` as a view of `a`.
 template <class Backward>
 Tensor record_view(const char* name, const Tensor& a, const Tensor& view, Backward&& backward) {
-  if (auto node = autograd::record(name, a, view)) {
-    node->backward = std::forward<Backward>(backward);
-    autograd::mark_view(view, a);
-  }
+  if (auto node = autograd::record(name, a, view)) node->backward = std::forward<Backward>(backward);
+  autograd::mark_view(view, a);
   return view;
 }
 
@@ -54,7 +52,8 @@ DimVector infer_size(IntArrayRef sizes, const Tensor& a, const char* op) {
       inferred = static_cast<int64_t>(i);
     } else {
       STRATA_CHECK(shape[i] >= 0, op, ": invalid shape dimension ", shape[i], " in shape ", sizes);
-      known *= shape[i];
+      STRATA_CHECK(!__builtin_mul_overflow(known, shape[i], &known), op, ": shape ", sizes,
+                   " has too many elements");
     }
   }
   const int64_t numel = a.numel();
@@ -116,6 +115,8 @@ DimVector expand_strides(const Tensor& a, DimVector& sizes, const char* op) {
     }
     const int64_t have = a.size(i - lead);
     if (sizes[i] == -1) sizes[i] = have;
+    STRATA_CHECK(sizes[i] >= 0, op, ": cannot expand shape ", a.sizes(), " to shape ", IntArrayRef(sizes),
+                 ": negative size ", sizes[i], " at dimension ", i);
     STRATA_CHECK(have == sizes[i] || have == 1, op, ": cannot expand shape ", a.sizes(), " to shape ",
                  IntArrayRef(sizes), ": size ", have, " at dimension ", i - lead, " is not 1 and does not match ",
                  sizes[i]);
@@ -130,10 +131,12 @@ struct Geometry {
   int64_t offset;
   /// One past the last storage element it touches (0 when empty).
   int64_t extent() const {
-    int64_t last = offset;
+    int64_t last = offset, step = 0;
     for (size_t i = 0; i < sizes.size(); ++i) {
       if (sizes[i] == 0) return 0;
-      last += (sizes[i] - 1) * strides[i];
+      STRATA_CHECK(!__builtin_mul_overflow(sizes[i] - 1, strides[i], &step) &&
+                       !__builtin_add_overflow(last, step, &last),
+                   "as_strided: sizes ", sizes, " and strides ", strides, " reach beyond any storage");
     }
     return last + 1;
   }
@@ -381,8 +384,8 @@ tensor_list split_with_sizes(const Tensor& a, IntArrayRef split_sizes, int64_t d
       }
       return {cat(parts, dim)};
     };
-    for (const Tensor& o : outs) autograd::mark_view(o, a);
   }
+  for (const Tensor& o : outs) autograd::mark_view(o, a);
   return outs;
 }
 
@@ -529,16 +532,18 @@ Tensor Tensor::clone() const {
 Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
 
 Tensor& Tensor::copy_(const Tensor& src) {
-  autograd::check_inplace(*this, "copy_");
   STRATA_CHECK(src.device() == device(), "copy_: src is on ", src.device(), " but self is on ", device());
-  if (src.sizes() == sizes()) {
-    ops::kernels(*this).copy(src, *this);
-  } else {
+  Tensor from = src;
+  if (src.sizes() != sizes()) {
     DimVector shape(sizes());
     DimVector strides = expand_strides(src, shape, "copy_");
-    ops::kernels(*this).copy(make_view(src, shape, strides, src.storage_offset()), *this);
+    from = make_view(src, shape, strides, src.storage_offset());
   }
-  if (!autograd::any_requires_grad({*this, src})) return *this;
+  // Only a floating-point target can carry the history of what was copied into it.
+  const bool records = is_floating_point() && autograd::any_requires_grad({*this, src});
+  autograd::check_inplace(*this, "copy_", records);
+  ops::kernels(*this).copy(from, *this);
+  if (!records) return *this;
   if (auto node = autograd::record("CopyBackward", tensor_list{*this, src}, {})) {
     // self's old values are overwritten: no gradient flows to its previous history.
     node->backward = [src_sizes = DimVector(src.sizes()), src_type = src.dtype(),

@@ -25,12 +25,6 @@ void binary_loop(const Tensor& a, const Tensor& b, const Tensor& out, const F& f
   for_each(loop, [&](char* const* d, const int64_t* s, int64_t n) { map_inner<Out, T, T>(d, s, n, f); });
 }
 
-template <class T>
-constexpr bool is_nan(T v) {
-  if constexpr (std::is_floating_point_v<T>) return v != v;
-  return false;
-}
-
 int64_t int_pow(int64_t base, int64_t e) {
   if (e < 0) return base == 1 ? 1 : base == -1 ? (e % 2 ? -1 : 1) : 0;
   uint64_t result = 1, b = static_cast<uint64_t>(base);  // unsigned: overflow wraps, as in libtorch

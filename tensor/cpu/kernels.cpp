@@ -21,11 +21,17 @@ constexpr size_t kAlignment = 64;
 // bytes are rounded to a power of two and kept on per-thread free lists, capped at
 // kCacheBytes per thread. Sanitizer builds skip the cache so use-after-free stays visible.
 constexpr size_t kMaxCached = size_t{4} << 20;
-constexpr size_t kCacheBytes = size_t{256} << 20;
+constexpr size_t kCacheBytes = size_t{64} << 20;
 constexpr int kClasses = 17;  // 64 B ... 4 MiB
 
 #if defined(__SANITIZE_ADDRESS__)
 constexpr bool kUseCache = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kUseCache = false;
+#else
+constexpr bool kUseCache = true;
+#endif
 #else
 constexpr bool kUseCache = true;
 #endif
@@ -36,29 +42,35 @@ int size_class(size_t nbytes) {
   return c;
 }
 
+struct BlockCache;
+// Reached through a plain pointer: tensors freed after this thread's thread_locals are destroyed
+// (static tensors at exit) must find no cache rather than a destroyed one.
+thread_local BlockCache* current_cache = nullptr;
+
 struct BlockCache {
   std::vector<void*> free[kClasses];
   size_t bytes = 0;
+  BlockCache() { current_cache = this; }
   ~BlockCache() {
+    current_cache = nullptr;
     for (auto& list : free)
       for (void* p : list) std::free(p);
   }
 };
 
-BlockCache& cache() {
-  thread_local BlockCache c;
-  return c;
+BlockCache* cache() {
+  thread_local BlockCache c;  // constructed on first use, sets current_cache
+  return current_cache;
 }
 
 void* CpuKernels::allocate(size_t nbytes) const {
   size_t rounded = nbytes == 0 ? kAlignment : (nbytes + kAlignment - 1) / kAlignment * kAlignment;
   if (kUseCache && rounded <= kMaxCached) {
     const int c = size_class(rounded);
-    auto& list = cache().free[c];
-    if (!list.empty()) {
-      void* p = list.back();
-      list.pop_back();
-      cache().bytes -= kAlignment << c;
+    if (BlockCache* bc = cache(); bc && !bc->free[c].empty()) {
+      void* p = bc->free[c].back();
+      bc->free[c].pop_back();
+      bc->bytes -= kAlignment << c;
       return p;
     }
     rounded = kAlignment << c;
@@ -72,10 +84,10 @@ void CpuKernels::deallocate(void* p, size_t nbytes) const {
   const size_t rounded = nbytes == 0 ? kAlignment : (nbytes + kAlignment - 1) / kAlignment * kAlignment;
   if (kUseCache && rounded <= kMaxCached) {
     const int c = size_class(rounded);
-    BlockCache& bc = cache();
-    if (bc.bytes + (kAlignment << c) <= kCacheBytes) {
-      bc.free[c].push_back(p);
-      bc.bytes += kAlignment << c;
+    BlockCache* bc = current_cache;  // never creates a cache on a thread that is exiting
+    if (bc && bc->bytes + (kAlignment << c) <= kCacheBytes) {
+      bc->free[c].push_back(p);
+      bc->bytes += kAlignment << c;
       return;
     }
   }

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "strata/tensor/kernels.h"
@@ -31,6 +32,14 @@ namespace strata::cpu {
 constexpr int64_t kParallelThreshold = 32768;
 /// Most dims of size > 1 an operand may have.
 constexpr int kMaxDims = 25;
+
+/// x != x: true only for a floating NaN (integers and bool are never NaN). Max and min use it to
+/// propagate NaN, as libtorch does.
+template <class T>
+constexpr bool is_nan(T v) {
+  if constexpr (std::is_floating_point_v<T>) return v != v;
+  return false;
+}
 
 /// True when work over `numel` elements should be split across OpenMP threads.
 inline bool use_threads(int64_t numel) {

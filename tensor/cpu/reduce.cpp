@@ -32,12 +32,6 @@ template <ReduceOp kOp, class T>
 using acc_t = std::conditional_t<kOp == ReduceOp::Sum || kOp == ReduceOp::Prod,
                                  std::conditional_t<std::is_floating_point_v<T>, double, int64_t>, T>;
 
-template <class T>
-constexpr bool is_nan(T v) {
-  if constexpr (std::is_floating_point_v<T>) return v != v;
-  return false;
-}
-
 template <ReduceOp kOp, class A>
 constexpr A identity() {
   using L = std::numeric_limits<A>;
