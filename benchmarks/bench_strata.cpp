@@ -66,7 +66,7 @@ void mlp_step_strata(benchmark::State& state) {
     strata::NoGradGuard no_grad;
     for (Tensor& p : params) {
       p.sub_(p.grad(), kLr);
-      p.mutable_grad().zero_();
+      p.mutable_grad() = Tensor();  // zero_grad(set_to_none), PyTorch's default; libtorch's side does the same
     }
   }
 }

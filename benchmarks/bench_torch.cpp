@@ -67,7 +67,7 @@ void mlp_step_torch(benchmark::State& state) {
     torch::NoGradGuard no_grad;
     for (torch::Tensor& p : params) {
       p.sub_(p.grad(), kLr);
-      p.mutable_grad().zero_();
+      p.mutable_grad() = torch::Tensor();  // zero_grad(set_to_none), as the strata side
     }
   }
 }

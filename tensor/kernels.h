@@ -36,6 +36,8 @@ class Kernels {
   virtual void unary(UnaryOp op, const Tensor& in, const Tensor& out) const = 0;  ///< out = op(in); LogicalNot writes bool
   /// out = op(a, b); a and b share dtype and out's sizes; comparisons and logical ops write bool.
   virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) const = 0;
+  /// out = a + alpha * b in one pass (add and sub with alpha, optimizer updates); operands as for binary.
+  virtual void add_scaled(const Tensor& a, const Tensor& b, double alpha, const Tensor& out) const = 0;
   /// out = cond ? a : b; cond is bool, a and b share out's dtype and sizes.
   virtual void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) const = 0;
   /// Reduces `in` over dims into out, whose sizes are in's with those dims set to 1.

@@ -106,20 +106,26 @@ Tensor expand_to(const Tensor& t, IntArrayRef sizes) {
 
 TensorOptions options_of(ScalarType dtype, const Tensor& like) { return TensorOptions(dtype).device(like.device()); }
 
+// out = op(a, b); for Add and Sub an alpha other than 1 scales b in the same pass.
+void run_binary(const Kernels& k, BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, double alpha) {
+  if (alpha == 1) k.binary(op, a, b, out);
+  else k.add_scaled(a, b, op == BinaryOp::Sub ? -alpha : alpha, out);
+}
+
 // out = op(a, b) over the broadcast shape, computed in `compute`, written as `out_dtype`.
 Tensor binary_kernel(BinaryOp op, const Tensor& a, const Tensor& b, ScalarType compute, ScalarType out_dtype,
-                     const char* name) {
+                     const char* name, double alpha = 1) {
   STRATA_CHECK(a.device() == b.device(), name, ": expected both tensors on one device, got ", a.device(), " and ",
                b.device());
   const Kernels& k = ops::kernels(a);
   if (a.sizes() == b.sizes() && a.dtype() == compute && b.dtype() == compute) {  // the common case: no views, no casts
     Tensor out = empty(a.sizes(), options_of(out_dtype, a));
-    k.binary(op, a, b, out);
+    run_binary(k, op, a, b, out, alpha);
     return out;
   }
   const DimVector shape = broadcast_shapes(a.sizes(), b.sizes(), name);
   Tensor out = empty(shape, options_of(out_dtype, a));
-  k.binary(op, expand_to(cast(a, compute), shape), expand_to(cast(b, compute), shape), out);
+  run_binary(k, op, expand_to(cast(a, compute), shape), expand_to(cast(b, compute), shape), out, alpha);
   return out;
 }
 
@@ -196,18 +202,12 @@ void check_alpha(const Scalar& alpha, ScalarType compute, const char* name) {
                ": for integral input tensors, argument alpha must not be a floating point number, got ", alpha);
 }
 
-// alpha * b in the computation dtype; b itself when alpha is 1.
-Tensor scaled(const Tensor& b, const Scalar& alpha, ScalarType compute, const char* name) {
-  if (alpha.equal(1)) return b;
-  return binary_kernel(BinaryOp::Mul, b, wrap(alpha, compute, b), compute, compute, name);
-}
-
 // a + alpha * b (op Add) or a - alpha * b (op Sub).
 Tensor add_impl(BinaryOp op, const Tensor& a, const Tensor& b, const Scalar& alpha, ScalarType compute,
                 const char* name, const char* node_name) {
   check_not_bool(compute, name);
   check_alpha(alpha, compute, name);
-  Tensor out = binary_kernel(op, a, scaled(b, alpha, compute, name), compute, compute, name);
+  Tensor out = binary_kernel(op, a, b, compute, compute, name, alpha.to<double>());
   if (auto node = autograd::record(node_name, a, b, out)) {
     const double alpha_value = alpha.to<double>();  // gradients are floating
     set_add_backward(*node, a, b, out, op == BinaryOp::Add ? alpha_value : -alpha_value);
@@ -261,15 +261,15 @@ void check_inplace_operands(const Tensor& self, const Tensor& other, ScalarType 
 }
 
 // self = op(self, other) written straight into self (through a temporary only when the computation dtype differs).
-void write_inplace(BinaryOp op, const Tensor& self, const Tensor& other, ScalarType compute) {
+void write_inplace(BinaryOp op, const Tensor& self, const Tensor& other, ScalarType compute, double alpha = 1) {
   const Kernels& k = ops::kernels(self);
   Tensor b = expand_to(cast(other, compute), self.sizes());
   if (self.dtype() == compute) {
-    k.binary(op, self, b, self);
+    run_binary(k, op, self, b, self, alpha);
     return;
   }
   Tensor tmp = empty(self.sizes(), options_of(compute, self));
-  k.binary(op, cast(self, compute), b, tmp);
+  run_binary(k, op, cast(self, compute), b, tmp, alpha);
   k.copy(tmp, self);
 }
 
@@ -279,7 +279,7 @@ Tensor& add_inplace(BinaryOp op, Tensor& self, const Tensor& other, const Scalar
   check_alpha(alpha, compute, name);
   check_inplace_operands(self, other, compute, name);
   auto node = autograd::record(op == BinaryOp::Add ? "AddBackward0" : "SubBackward0", {self, other}, {});
-  write_inplace(op, self, scaled(other, alpha, compute, name), compute);
+  write_inplace(op, self, other, compute, alpha.to<double>());
   if (node) {
     autograd::rebase_history(self, node);
     const double alpha_value = alpha.to<double>();
@@ -538,7 +538,7 @@ Tensor relu(const Tensor& a) {
   Tensor y = unary_kernel(UnaryOp::Relu, a, a.dtype());
   if (auto node = autograd::record("ReluBackward0", a, y))
     node->backward = [y = SavedVariable(y, true)](const tensor_list& g) -> tensor_list {
-      return {g[0] * y.unpack().gt(0.0)};
+      return {where(y.unpack().gt(0.0), g[0], ops::scalar_like(0, g[0]))};
     };
   return y;
 }

@@ -16,6 +16,7 @@ class CpuKernels final : public Kernels {
   void fill(const Tensor& dst, double value) const override;
   void unary(UnaryOp op, const Tensor& in, const Tensor& out) const override;
   void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) const override;
+  void add_scaled(const Tensor& a, const Tensor& b, double alpha, const Tensor& out) const override;
   void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) const override;
   void reduce(ReduceOp op, const Tensor& in, IntArrayRef dims, const Tensor& out) const override;
   void arg_reduce(ReduceOp op, const Tensor& in, int64_t dim, const Tensor& values,

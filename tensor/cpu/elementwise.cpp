@@ -141,6 +141,16 @@ void CpuKernels::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Ten
   });
 }
 
+void CpuKernels::add_scaled(const Tensor& a, const Tensor& b, double alpha, const Tensor& out) const {
+  STRATA_CHECK(a.dtype() == b.dtype() && a.dtype() == out.dtype(), "add: expected operands of one dtype, got ",
+               a.dtype(), ", ", b.dtype(), " and ", out.dtype());
+  visit_dtype(a.dtype(), [&]<class T>() {
+    STRATA_CHECK((!std::is_same_v<T, bool>), "add with alpha does not support ", a.dtype());
+    if constexpr (!std::is_same_v<T, bool>)
+      binary_loop<T, T>(a, b, out, [al = static_cast<T>(alpha)](T x, T y) { return x + al * y; });
+  });
+}
+
 void CpuKernels::where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) const {
   STRATA_CHECK(cond.dtype() == kBool, "where: expected a Bool condition, got ", cond.dtype());
   STRATA_CHECK(a.dtype() == out.dtype() && b.dtype() == out.dtype(), "where: expected operands of dtype ", out.dtype(),
@@ -148,7 +158,8 @@ void CpuKernels::where(const Tensor& cond, const Tensor& a, const Tensor& b, con
   auto loop = make_loop<4>({&out, &cond, &a, &b});
   visit_dtype(out.dtype(), [&]<class T>() {
     for_each(loop, [](char* const* d, const int64_t* s, int64_t n) {
-      map_inner<T, bool, T, T>(d, s, n, [](bool c, T x, T y) { return c ? x : y; });
+      // The condition is read as bytes: GCC does not vectorise loads of bool.
+      map_inner<T, uint8_t, T, T>(d, s, n, [](uint8_t c, T x, T y) { return c != 0 ? x : y; });
     });
   });
 }

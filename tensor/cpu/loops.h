@@ -276,18 +276,23 @@ inline Tensor as_1d(const Tensor& t) {
 }
 
 namespace detail {
+// Note [ivdep]: out may be one of the inputs (in-place ops write x[i] = f(x[i], ...)), which
+// defeats the compiler's overlap test and would leave these loops scalar. Element i only reads
+// index i (or a stride-0 scalar), so there is no loop-carried dependence to respect.
 template <class Out, class... In, class F, size_t... I>
 inline void map_inner(std::index_sequence<I...>, char* const* d, const int64_t* s, int64_t n, const F& f) {
   Out* out = reinterpret_cast<Out*>(d[0]);
   std::tuple<const In*...> in{reinterpret_cast<const In*>(d[I + 1])...};
   const bool out_unit = s[0] == sizeof(Out);
   if (out_unit && ((s[I + 1] == sizeof(In)) && ...)) {
+#pragma GCC ivdep
     for (int64_t i = 0; i < n; ++i) out[i] = f(std::get<I>(in)[i]...);
     return;
   }
   if constexpr (sizeof...(In) == 1) {
     if (out_unit && s[1] == 0) {
       const Out v = f(*std::get<0>(in));
+#pragma GCC ivdep
       for (int64_t i = 0; i < n; ++i) out[i] = v;
       return;
     }
@@ -296,12 +301,30 @@ inline void map_inner(std::index_sequence<I...>, char* const* d, const int64_t* 
     const auto* b = std::get<1>(in);
     if (out_unit && s[1] == sizeof(*a) && s[2] == 0) {
       const auto bv = *b;
+#pragma GCC ivdep
       for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], bv);
       return;
     }
     if (out_unit && s[1] == 0 && s[2] == sizeof(*b)) {
       const auto av = *a;
+#pragma GCC ivdep
       for (int64_t i = 0; i < n; ++i) out[i] = f(av, b[i]);
+      return;
+    }
+  } else if constexpr (sizeof...(In) == 3) {  // where(cond, x, scalar) and where(cond, scalar, x)
+    const auto* c = std::get<0>(in);
+    const auto* a = std::get<1>(in);
+    const auto* b = std::get<2>(in);
+    if (out_unit && s[1] == sizeof(*c) && s[2] == sizeof(*a) && s[3] == 0) {
+      const auto bv = *b;
+#pragma GCC ivdep
+      for (int64_t i = 0; i < n; ++i) out[i] = f(c[i], a[i], bv);
+      return;
+    }
+    if (out_unit && s[1] == sizeof(*c) && s[2] == 0 && s[3] == sizeof(*b)) {
+      const auto av = *a;
+#pragma GCC ivdep
+      for (int64_t i = 0; i < n; ++i) out[i] = f(c[i], av, b[i]);
       return;
     }
   }
@@ -310,8 +333,8 @@ inline void map_inner(std::index_sequence<I...>, char* const* d, const int64_t* 
 }
 }  // namespace detail
 
-/// One inner run of out = f(in...): unit strides (and, for one or two inputs, stride-0
-/// scalars) take loops the compiler vectorises; anything else walks the byte strides.
+/// One inner run of out = f(in...): unit strides (and, for one to three inputs, a stride-0
+/// scalar) take loops the compiler vectorises; anything else walks the byte strides.
 template <class Out, class... In, class F>
 inline void map_inner(char* const* data, const int64_t* strides, int64_t n, const F& f) {
   detail::map_inner<Out, In...>(std::index_sequence_for<In...>{}, data, strides, n, f);
