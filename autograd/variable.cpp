@@ -31,14 +31,16 @@ Node::Node(uint32_t n) : num_outputs(n), sequence_nr(next_sequence_nr.fetch_add(
 // static tensor's graph is freed at exit; a plain pointer cannot).
 Node::~Node() {
   thread_local std::vector<std::shared_ptr<Node>>* queue = nullptr;
+  // Only nodes with edges of their own can start a chain; the rest (AccumulateGrad) die in place.
+  auto chains = [](const Edge& e) { return e.fn && e.fn.use_count() == 1 && !e.fn->next_edges.empty(); };
   if (queue) {
     for (Edge& e : next_edges)
-      if (e.fn && e.fn.use_count() == 1) queue->push_back(std::move(e.fn));
+      if (chains(e)) queue->push_back(std::move(e.fn));
     return;
   }
   std::vector<std::shared_ptr<Node>> local;
   for (Edge& e : next_edges)
-    if (e.fn && e.fn.use_count() == 1) local.push_back(std::move(e.fn));
+    if (chains(e)) local.push_back(std::move(e.fn));
   if (local.empty()) return;
   queue = &local;
   while (!local.empty()) {
@@ -125,7 +127,8 @@ std::shared_ptr<LambdaNode> record(const char* name, const Tensor& input, const 
 }
 
 std::shared_ptr<LambdaNode> record(const char* name, const Tensor& a, const Tensor& b, const Tensor& output) {
-  if (!any_requires_grad({a, b})) return nullptr;
+  if (!GradMode::is_enabled() || !((a.defined() && a.requires_grad()) || (b.defined() && b.requires_grad())))
+    return nullptr;
   auto node = std::make_shared<LambdaNode>(name, 1);
   node->next_edges.reserve(2);
   node->next_edges.push_back(gradient_edge(a));
