@@ -72,7 +72,8 @@ DimVector contiguous_strides(IntArrayRef sizes) {
   int64_t s = 1;
   for (size_t i = sizes.size(); i-- > 0;) {
     strides[i] = s;
-    s *= std::max<int64_t>(sizes[i], 1);
+    STRATA_CHECK(!__builtin_mul_overflow(s, std::max<int64_t>(sizes[i], 1), &s), "shape ", sizes,
+                 " has too many elements (overflows int64)");
   }
   return strides;
 }

@@ -1,8 +1,6 @@
 // CPU kernel: batched matrix product through Eigen's GEMM.
 
-// GCC 12 reports false maybe-uninitialized warnings inside Eigen's AVX-512 intrinsics.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <Eigen/Core>
+#include "strata/tensor/cpu/eigen.h"
 
 #include <type_traits>
 

@@ -3,7 +3,7 @@
 
 #include <omp.h>
 
-#include <Eigen/Core>
+#include "strata/tensor/cpu/eigen.h"
 #include <cstdlib>
 #include <vector>
 

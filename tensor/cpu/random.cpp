@@ -16,10 +16,7 @@
 // (The transcendental functions run vectorised through Eigen, so the last bit of a normal
 // value may differ from another libm's; the stream of uniforms is exact everywhere.)
 
-// GCC 12 reports false (maybe-)uninitialized warnings inside Eigen's AVX-512 intrinsics.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <Eigen/Core>
+#include "strata/tensor/cpu/eigen.h"
 
 #include <cmath>
 #include <type_traits>

@@ -1,8 +1,6 @@
 // CPU kernels: reductions over dims (reduce) and along one dim with indices (arg_reduce).
 
-// GCC 12 reports false maybe-uninitialized warnings inside Eigen's AVX-512 intrinsics.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <Eigen/Core>
+#include "strata/tensor/cpu/eigen.h"
 
 #include <limits>
 #include <memory>

@@ -1,9 +1,7 @@
 // CPU kernels: elementwise functions of one tensor. Transcendental functions run through
 // Eigen array maps on contiguous runs so they use Eigen's SIMD implementations.
 
-// GCC 12 reports false maybe-uninitialized warnings inside Eigen's AVX-512 intrinsics.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <Eigen/Core>
+#include "strata/tensor/cpu/eigen.h"
 #include <unsupported/Eigen/SpecialFunctions>
 
 #include <cmath>
