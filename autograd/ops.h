@@ -71,6 +71,8 @@ Tensor max(const Tensor& a);  ///< largest element (gradient split evenly among 
 std::tuple<Tensor, Tensor> max(const Tensor& a, int64_t dim, bool keepdim = false);  ///< values, indices along dim
 Tensor min(const Tensor& a);  ///< smallest element
 std::tuple<Tensor, Tensor> min(const Tensor& a, int64_t dim, bool keepdim = false);  ///< values, indices along dim
+Tensor amax(const Tensor& a, IntArrayRef dims = {}, bool keepdim = false);  ///< max over dims (ties share the gradient)
+Tensor amin(const Tensor& a, IntArrayRef dims = {}, bool keepdim = false);  ///< min over dims (ties share the gradient)
 Tensor argmax(const Tensor& a, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);  ///< index of max
 Tensor argmin(const Tensor& a, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);  ///< index of min
 Tensor var(const Tensor& a, IntArrayRef dims = {}, bool unbiased = true, bool keepdim = false);  ///< variance

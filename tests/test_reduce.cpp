@@ -300,3 +300,12 @@ TEST(Reduce, LogsumexpGradients) {
   big.logsumexp({0}).backward();
   EXPECT_VALUES(big.grad(), {0.5, 0.5});
 }
+
+TEST(Reduce, AmaxAmin) {
+  Tensor base = tensor({1.0, 3.0, 3.0, 2.0, 0.0, 5.0}, f64());
+  Tensor x = base.view({2, 3});
+  EXPECT_VALUES(amax(x, {1}), {3, 5});
+  EXPECT_VALUES(amin(x, {0}, /*keepdim=*/true), {1, 0, 3});
+  amax(x, {1}).sum().backward();
+  EXPECT_VALUES(base.grad(), {0, 0.5, 0.5, 0, 0, 1});  // ties share the gradient
+}

@@ -20,15 +20,9 @@ int64_t softmax_dim(const Tensor& a, int64_t dim, const char* name) {
   return wrap_dim(dim, a.dim(), name);
 }
 
-/// The max of a along dim d, kept as a size-1 dim: the shift that keeps exp finite. A constant,
-/// so one plain reduce kernel, without max(dim)'s indices or a graph node.
-Tensor max_along(const Tensor& a, int64_t d) {
-  DimVector sizes(a.sizes());
-  if (a.dim() > 0) sizes[d] = 1;
-  Tensor m = empty(sizes, a.options());
-  if (a.numel() > 0) ops::kernels(a).reduce(ReduceOp::Max, a, IntArrayRef(d), m);
-  return m;
-}
+/// The max of a along dim d as a size-1 dim: the constant shift that keeps exp finite (callers are
+/// under NoGradGuard, so no node and no indices). An empty input is shifted by itself.
+Tensor row_max(const Tensor& a, int64_t d) { return a.numel() == 0 ? a : amax(a, d, /*keepdim=*/true); }
 }  // namespace
 
 // y = exp(x - m) / sum(exp(x - m)) with m the (constant) max along dim; dx = y * (g - sum(g * y)).
@@ -37,7 +31,7 @@ Tensor softmax(const Tensor& a, int64_t dim) {
   Tensor y;
   {
     NoGradGuard no_grad;
-    Tensor e = exp(a - max_along(a, d));
+    Tensor e = exp(a - row_max(a, d));
     y = e.div_(sum(e, d, /*keepdim=*/true));
   }
   if (auto node = autograd::record("SoftmaxBackward0", a, y))
@@ -54,7 +48,7 @@ Tensor log_softmax(const Tensor& a, int64_t dim) {
   Tensor y;
   {
     NoGradGuard no_grad;
-    Tensor shifted = a - max_along(a, d);
+    Tensor shifted = a - row_max(a, d);
     y = shifted.sub_(log(sum(exp(shifted), d, /*keepdim=*/true)));
   }
   if (auto node = autograd::record("LogSoftmaxBackward0", a, y))

@@ -237,6 +237,8 @@ Tensor prod(const Tensor& a, std::optional<int64_t> dim, bool keepdim) {
 // ---- max and min ----
 
 Tensor max(const Tensor& a) { return extreme(ReduceOp::Max, a, {}, false, "max"); }
+Tensor amax(const Tensor& a, IntArrayRef dims, bool keepdim) { return extreme(ReduceOp::Max, a, dims, keepdim, "amax"); }
+Tensor amin(const Tensor& a, IntArrayRef dims, bool keepdim) { return extreme(ReduceOp::Min, a, dims, keepdim, "amin"); }
 Tensor min(const Tensor& a) { return extreme(ReduceOp::Min, a, {}, false, "min"); }
 std::tuple<Tensor, Tensor> max(const Tensor& a, int64_t dim, bool keepdim) {
   return extreme_along(ReduceOp::Max, a, dim, keepdim, "max");
