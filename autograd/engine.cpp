@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <queue>
+#include <utility>
 
 #include "strata/autograd/grad_mode.h"
 #include "strata/autograd/node.h"
@@ -24,6 +25,9 @@ std::atomic<uint64_t> current_epoch{0};
 struct LaterFirst {
   bool operator()(const Node* a, const Node* b) const { return a->sequence_nr < b->sequence_nr; }
 };
+
+// Nodes that join this thread's next backward() unreached (see run_in_next_backward).
+thread_local std::vector<std::shared_ptr<Node>> next_backward_nodes;
 
 // Where autograd::grad() takes a gradient instead of passing it on.
 struct Capture {
@@ -101,7 +105,7 @@ void run(const std::vector<Edge>& roots, tensor_list&& root_grads, bool keep_gra
     bool any = false;
     for (const Tensor& g : grads) any |= g.defined();
     // grad() never accumulates into leaves; a node with no incoming gradient passes none on.
-    const bool skip = !any || (captured && dynamic_cast<AccumulateGrad*>(node));
+    const bool skip = (!any && !node->always_run) || (captured && dynamic_cast<AccumulateGrad*>(node));
     tensor_list outputs;
     if (!skip) {
       outputs = node->apply(std::move(grads));
@@ -154,7 +158,20 @@ void backward(const tensor_list& outputs, const tensor_list& grad_outputs, std::
               bool create_graph) {
   tensor_list root_grads;
   std::vector<Edge> roots = make_roots(outputs, grad_outputs, root_grads, "backward");
-  run(roots, std::move(root_grads), retain_graph.value_or(create_graph), create_graph, {}, nullptr);
+  const bool keep_graph = retain_graph.value_or(create_graph);
+  std::vector<std::shared_ptr<Node>> extra = std::exchange(next_backward_nodes, {});
+  for (const auto& node : extra) {
+    roots.push_back(Edge{node, 0});
+    root_grads.emplace_back();
+  }
+  run(roots, std::move(root_grads), keep_graph, create_graph, {}, nullptr);
+  if (keep_graph) next_backward_nodes.insert(next_backward_nodes.begin(), extra.begin(), extra.end());
+}
+
+void run_in_next_backward(std::shared_ptr<Node> node) {
+  STRATA_CHECK(node, "run_in_next_backward: got a null node");
+  node->always_run = true;
+  next_backward_nodes.push_back(std::move(node));
 }
 
 tensor_list grad(const tensor_list& outputs, const tensor_list& inputs, const tensor_list& grad_outputs,

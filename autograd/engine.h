@@ -11,9 +11,17 @@
 
 namespace strata::autograd {
 
+struct Node;
+
 /// Backpropagates from `outputs` (grad_outputs may be empty for one-element outputs) into leaves' grad().
+/// Also runs the nodes registered with run_in_next_backward; `outputs` may be empty to run only those.
 void backward(const tensor_list& outputs, const tensor_list& grad_outputs = {},
               std::optional<bool> retain_graph = std::nullopt, bool create_graph = false);
+
+/// Makes `node` run in this thread's next backward() whether or not its outputs reach it (with undefined
+/// gradients when none arrives). Ops that span processes use it so that every rank joins the backward
+/// collective; a backward with retain_graph keeps the node registered for the next one.
+void run_in_next_backward(std::shared_ptr<Node> node);
 
 /// Gradients of `outputs` with respect to `inputs`, returned instead of accumulated. retain_graph
 /// defaults to create_graph; allow_unused returns undefined tensors for inputs the outputs do not use.

@@ -24,6 +24,26 @@ int64_t element_offset(const Tensor& t, int64_t i) {
   return off;
 }
 
+// Outputs of fn that gradcheck compares: the floating-point ones.
+std::vector<size_t> differentiable_outputs(const tensor_list& outputs) {
+  std::vector<size_t> out;
+  for (size_t i = 0; i < outputs.size(); ++i)
+    if (outputs[i].defined() && outputs[i].is_floating_point()) out.push_back(i);
+  return out;
+}
+
+}  // namespace
+
+namespace detail {
+
+void check_input(const Tensor& x, size_t i) {
+  STRATA_CHECK(x.dtype() == kDouble, "gradcheck: input ", i, " has dtype ", x.dtype(),
+               "; gradcheck needs float64 inputs (finite differences in lower precision are too coarse)");
+  for (int64_t d = 0; d < x.dim(); ++d)
+    STRATA_CHECK(x.stride(d) != 0 || x.size(d) <= 1, "gradcheck: input ", i, " of shape ", x.sizes(),
+                 " has overlapping memory (stride 0 at dim ", d, "); pass the base tensor and expand inside fn");
+}
+
 double& element(const Tensor& t, int64_t i) {
   return static_cast<double*>(t.impl().storage->data)[element_offset(t, i)];
 }
@@ -45,26 +65,14 @@ std::string index_string(const Tensor& t, int64_t i) {
   return os.str();
 }
 
-// Outputs of fn that gradcheck compares: the floating-point ones.
-std::vector<size_t> differentiable_outputs(const tensor_list& outputs) {
-  std::vector<size_t> out;
-  for (size_t i = 0; i < outputs.size(); ++i)
-    if (outputs[i].defined() && outputs[i].is_floating_point()) out.push_back(i);
-  return out;
-}
-
-}  // namespace
+}  // namespace detail
 
 bool gradcheck(const GradcheckFn& fn, const tensor_list& inputs, const GradcheckOptions& o) {
   std::vector<size_t> diff_inputs;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& x = inputs[i];
     if (!x.defined() || !x.requires_grad()) continue;
-    STRATA_CHECK(x.dtype() == kDouble, "gradcheck: input ", i, " has dtype ", x.dtype(),
-                 "; gradcheck needs float64 inputs (finite differences in lower precision are too coarse)");
-    for (int64_t d = 0; d < x.dim(); ++d)
-      STRATA_CHECK(x.stride(d) != 0 || x.size(d) <= 1, "gradcheck: input ", i, " of shape ", x.sizes(),
-                   " has overlapping memory (stride 0 at dim ", d, "); pass the base tensor and expand inside fn");
+    detail::check_input(x, i);
     diff_inputs.push_back(i);
   }
   STRATA_CHECK(!diff_inputs.empty(), "gradcheck: no input requires grad");
@@ -82,7 +90,7 @@ bool gradcheck(const GradcheckFn& fn, const tensor_list& inputs, const Gradcheck
       const Tensor& x = inputs[diff_inputs[a]];
       numerical[a].resize(x.numel());
       for (int64_t j = 0; j < x.numel(); ++j) {
-        double& v = element(x, j);
+        double& v = detail::element(x, j);
         const double orig = v;
         v = orig + o.eps;
         tensor_list plus = fn(inputs);
@@ -93,7 +101,7 @@ bool gradcheck(const GradcheckFn& fn, const tensor_list& inputs, const Gradcheck
         v = orig;
         for (size_t k : diff_outputs)
           for (int64_t e = 0; e < outputs[k].numel(); ++e)
-            numerical[a][j].push_back((read(plus[k], e) - read(minus[k], e)) / (2 * o.eps));
+            numerical[a][j].push_back((detail::read(plus[k], e) - detail::read(minus[k], e)) / (2 * o.eps));
       }
     }
   }
@@ -113,14 +121,14 @@ bool gradcheck(const GradcheckFn& fn, const tensor_list& inputs, const Gradcheck
       for (size_t a = 0; a < diff_inputs.size(); ++a) {
         const Tensor& x = inputs[diff_inputs[a]];
         for (int64_t j = 0; j < x.numel(); ++j) {
-          const double an = grads[a].defined() ? read(grads[a], j) : 0.0;
+          const double an = grads[a].defined() ? detail::read(grads[a], j) : 0.0;
           const double nu = numerical[a][j][flat_base + e];
           if (std::abs(an - nu) <= o.atol + o.rtol * std::abs(nu)) continue;
           if (!o.raise_exception) return false;
           STRATA_CHECK(false, "gradcheck: Jacobian mismatch for output ", k, " with respect to input ",
-                       diff_inputs[a], " at input element ", index_string(x, j), " and output element ",
-                       index_string(out, e), ": analytical ", an, " vs numerical ", nu, " (eps ", o.eps, ", atol ",
-                       o.atol, ", rtol ", o.rtol, ")");
+                       diff_inputs[a], " at input element ", detail::index_string(x, j), " and output element ",
+                       detail::index_string(out, e), ": analytical ", an, " vs numerical ", nu, " (eps ", o.eps,
+                       ", atol ", o.atol, ", rtol ", o.rtol, ")");
         }
       }
     }

@@ -6,6 +6,7 @@
 //   // throws strata::Error naming the input, the element and both values on a mismatch
 
 #include <functional>
+#include <string>
 
 #include "strata/tensor/tensor.h"
 
@@ -32,5 +33,17 @@ bool gradgradcheck(const GradcheckFn& fn, const tensor_list& inputs, const Gradc
 /// Same for a function with one output.
 bool gradgradcheck(const std::function<Tensor(const tensor_list&)>& fn, const tensor_list& inputs,
                    const GradcheckOptions& options = {});
+
+// Shared with distributed::gradcheck.
+namespace detail {
+/// Throws unless input i (one that requires grad) is float64 and has no overlapping memory.
+void check_input(const Tensor& x, size_t i);
+/// The flat (row-major) element i of a float64 tensor, through its strides: what gradcheck perturbs.
+double& element(const Tensor& t, int64_t i);
+/// The flat element i of t as a double, through its strides.
+double read(const Tensor& t, int64_t i);
+/// "[1, 2]": the index of flat element i of t.
+std::string index_string(const Tensor& t, int64_t i);
+}  // namespace detail
 
 }  // namespace strata::autograd

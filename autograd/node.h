@@ -49,6 +49,8 @@ struct Node : std::enable_shared_from_this<Node> {
   uint64_t sequence_nr;          ///< creation order; the engine runs later nodes first
   /// Hooks on the incoming gradient of output `output_nr`, run before apply(); null slots were removed.
   std::vector<std::pair<uint32_t, GradHook>> pre_hooks;
+  /// Applied even when no gradient arrives (set by run_in_next_backward for cross-process ops).
+  bool always_run = false;
 
   // Engine scratch, valid during one backward pass (see engine.cpp).
   uint64_t epoch_ = 0;

@@ -14,11 +14,12 @@ install(TARGETS strata EXPORT strataTargets
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 # Public headers keep their path below include/strata/. Internal headers stay behind: the
-# op helpers (autograd/ops/common.h) and the backend kernels (tensor/cpu/).
+# op helpers (autograd/ops/common.h), the backend kernels (tensor/cpu/) and the distributed
+# layer's glue and MPI backend (distributed/detail/, distributed/mpi/).
 file(GLOB_RECURSE STRATA_PUBLIC_HEADERS CONFIGURE_DEPENDS RELATIVE ${PROJECT_SOURCE_DIR}
   ${PROJECT_SOURCE_DIR}/tensor/*.h ${PROJECT_SOURCE_DIR}/autograd/*.h ${PROJECT_SOURCE_DIR}/distributed/*.h
   ${PROJECT_SOURCE_DIR}/nn/*.h ${PROJECT_SOURCE_DIR}/pipe/*.h)
-list(FILTER STRATA_PUBLIC_HEADERS EXCLUDE REGEX "^(autograd/ops/common\\.h|tensor/cpu/)")
+list(FILTER STRATA_PUBLIC_HEADERS EXCLUDE REGEX "^(autograd/ops/common\\.h|tensor/cpu/|distributed/detail/|distributed/mpi/)")
 foreach(header IN LISTS STRATA_PUBLIC_HEADERS)
   get_filename_component(dir ${header} DIRECTORY)
   install(FILES ${PROJECT_SOURCE_DIR}/${header} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/strata/${dir})

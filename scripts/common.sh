@@ -6,7 +6,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 JOBS="${STRATA_JOBS:-$(nproc)}"
 
 # Packages every build needs.
-REQUIRED_PACKAGES=(build-essential cmake libeigen3-dev libgtest-dev libbenchmark-dev)
+REQUIRED_PACKAGES=(build-essential cmake libeigen3-dev libgtest-dev libbenchmark-dev libopenmpi-dev openmpi-bin)
 
 sudo_if_needed() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi

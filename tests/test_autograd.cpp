@@ -354,3 +354,73 @@ TEST(Autograd, CustomFunctionArgumentChecks) {
   y.sum().backward();
   EXPECT_VALUES(x.grad(), {1, 1, 1});
 }
+
+namespace {
+// A node that stands for a cross-process op: records the gradients it was given and passes
+// ones (or nothing, when it got no gradient) to `input`.
+std::shared_ptr<autograd::LambdaNode> pending_node(const Tensor& input, std::vector<bool>& got_grad) {
+  auto node = std::make_shared<autograd::LambdaNode>("PendingBackward", 1);
+  node->next_edges.push_back(autograd::gradient_edge(input));
+  node->backward = [&got_grad, sizes = DimVector(input.sizes())](const tensor_list& g) -> tensor_list {
+    got_grad.push_back(g[0].defined());
+    return {g[0].defined() ? g[0] : ones(sizes, kFloat64)};
+  };
+  return node;
+}
+}  // namespace
+
+TEST(Autograd, RunInNextBackwardRunsUnreachedNodesOnce) {
+  Tensor x = tensor({1.0, 2.0}, f64());
+  Tensor w = tensor({3.0}, f64());
+  std::vector<bool> got_grad;
+  autograd::run_in_next_backward(pending_node(x, got_grad));
+  (w * 2.0).sum().backward();  // does not reach the node, runs it anyway
+  EXPECT_EQ(got_grad, std::vector<bool>{false});
+  EXPECT_VALUES(x.grad(), {1, 1});
+  EXPECT_VALUES(w.grad(), {2});
+  (w * 2.0).sum().backward();  // the registration was used up
+  EXPECT_EQ(got_grad.size(), 1u);
+  EXPECT_VALUES(x.grad(), {1, 1});
+}
+
+TEST(Autograd, RunInNextBackwardNodeReachedGetsItsGradient) {
+  Tensor x = tensor({1.0, 2.0}, f64());
+  std::vector<bool> got_grad;
+  auto node = pending_node(x, got_grad);
+  Tensor y = zeros({2}, kFloat64);
+  autograd::set_history(y, node);
+  autograd::run_in_next_backward(node);
+  (y * 5.0).sum().backward();
+  EXPECT_EQ(got_grad, std::vector<bool>{true});  // once, though it is both reached and registered
+  EXPECT_VALUES(x.grad(), {5, 5});
+}
+
+TEST(Autograd, RunInNextBackwardWithRetainGraphStaysRegistered) {
+  Tensor x = tensor({1.0}, f64());
+  std::vector<bool> got_grad;
+  autograd::run_in_next_backward(pending_node(x, got_grad));
+  autograd::backward({}, {}, /*retain_graph=*/true);
+  autograd::backward({});
+  autograd::backward({});
+  EXPECT_EQ(got_grad, (std::vector<bool>{false, false}));
+  EXPECT_VALUES(x.grad(), {2});
+}
+
+TEST(Autograd, BackwardWithNoOutputs) {
+  autograd::backward({});  // nothing registered: nothing to do
+  Tensor x = tensor({1.0}, f64());
+  std::vector<bool> got_grad;
+  autograd::run_in_next_backward(pending_node(x, got_grad));
+  autograd::backward({});
+  EXPECT_EQ(got_grad, std::vector<bool>{false});
+  EXPECT_VALUES(x.grad(), {1});
+  EXPECT_THROW_MSG(autograd::run_in_next_backward(nullptr), "run_in_next_backward: got a null node");
+}
+
+TEST(Autograd, RunInNextBackwardIsPerThread) {
+  Tensor x = tensor({1.0}, f64());
+  std::vector<bool> got_grad;
+  std::thread([&] { autograd::run_in_next_backward(pending_node(x, got_grad)); }).join();
+  autograd::backward({});  // this thread has nothing registered
+  EXPECT_TRUE(got_grad.empty());
+}

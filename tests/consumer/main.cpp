@@ -1,4 +1,5 @@
-// Uses an installed strata through its CMake package: d/dx sum(x^3 + 2 x) = 3 x^2 + 2.
+// Uses an installed strata through its CMake package: d/dx sum(x^3 + 2 x) = 3 x^2 + 2, then
+// an all_reduce in a world of one (the package must bring MPI along).
 #include <strata/strata.h>
 
 #include <cmath>
@@ -17,6 +18,13 @@ int main() {
       std::cerr << "consumer: x.grad()[" << i << "] = " << g << ", expected " << expected[i] << "\n";
       return 1;
     }
+  }
+  distributed::init();
+  Tensor sum = x.detach().clone();
+  distributed::all_reduce(sum);
+  if (distributed::get_world_size() != 1 || sum[2].item<float>() != 3.0f) {
+    std::cerr << "consumer: all_reduce in a world of one gave " << sum << "\n";
+    return 1;
   }
   std::cout << "consumer: loss " << loss.item<float>() << ", grad " << x.grad() << "\n";
   return 0;

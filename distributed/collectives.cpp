@@ -1,0 +1,646 @@
+// The front end of every collective and p2p op: argument checks, global-to-group ranks,
+// contiguous buffers, the profiling switches, the DETAIL check, the watchdog scope and the
+// logger, around one call into the group's backend.
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+#include <atomic>
+#include <functional>
+#include <thread>
+
+#include "strata/autograd/ops.h"
+#include "strata/distributed/detail/runtime.h"
+#include "strata/tensor/creation.h"
+
+namespace strata::distributed {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+enum Switch { kAllGatherOff, kReduceScatterOff, kBroadcastOff, kAllReduceOff, kReduceOff, kNumSwitches };
+std::atomic<bool> comm_off[kNumSwitches];
+
+bool is_off(Switch s) { return comm_off[s].load(std::memory_order_relaxed); }
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Finishes an async op: the watchdog watches the wait, then results are copied into
+// non-contiguous outputs and the op is logged.
+class FrontWork final : public Work {
+ public:
+  FrontWork(std::shared_ptr<Work> inner, Group group, detail::OpRecord record, std::function<void()> finish,
+            Clock::time_point start)
+      : inner_(std::move(inner)), group_(std::move(group)), record_(std::move(record)), finish_(std::move(finish)),
+        start_(start) {}
+
+  bool is_completed() override { return finished_ || inner_->is_completed(); }
+
+  void wait() override {
+    if (finished_) return;
+    {
+      detail::BlockingScope scope(record_);
+      inner_->wait();
+    }
+    finished_ = true;
+    if (finish_) finish_();
+    if (detail::logging_enabled()) detail::log_op(record_, seconds_since(start_));
+  }
+
+ private:
+  std::shared_ptr<Work> inner_;
+  Group group_;  // keeps the backend alive while the op is in flight
+  detail::OpRecord record_;
+  std::function<void()> finish_;
+  Clock::time_point start_;
+  bool finished_ = false;
+};
+
+// Runs one op on the backend: `post(async)` starts it, `finish` runs once it completed.
+template <class Post>
+std::shared_ptr<Work> run(detail::OpRecord& record, const Group& group, bool async_op, Post&& post,
+                          std::function<void()> finish = {}) {
+  const bool p2p = record.peer >= 0;
+  if (get_debug_level() == DebugLevel::DETAIL && !p2p) detail::check_collective(record);
+  const Clock::time_point start = detail::logging_enabled() ? Clock::now() : Clock::time_point{};
+  if (!async_op) {
+    {
+      detail::BlockingScope scope(record);
+      post(false);
+    }
+    if (finish) finish();
+    if (detail::logging_enabled()) detail::log_op(record, seconds_since(start));
+    return completed_work();
+  }
+  std::shared_ptr<Work> inner = post(true);
+  return std::make_shared<FrontWork>(std::move(inner), group ? group : get_world_group(), std::move(record),
+                                     std::move(finish), start);
+}
+
+detail::OpRecord make_record(const char* op, ProcessGroup& g, const Tensor& t, int64_t bytes) {
+  detail::OpRecord r;
+  r.op = op;
+  r.group = &g;
+  r.seq = g.next_sequence_number();
+  r.dtype = t.dtype();
+  r.shape = DimVector(t.sizes());
+  r.bytes = bytes;
+  return r;
+}
+
+void check_defined(const Tensor& t, const char* op, const char* what) {
+  STRATA_CHECK(t.defined(), op, ": ", what, " is an undefined tensor");
+}
+
+// The memory a backend may use for t: t's own when contiguous, else a contiguous copy that
+// finish() copies back (copy_back).
+Tensor buffer(const Tensor& t) {
+  Tensor d = t.detach();
+  return d.is_contiguous() ? d : d.contiguous();
+}
+
+void copy_back(const Tensor& t, const Tensor& buf) {
+  if (buf.impl().storage != t.impl().storage) t.detach().copy_(buf.view(t.sizes()));
+}
+
+// A group rank from a global rank given as src/dst/peer.
+int to_group_rank(const ProcessGroup& g, int global, const char* op, const char* what) {
+  const int r = g.group_rank(global);
+  STRATA_CHECK(r >= 0, op, ": ", what, " ", global, " is not a member of ", g.describe());
+  return r;
+}
+
+void check_same(const Tensor& t, const Tensor& ref, const char* op, const char* what, size_t i) {
+  check_defined(t, op, what);
+  STRATA_CHECK(t.dtype() == ref.dtype() && t.device() == ref.device(), op, ": ", what, "[", i, "] is ", t.dtype(),
+               " on ", t.device(), " but the tensor is ", ref.dtype(), " on ", ref.device());
+  STRATA_CHECK(t.sizes() == ref.sizes(), op, ": ", what, "[", i, "] has shape ", t.sizes(),
+               " but the tensor has shape ", ref.sizes());
+}
+
+void check_list(const tensor_list& list, const Tensor& ref, const ProcessGroup& g, const char* op, const char* what) {
+  STRATA_CHECK(static_cast<int>(list.size()) == g.size(), op, ": ", what, " has ", list.size(),
+               " tensors but ", g.describe(), " has ", g.size(), " ranks");
+  for (size_t i = 0; i < list.size(); ++i) check_same(list[i], ref, op, what, i);
+}
+
+void check_reduce_op(ReduceOp op, ScalarType t, const char* name) {
+  STRATA_CHECK(op != ReduceOp::AVG || is_floating_point(t), name, ": ReduceOp::AVG needs a floating dtype, got ", t);
+}
+
+// Copies consecutive slices of `flat` into `outputs` (after a gather-like op).
+void unflatten_into(const Tensor& flat, const tensor_list& outputs) {
+  int64_t at = 0;
+  for (const Tensor& out : outputs) {
+    out.detach().copy_(flat.narrow(0, at, out.numel()).view(out.sizes()));
+    at += out.numel();
+  }
+}
+
+Tensor flatten_all(const tensor_list& tensors) {
+  tensor_list flat;
+  flat.reserve(tensors.size());
+  for (const Tensor& t : tensors) flat.push_back(t.detach().reshape({-1}));
+  return cat(flat);
+}
+
+void check_tag(int tag, const char* op) {
+  STRATA_CHECK(tag >= 0 && tag <= detail::kMaxUserTag, op, ": tag ", tag, " is outside 0..", detail::kMaxUserTag);
+}
+
+// ---- the ops behind the public functions (objects and internal protocols skip the switches) ----
+
+std::shared_ptr<Work> broadcast_impl(const Tensor& tensor, int src, const Group& group, bool async_op) {
+  ProcessGroup& g = detail::resolve(group, "broadcast");
+  check_defined(tensor, "broadcast", "tensor");
+  const int root = to_group_rank(g, src, "broadcast", "src");
+  Backend& b = g.backend(tensor.device(), "broadcast");
+  detail::OpRecord rec = make_record("broadcast", g, tensor, tensor.nbytes());
+  rec.root = root;
+  Tensor buf = buffer(tensor);
+  return run(rec, group, async_op, [&](bool a) { return b.broadcast(buf, root, a); },
+             buf.impl().storage == tensor.impl().storage ? std::function<void()>{}
+                                                        : [tensor, buf] { copy_back(tensor, buf); });
+}
+
+std::shared_ptr<Work> p2p(const char* op, bool is_send, const Tensor& tensor, int peer, const Group& group, int tag,
+                          bool async_op) {
+  ProcessGroup& g = detail::resolve(group, op);
+  check_defined(tensor, op, "tensor");
+  const int r = to_group_rank(g, peer, op, is_send ? "dst" : "src");
+  STRATA_CHECK(r != g.rank(), op, ": ", is_send ? "dst" : "src", " ", peer, " is this process's own rank");
+  Backend& b = g.backend(tensor.device(), op);
+  detail::OpRecord rec = make_record(op, g, tensor, tensor.nbytes());
+  rec.seq = 0;  // p2p calls do not count: the sequence numbers of a group's ranks stay comparable
+  rec.peer = r;
+  Tensor buf = is_send || tensor.is_contiguous() ? tensor.detach().contiguous() : buffer(tensor);
+  std::function<void()> finish;
+  if (!is_send && buf.impl().storage != tensor.impl().storage) finish = [tensor, buf] { copy_back(tensor, buf); };
+  auto post = [&](bool a) { return is_send ? b.send(buf, r, tag, a) : b.recv(buf, r, tag, a); };
+  if (get_debug_level() != DebugLevel::DETAIL) return run(rec, group, async_op, post, std::move(finish));
+  auto post_checked = [&](bool a) {
+    std::shared_ptr<Work> work = detail::check_p2p(rec, is_send, tag, post(true));
+    if (!a) work->wait();
+    return work;
+  };
+  return run(rec, group, async_op, post_checked, std::move(finish));
+}
+
+int64_t words_for(size_t bytes) { return static_cast<int64_t>((bytes + 7) / 8); }
+
+}  // namespace
+
+void detail::check_object_size(const char* op, const char* type, size_t bytes, size_t size, bool exact) {
+  STRATA_CHECK(exact ? bytes == size : bytes % size == 0, op, ": received ", bytes, " bytes, which is not ",
+               exact ? "the size of " : "a whole number of ", type, " (", size, " bytes)");
+}
+
+// ---- collectives ----
+
+std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op, const Group& group, bool async_op) {
+  ProcessGroup& g = detail::resolve(group, "all_reduce");
+  check_defined(tensor, "all_reduce", "tensor");
+  check_reduce_op(op, tensor.dtype(), "all_reduce");
+  if (is_off(kAllReduceOff)) return completed_work();
+  Backend& b = g.backend(tensor.device(), "all_reduce");
+  detail::OpRecord rec = make_record("all_reduce", g, tensor, tensor.nbytes());
+  rec.reduce_op = static_cast<int>(op);
+  if (tensor.is_contiguous()) {  // the common case, without a std::function
+    Tensor buf = tensor.detach();
+    return run(rec, group, async_op, [&](bool a) { return b.all_reduce(buf, op, a); });
+  }
+  Tensor buf = buffer(tensor);
+  return run(rec, group, async_op, [&](bool a) { return b.all_reduce(buf, op, a); },
+             [tensor, buf] { copy_back(tensor, buf); });
+}
+
+std::shared_ptr<Work> reduce(const Tensor& tensor, int dst, ReduceOp op, const Group& group, bool async_op) {
+  ProcessGroup& g = detail::resolve(group, "reduce");
+  check_defined(tensor, "reduce", "tensor");
+  check_reduce_op(op, tensor.dtype(), "reduce");
+  const int root = to_group_rank(g, dst, "reduce", "dst");
+  if (is_off(kReduceOff)) return completed_work();
+  Backend& b = g.backend(tensor.device(), "reduce");
+  detail::OpRecord rec = make_record("reduce", g, tensor, tensor.nbytes());
+  rec.root = root;
+  rec.reduce_op = static_cast<int>(op);
+  Tensor buf = buffer(tensor);
+  std::function<void()> finish;
+  if (buf.impl().storage != tensor.impl().storage) finish = [tensor, buf] { copy_back(tensor, buf); };
+  return run(rec, group, async_op, [&](bool a) { return b.reduce(buf, root, op, a); }, std::move(finish));
+}
+
+std::shared_ptr<Work> broadcast(const Tensor& tensor, int src, const Group& group, bool async_op) {
+  if (is_off(kBroadcastOff)) {
+    ProcessGroup& g = detail::resolve(group, "broadcast");
+    to_group_rank(g, src, "broadcast", "src");
+    return completed_work();
+  }
+  return broadcast_impl(tensor, src, group, async_op);
+}
+
+std::shared_ptr<Work> all_gather(const tensor_list& tensor_list, const Tensor& tensor, const Group& group,
+                                 bool async_op) {
+  ProcessGroup& g = detail::resolve(group, "all_gather");
+  check_defined(tensor, "all_gather", "tensor");
+  check_list(tensor_list, tensor, g, "all_gather", "tensor_list");
+  if (is_off(kAllGatherOff)) return completed_work();
+  Backend& b = g.backend(tensor.device(), "all_gather");
+  detail::OpRecord rec = make_record("all_gather", g, tensor, tensor.nbytes() * g.size());
+  Tensor in = buffer(tensor);
+  Tensor out = empty({tensor.numel() * g.size()}, tensor.options());
+  return run(rec, group, async_op, [&](bool a) { return b.all_gather(out, in, a); },
+             [tensor_list, out] { unflatten_into(out, tensor_list); });
+}
+
+std::shared_ptr<Work> all_gather_into_tensor(const Tensor& output, const Tensor& input, const Group& group,
+                                             bool async_op) {
+  ProcessGroup& g = detail::resolve(group, "all_gather_into_tensor");
+  check_defined(output, "all_gather_into_tensor", "output");
+  check_defined(input, "all_gather_into_tensor", "input");
+  STRATA_CHECK(output.dtype() == input.dtype() && output.device() == input.device(),
+               "all_gather_into_tensor: output is ", output.dtype(), " on ", output.device(), " but input is ",
+               input.dtype(), " on ", input.device());
+  STRATA_CHECK(output.numel() == input.numel() * g.size(), "all_gather_into_tensor: output has ", output.numel(),
+               " elements (shape ", output.sizes(), "), expected ", g.size(), " x ", input.numel(), " (input shape ",
+               input.sizes(), ")");
+  if (is_off(kAllGatherOff)) return completed_work();
+  Backend& b = g.backend(input.device(), "all_gather_into_tensor");
+  detail::OpRecord rec = make_record("all_gather_into_tensor", g, input, output.nbytes());
+  Tensor in = buffer(input), out = buffer(output);
+  std::function<void()> finish;
+  if (out.impl().storage != output.impl().storage) finish = [output, out] { copy_back(output, out); };
+  return run(rec, group, async_op, [&](bool a) { return b.all_gather(out, in, a); }, std::move(finish));
+}
+
+std::shared_ptr<Work> reduce_scatter(const Tensor& output, const tensor_list& input_list, ReduceOp op,
+                                     const Group& group, bool async_op) {
+  ProcessGroup& g = detail::resolve(group, "reduce_scatter");
+  check_defined(output, "reduce_scatter", "output");
+  check_list(input_list, output, g, "reduce_scatter", "input_list");
+  check_reduce_op(op, output.dtype(), "reduce_scatter");
+  if (is_off(kReduceScatterOff)) return completed_work();
+  Backend& b = g.backend(output.device(), "reduce_scatter");
+  detail::OpRecord rec = make_record("reduce_scatter", g, output, output.nbytes() * g.size());
+  rec.reduce_op = static_cast<int>(op);
+  Tensor in = flatten_all(input_list), out = buffer(output);
+  std::function<void()> finish;
+  if (out.impl().storage != output.impl().storage) finish = [output, out] { copy_back(output, out); };
+  return run(rec, group, async_op, [&](bool a) { return b.reduce_scatter(out, in, op, a); }, std::move(finish));
+}
+
+std::shared_ptr<Work> reduce_scatter_tensor(const Tensor& output, const Tensor& input, ReduceOp op,
+                                            const Group& group, bool async_op) {
+  ProcessGroup& g = detail::resolve(group, "reduce_scatter_tensor");
+  check_defined(output, "reduce_scatter_tensor", "output");
+  check_defined(input, "reduce_scatter_tensor", "input");
+  STRATA_CHECK(output.dtype() == input.dtype() && output.device() == input.device(),
+               "reduce_scatter_tensor: output is ", output.dtype(), " on ", output.device(), " but input is ",
+               input.dtype(), " on ", input.device());
+  STRATA_CHECK(input.numel() == output.numel() * g.size(), "reduce_scatter_tensor: input has ", input.numel(),
+               " elements (shape ", input.sizes(), "), expected ", g.size(), " x ", output.numel(), " (output shape ",
+               output.sizes(), ")");
+  check_reduce_op(op, output.dtype(), "reduce_scatter_tensor");
+  if (is_off(kReduceScatterOff)) return completed_work();
+  Backend& b = g.backend(input.device(), "reduce_scatter_tensor");
+  detail::OpRecord rec = make_record("reduce_scatter_tensor", g, input, input.nbytes());
+  rec.reduce_op = static_cast<int>(op);
+  Tensor in = buffer(input), out = buffer(output);
+  std::function<void()> finish;
+  if (out.impl().storage != output.impl().storage) finish = [output, out] { copy_back(output, out); };
+  return run(rec, group, async_op, [&](bool a) { return b.reduce_scatter(out, in, op, a); }, std::move(finish));
+}
+
+std::shared_ptr<Work> gather(const Tensor& tensor, const tensor_list& gather_list, int dst, const Group& group,
+                             bool async_op) {
+  ProcessGroup& g = detail::resolve(group, "gather");
+  check_defined(tensor, "gather", "tensor");
+  const int root = to_group_rank(g, dst, "gather", "dst");
+  const bool is_root = g.rank() == root;
+  if (is_root) check_list(gather_list, tensor, g, "gather", "gather_list");
+  else
+    STRATA_CHECK(gather_list.empty(), "gather: gather_list must be empty off the destination (rank ", dst,
+                 "), got ", gather_list.size(), " tensors");
+  Backend& b = g.backend(tensor.device(), "gather");
+  detail::OpRecord rec = make_record("gather", g, tensor, tensor.nbytes() * g.size());
+  rec.root = root;
+  Tensor in = buffer(tensor);
+  Tensor out = is_root ? empty({tensor.numel() * g.size()}, tensor.options()) : Tensor();
+  std::function<void()> finish;
+  if (is_root) finish = [gather_list, out] { unflatten_into(out, gather_list); };
+  return run(rec, group, async_op, [&](bool a) { return b.gather(out, in, root, a); }, std::move(finish));
+}
+
+std::shared_ptr<Work> scatter(const Tensor& tensor, const tensor_list& scatter_list, int src, const Group& group,
+                              bool async_op) {
+  ProcessGroup& g = detail::resolve(group, "scatter");
+  check_defined(tensor, "scatter", "tensor");
+  const int root = to_group_rank(g, src, "scatter", "src");
+  const bool is_root = g.rank() == root;
+  if (is_root) check_list(scatter_list, tensor, g, "scatter", "scatter_list");
+  else
+    STRATA_CHECK(scatter_list.empty(), "scatter: scatter_list must be empty off the source (rank ", src, "), got ",
+                 scatter_list.size(), " tensors");
+  Backend& b = g.backend(tensor.device(), "scatter");
+  detail::OpRecord rec = make_record("scatter", g, tensor, tensor.nbytes() * g.size());
+  rec.root = root;
+  Tensor in = is_root ? flatten_all(scatter_list) : Tensor();
+  Tensor out = buffer(tensor);
+  std::function<void()> finish;
+  if (out.impl().storage != tensor.impl().storage) finish = [tensor, out] { copy_back(tensor, out); };
+  return run(rec, group, async_op, [&](bool a) { return b.scatter(out, in, root, a); }, std::move(finish));
+}
+
+std::shared_ptr<Work> all_to_all(const tensor_list& output_list, const tensor_list& input_list, const Group& group,
+                                 bool async_op) {
+  ProcessGroup& g = detail::resolve(group, "all_to_all");
+  for (const auto* list : {&output_list, &input_list})
+    STRATA_CHECK(static_cast<int>(list->size()) == g.size(), "all_to_all: ",
+                 list == &output_list ? "output_list" : "input_list", " has ", list->size(), " tensors but ",
+                 g.describe(), " has ", g.size(), " ranks");
+  check_defined(input_list[0], "all_to_all", "input_list[0]");
+  std::vector<int64_t> out_counts, in_counts;
+  int64_t out_bytes = 0, in_bytes = 0;
+  for (int p = 0; p < g.size(); ++p) {
+    check_defined(output_list[p], "all_to_all", "an output");
+    check_defined(input_list[p], "all_to_all", "an input");
+    for (const Tensor* t : {&output_list[p], &input_list[p]})
+      STRATA_CHECK(t->dtype() == input_list[0].dtype() && t->device() == input_list[0].device(),
+                   "all_to_all: every tensor must be ", input_list[0].dtype(), " on ", input_list[0].device(),
+                   ", got ", t->dtype(), " on ", t->device(), " for rank ", p);
+    out_counts.push_back(output_list[p].numel());
+    in_counts.push_back(input_list[p].numel());
+    out_bytes += output_list[p].nbytes();
+    in_bytes += input_list[p].nbytes();
+  }
+  Backend& b = g.backend(input_list[0].device(), "all_to_all");
+  detail::OpRecord rec = make_record("all_to_all", g, input_list[0], std::max(out_bytes, in_bytes));
+  rec.shapes_must_match = false;
+  Tensor in = flatten_all(input_list);
+  Tensor out = empty({std::max<int64_t>(out_bytes / static_cast<int64_t>(input_list[0].element_size()), 0)},
+                     input_list[0].options());
+  return run(rec, group, async_op, [&](bool a) { return b.all_to_all(out, in, out_counts, in_counts, a); },
+             [output_list, out] { unflatten_into(out, output_list); });
+}
+
+std::shared_ptr<Work> all_to_all_single(const Tensor& output, const Tensor& input,
+                                        const std::vector<int64_t>& output_split_sizes,
+                                        const std::vector<int64_t>& input_split_sizes, const Group& group,
+                                        bool async_op) {
+  const char* op = "all_to_all_single";
+  ProcessGroup& g = detail::resolve(group, op);
+  check_defined(output, op, "output");
+  check_defined(input, op, "input");
+  STRATA_CHECK(output.dtype() == input.dtype() && output.device() == input.device(), op, ": output is ",
+               output.dtype(), " on ", output.device(), " but input is ", input.dtype(), " on ", input.device());
+  STRATA_CHECK(input.dim() >= 1 && output.dim() >= 1, op, ": input and output need at least one dim, got shapes ",
+               input.sizes(), " and ", output.sizes());
+  const IntArrayRef row_shape(input.sizes().data() + 1, input.dim() - 1);
+  STRATA_CHECK(row_shape == IntArrayRef(output.sizes().data() + 1, output.dim() - 1), op,
+               ": input and output must agree beyond dim 0, got shapes ", input.sizes(), " and ", output.sizes());
+  const int64_t row = multiply(row_shape);
+  STRATA_CHECK(!output_split_sizes.empty() || !input_split_sizes.empty() || output.size(0) == input.size(0), op,
+               ": without split sizes output and input need the same number of rows, got ", output.size(0), " and ",
+               input.size(0));
+  auto counts = [&](const std::vector<int64_t>& splits, const Tensor& t, const char* what) {
+    std::vector<int64_t> c(g.size());
+    if (splits.empty()) {
+      STRATA_CHECK(t.size(0) % g.size() == 0, op, ": ", what, " has ", t.size(0), " rows, not divisible by the ",
+                   g.size(), " ranks of ", g.describe(), "; pass split sizes");
+      std::fill(c.begin(), c.end(), t.size(0) / g.size() * row);
+      return c;
+    }
+    STRATA_CHECK(static_cast<int>(splits.size()) == g.size(), op, ": ", what, "_split_sizes has ", splits.size(),
+                 " entries but ", g.describe(), " has ", g.size(), " ranks");
+    int64_t total = 0;
+    for (int p = 0; p < g.size(); ++p) {
+      STRATA_CHECK(splits[p] >= 0, op, ": ", what, "_split_sizes[", p, "] is negative (", splits[p], ")");
+      total += splits[p];
+      c[p] = splits[p] * row;
+    }
+    STRATA_CHECK(total == t.size(0), op, ": ", what, "_split_sizes sum to ", total, " but ", what, " has ", t.size(0),
+                 " rows");
+    return c;
+  };
+  std::vector<int64_t> out_counts = counts(output_split_sizes, output, "output");
+  std::vector<int64_t> in_counts = counts(input_split_sizes, input, "input");
+  Backend& b = g.backend(input.device(), op);
+  detail::OpRecord rec = make_record(op, g, input, std::max(input.nbytes(), output.nbytes()));
+  rec.shapes_must_match = false;
+  Tensor in = buffer(input), out = buffer(output);
+  std::function<void()> finish;
+  if (out.impl().storage != output.impl().storage) finish = [output, out] { copy_back(output, out); };
+  return run(rec, group, async_op, [&](bool a) { return b.all_to_all(out, in, out_counts, in_counts, a); },
+             std::move(finish));
+}
+
+std::shared_ptr<Work> barrier(const Group& group, bool async_op) {
+  ProcessGroup& g = detail::resolve(group, "barrier");
+  Backend& b = g.backend(kCPU, "barrier");
+  detail::OpRecord rec;
+  rec.op = "barrier";
+  rec.group = &g;
+  rec.seq = g.next_sequence_number();
+  rec.dtype = kBool;
+  return run(rec, group, async_op, [&](bool a) { return b.barrier(a); });
+}
+
+void monitored_barrier(const Group& group, std::chrono::milliseconds timeout, bool wait_all_ranks) {
+  ProcessGroup& g = detail::resolve(group, "monitored_barrier");
+  if (timeout.count() <= 0) timeout = detail::comm_timeout();
+  Backend& b = g.backend(kCPU, "monitored_barrier");
+  const uint64_t seq = g.next_sequence_number();
+  // Rank 0 decides at the timeout; the others allow it as long again to send its verdict.
+  const auto deadline = Clock::now() + (g.rank() == 0 ? timeout : 2 * timeout);
+  auto poll = [&](const std::vector<std::shared_ptr<Work>>& works, std::vector<bool>& done) {
+    while (true) {
+      bool all = true;
+      for (size_t i = 0; i < works.size(); ++i) {
+        if (!done[i] && works[i] && works[i]->is_completed()) {
+          works[i]->wait();  // rethrows a failed transfer
+          done[i] = true;
+        }
+        all = all && (done[i] || !works[i]);
+      }
+      if (all || Clock::now() >= deadline) return;
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  };
+  const int n = g.size();
+  // Rank 0 waits for an arrival from every rank, then releases them with the list of the missing.
+  Tensor release = zeros({n + 1}, kLong);  // [count, ranks...]
+  if (g.rank() == 0) {
+    std::vector<Tensor> arrivals(n);
+    std::vector<std::shared_ptr<Work>> works(n);
+    std::vector<bool> done(n, false);
+    for (int r = 1; r < n; ++r) {
+      arrivals[r] = empty({1}, kLong);
+      works[r] = b.recv(arrivals[r], r, detail::kTagMonitoredBarrier, true);
+    }
+    poll(works, done);
+    std::vector<int> missing;
+    for (int r = 1; r < n; ++r)
+      if (!done[r]) missing.push_back(g.global_rank(r));
+    auto* out = release.data_ptr<int64_t>();
+    out[0] = static_cast<int64_t>(missing.size());
+    for (size_t i = 0; i < missing.size(); ++i) out[1 + i] = missing[i];
+    for (int r = 1; r < n; ++r)
+      if (done[r]) b.send(release, r, detail::kTagMonitoredBarrier, false);
+  } else {
+    Tensor arrival = full({1}, static_cast<double>(seq), kLong);
+    b.send(arrival, 0, detail::kTagMonitoredBarrier, false);
+    std::vector<std::shared_ptr<Work>> works{b.recv(release, 0, detail::kTagMonitoredBarrier, true)};
+    std::vector<bool> done{false};
+    poll(works, done);
+    STRATA_CHECK(done[0], "monitored_barrier: rank ", g.global_rank(0), " (group rank 0 of ", g.describe(),
+                 ") did not release this rank within ", 2 * timeout.count(), " ms");
+  }
+  const auto* r = release.data_ptr<int64_t>();
+  if (r[0] == 0) return;
+  std::ostringstream names;
+  const int64_t shown = wait_all_ranks ? r[0] : 1;
+  for (int64_t i = 0; i < shown; ++i) names << (i ? ", " : "") << r[1 + i];
+  STRATA_CHECK(false, "monitored_barrier: ", wait_all_ranks ? "ranks " : "rank ", names.str(), " of ", g.describe(),
+               " did not arrive within ", timeout.count(), " ms", wait_all_ranks ? "" : " (the first one missing)");
+}
+
+std::shared_ptr<Work> all_reduce_coalesced(const tensor_list& tensors, ReduceOp op, const Group& group,
+                                           bool async_op) {
+  ProcessGroup& g = detail::resolve(group, "all_reduce_coalesced");
+  STRATA_CHECK(!tensors.empty(), "all_reduce_coalesced: got no tensors");
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    check_defined(tensors[i], "all_reduce_coalesced", "a tensor");
+    STRATA_CHECK(tensors[i].dtype() == tensors[0].dtype() && tensors[i].device() == tensors[0].device(),
+                 "all_reduce_coalesced: tensors[", i, "] is ", tensors[i].dtype(), " on ", tensors[i].device(),
+                 " but tensors[0] is ", tensors[0].dtype(), " on ", tensors[0].device());
+  }
+  check_reduce_op(op, tensors[0].dtype(), "all_reduce_coalesced");
+  if (is_off(kAllReduceOff)) return completed_work();
+  Backend& b = g.backend(tensors[0].device(), "all_reduce_coalesced");
+  Tensor flat = flatten_all(tensors);
+  detail::OpRecord rec = make_record("all_reduce_coalesced", g, flat, flat.nbytes());
+  rec.reduce_op = static_cast<int>(op);
+  return run(rec, group, async_op, [&](bool a) { return b.all_reduce(flat, op, a); },
+             [tensors, flat] { unflatten_into(flat, tensors); });
+}
+
+std::shared_ptr<Work> all_gather_coalesced(const std::vector<tensor_list>& output_lists, const tensor_list& inputs,
+                                           const Group& group, bool async_op) {
+  ProcessGroup& g = detail::resolve(group, "all_gather_coalesced");
+  STRATA_CHECK(!inputs.empty(), "all_gather_coalesced: got no input tensors");
+  STRATA_CHECK(static_cast<int>(output_lists.size()) == g.size(), "all_gather_coalesced: got ", output_lists.size(),
+               " output lists but ", g.describe(), " has ", g.size(), " ranks");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check_defined(inputs[i], "all_gather_coalesced", "an input");
+    STRATA_CHECK(inputs[i].dtype() == inputs[0].dtype() && inputs[i].device() == inputs[0].device(),
+                 "all_gather_coalesced: inputs[", i, "] is ", inputs[i].dtype(), " on ", inputs[i].device(),
+                 " but inputs[0] is ", inputs[0].dtype(), " on ", inputs[0].device());
+  }
+  for (const tensor_list& outs : output_lists) {
+    STRATA_CHECK(outs.size() == inputs.size(), "all_gather_coalesced: an output list has ", outs.size(),
+                 " tensors for ", inputs.size(), " inputs");
+    for (size_t i = 0; i < outs.size(); ++i) check_same(outs[i], inputs[i], "all_gather_coalesced", "outputs", i);
+  }
+  if (is_off(kAllGatherOff)) return completed_work();
+  Backend& b = g.backend(inputs[0].device(), "all_gather_coalesced");
+  Tensor in = flatten_all(inputs);
+  Tensor out = empty({in.numel() * g.size()}, in.options());
+  detail::OpRecord rec = make_record("all_gather_coalesced", g, in, out.nbytes());
+  tensor_list all_outputs;
+  for (const tensor_list& outs : output_lists) all_outputs.insert(all_outputs.end(), outs.begin(), outs.end());
+  return run(rec, group, async_op, [&](bool a) { return b.all_gather(out, in, a); },
+             [all_outputs, out] { unflatten_into(out, all_outputs); });
+}
+
+// ---- point to point ----
+
+void send(const Tensor& tensor, int dst, const Group& group, int tag) {
+  check_tag(tag, "send");
+  p2p("send", true, tensor, dst, group, tag, false);
+}
+
+void recv(const Tensor& tensor, int src, const Group& group, int tag) {
+  check_tag(tag, "recv");
+  p2p("recv", false, tensor, src, group, tag, false);
+}
+
+std::shared_ptr<Work> isend(const Tensor& tensor, int dst, const Group& group, int tag) {
+  check_tag(tag, "isend");
+  return p2p("isend", true, tensor, dst, group, tag, true);
+}
+
+std::shared_ptr<Work> irecv(const Tensor& tensor, int src, const Group& group, int tag) {
+  check_tag(tag, "irecv");
+  return p2p("irecv", false, tensor, src, group, tag, true);
+}
+
+std::vector<std::shared_ptr<Work>> batch_isend_irecv(const std::vector<P2POp>& ops) {
+  STRATA_CHECK(!ops.empty(), "batch_isend_irecv: got no ops");
+  std::vector<std::shared_ptr<Work>> works;
+  works.reserve(ops.size());
+  for (const P2POp& o : ops) {
+    STRATA_CHECK(o.op == P2POp::kSend || o.op == P2POp::kRecv, "batch_isend_irecv: op ", int(o.op),
+                 " is neither kSend nor kRecv");
+    works.push_back(o.op == P2POp::kSend ? isend(o.tensor, o.peer, o.group, o.tag)
+                                         : irecv(o.tensor, o.peer, o.group, o.tag));
+  }
+  return works;
+}
+
+void detail::send_internal(const Tensor& tensor, int dst, const Group& group, int tag) {
+  p2p("send", true, tensor, dst, group, tag, false);
+}
+
+void detail::recv_internal(const Tensor& tensor, int src, const Group& group, int tag) {
+  p2p("recv", false, tensor, src, group, tag, false);
+}
+
+// ---- small objects: a length word, then the bytes padded to whole int64 words ----
+
+void broadcast_object(std::string& bytes, int src, const Group& group) {
+  ProcessGroup& g = detail::resolve(group, "broadcast_object");
+  const bool is_src = g.rank() == to_group_rank(g, src, "broadcast_object", "src");
+  Tensor length = full({1}, is_src ? static_cast<double>(bytes.size()) : 0.0, kLong);
+  broadcast_impl(length, src, group, false);
+  const size_t n = static_cast<size_t>(length.item<int64_t>());
+  Tensor payload = zeros({words_for(n)}, kLong);
+  if (is_src && n) std::memcpy(payload.data_ptr(), bytes.data(), n);
+  broadcast_impl(payload, src, group, false);
+  if (!is_src) bytes.assign(static_cast<const char*>(payload.data_ptr()), n);
+}
+
+void send_object(const std::string& bytes, int dst, const Group& group, int tag) {
+  check_tag(tag, "send_object");
+  detail::send_internal(full({1}, static_cast<double>(bytes.size()), kLong), dst, group, detail::kTagObjectBase + tag);
+  Tensor payload = zeros({words_for(bytes.size())}, kLong);
+  if (!bytes.empty()) std::memcpy(payload.data_ptr(), bytes.data(), bytes.size());
+  detail::send_internal(payload, dst, group, detail::kTagObjectBase + tag);
+}
+
+std::string recv_object(int src, const Group& group, int tag) {
+  check_tag(tag, "recv_object");
+  Tensor length = empty({1}, kLong);
+  detail::recv_internal(length, src, group, detail::kTagObjectBase + tag);
+  const int64_t n = length.item<int64_t>();
+  STRATA_CHECK(n >= 0, "recv_object: rank ", src, " announced a negative length (", n, ")");
+  Tensor payload = empty({words_for(static_cast<size_t>(n))}, kLong);
+  detail::recv_internal(payload, src, group, detail::kTagObjectBase + tag);
+  return std::string(static_cast<const char*>(payload.data_ptr()), static_cast<size_t>(n));
+}
+
+// ---- profiling switches ----
+
+void all_gather_comm_off(bool off) { comm_off[kAllGatherOff] = off; }
+void reduce_scatter_comm_off(bool off) { comm_off[kReduceScatterOff] = off; }
+void broadcast_comm_off(bool off) { comm_off[kBroadcastOff] = off; }
+void all_reduce_comm_off(bool off) { comm_off[kAllReduceOff] = off; }
+void reduce_comm_off(bool off) { comm_off[kReduceOff] = off; }
+void backward_comm_off(bool off) {
+  all_gather_comm_off(off);
+  reduce_scatter_comm_off(off);
+}
+
+}  // namespace strata::distributed

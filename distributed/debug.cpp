@@ -1,0 +1,206 @@
+// The DETAIL checks (STRATA_DISTRIBUTED_DEBUG=DETAIL): before a collective the ranks of the group
+// exchange a fingerprint of their call and all throw when the calls differ; a p2p sender's
+// fingerprint travels beside its data and the receiver compares it with its own.
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "strata/distributed/detail/runtime.h"
+#include "strata/tensor/creation.h"
+
+namespace strata::distributed::detail {
+
+namespace {
+
+// Note [fingerprints]: a call travels as a fixed block of int64 words, so one all_gather of a
+// Long tensor exchanges every rank's. Shapes beyond kMaxDims dims keep their first kMaxDims dims
+// for the message and compare through a hash of all of them.
+constexpr size_t kOpChars = 32;
+constexpr size_t kMaxDims = 8;
+
+struct Fingerprint {
+  char op[kOpChars];
+  int64_t dtype;
+  int64_t ndim;
+  int64_t dims[kMaxDims];
+  uint64_t shape_hash;
+  int64_t root;       // group rank, -1 for rootless ops
+  int64_t reduce_op;  // ReduceOp as an int, -1 when the op does not reduce
+  int64_t shapes_must_match;
+  int64_t has_tensor;  // false for barrier
+};
+static_assert(std::is_trivially_copyable_v<Fingerprint> && sizeof(Fingerprint) % sizeof(int64_t) == 0);
+constexpr int64_t kWords = sizeof(Fingerprint) / sizeof(int64_t);
+
+Fingerprint fingerprint(const OpRecord& r) {
+  Fingerprint f{};
+  std::strncpy(f.op, r.op, kOpChars - 1);
+  f.dtype = static_cast<int64_t>(r.dtype);
+  f.ndim = static_cast<int64_t>(r.shape.size());
+  f.shape_hash = 14695981039346656037ull;  // FNV-1a, a word at a time
+  for (size_t d = 0; d < r.shape.size(); ++d) {
+    if (d < kMaxDims) f.dims[d] = r.shape[d];
+    f.shape_hash = (f.shape_hash ^ static_cast<uint64_t>(r.shape[d])) * 1099511628211ull;
+  }
+  f.root = r.root;
+  f.reduce_op = r.reduce_op;
+  f.shapes_must_match = r.shapes_must_match;
+  f.has_tensor = !r.shape.empty() || r.bytes != 0;
+  return f;
+}
+
+// What a call can disagree on, in the order messages name them.
+enum Field : unsigned { kOp = 1, kDtype = 2, kShape = 4, kRoot = 8, kReduceOp = 16 };
+
+unsigned differences(const Fingerprint& a, const Fingerprint& b, unsigned fields) {
+  unsigned out = 0;
+  if ((fields & kOp) && std::strncmp(a.op, b.op, kOpChars) != 0) out |= kOp;
+  if ((fields & kDtype) && a.dtype != b.dtype) out |= kDtype;
+  if ((fields & kShape) && a.shapes_must_match && b.shapes_must_match &&
+      (a.ndim != b.ndim || a.shape_hash != b.shape_hash || std::memcmp(a.dims, b.dims, sizeof(a.dims)) != 0))
+    out |= kShape;
+  if ((fields & kRoot) && a.root != b.root) out |= kRoot;
+  if ((fields & kReduceOp) && a.reduce_op != b.reduce_op) out |= kReduceOp;
+  return out;
+}
+
+// "shape", "op and dtype", "dtype, shape and root".
+std::string field_names(unsigned fields) {
+  static constexpr std::pair<Field, const char*> kNames[] = {
+      {kOp, "op"}, {kDtype, "dtype"}, {kShape, "shape"}, {kRoot, "root"}, {kReduceOp, "reduce op"}};
+  std::vector<const char*> names;
+  for (auto [field, name] : kNames)
+    if (fields & field) names.push_back(name);
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + std::string(names[i]);
+  return out;
+}
+
+// "all_reduce(Float [2, 3], SUM)", "broadcast(Long [4], root 1)", "barrier()"; ranks are global.
+std::string describe_call(const Fingerprint& f, const ProcessGroup& g) {
+  std::ostringstream os;
+  os << std::string(f.op, strnlen(f.op, kOpChars)) << "(";
+  const char* sep = "";
+  if (f.has_tensor) {
+    os << static_cast<ScalarType>(f.dtype) << " " << IntArrayRef(f.dims, std::min<size_t>(f.ndim, kMaxDims));
+    if (f.ndim > static_cast<int64_t>(kMaxDims)) os << " (" << f.ndim << " dims, the first " << kMaxDims << " shown)";
+    sep = ", ";
+  }
+  if (f.reduce_op >= 0) {
+    os << sep << to_string(static_cast<ReduceOp>(f.reduce_op));
+    sep = ", ";
+  }
+  if (f.root >= 0) os << sep << "root " << (f.root < g.size() ? g.ranks()[f.root] : f.root);
+  os << ")";
+  return os.str();
+}
+
+// The fingerprint of a p2p op with tag `tag` travels on its own tag, so that fingerprints match
+// their messages whatever order the receiver takes the tags in.
+int fingerprint_tag(int tag) { return kTagDebugBase + tag; }
+
+// A p2p op under DETAIL: the fingerprint transfer beside the data transfer. The receiver compares
+// once the fingerprint is in, and on a mismatch lets the data land before throwing, so that later
+// messages between the two ranks stay in step.
+class CheckedP2P final : public Work {
+ public:
+  CheckedP2P(const OpRecord& record, bool is_send, int tag, Tensor fingerprint, std::shared_ptr<Work> fingerprint_work,
+             std::shared_ptr<Work> transfer)
+      : record_(record), is_send_(is_send), tag_(tag), fingerprint_(std::move(fingerprint)),
+        fingerprint_work_(std::move(fingerprint_work)), transfer_(std::move(transfer)) {}
+
+  bool is_completed() override { return fingerprint_work_->is_completed() && transfer_->is_completed(); }
+
+  void wait() override {
+    fingerprint_work_->wait();
+    if (!is_send_) check();
+    transfer_->wait();
+  }
+
+ private:
+  void check() {
+    Fingerprint theirs;
+    std::memcpy(&theirs, fingerprint_.data_ptr(), sizeof(theirs));
+    const Fingerprint mine = fingerprint(record_);
+    const unsigned diff = differences(theirs, mine, kDtype | kShape);
+    if (!diff) return;
+    try {
+      transfer_->wait();
+    } catch (const Error&) {
+      // a size mismatch fails the receive too; the message below says why
+    }
+    const ProcessGroup& g = *record_.group;
+    const int sender = g.ranks()[record_.peer];
+    STRATA_CHECK(false, record_.op, " from rank ", sender, " on ", g.describe(), " with tag ", tag_,
+                 ": sender and receiver disagree on ", field_names(diff),
+                 " (STRATA_DISTRIBUTED_DEBUG=DETAIL): rank ", sender, " called ", describe_call(theirs, g), ", rank ",
+                 g.ranks()[g.rank()], " called ", describe_call(mine, g));
+  }
+
+  OpRecord record_;
+  bool is_send_;
+  int tag_;
+  Tensor fingerprint_;
+  std::shared_ptr<Work> fingerprint_work_;
+  std::shared_ptr<Work> transfer_;
+};
+
+}  // namespace
+
+void check_collective(const OpRecord& record) {
+  const ProcessGroup& g = *record.group;
+  if (g.size() == 1) return;
+  Fingerprint mine = fingerprint(record);
+  std::vector<Fingerprint> all(g.size());
+  {
+    // A group mismatch hangs here instead (each group talks on its own communicator); the
+    // watchdog then names what every rank is blocked in.
+    BlockingScope scope(record);
+    g.backend(kCPU, record.op)
+        .all_gather(from_blob(all.data(), {kWords * g.size()}, kLong), from_blob(&mine, {kWords}, kLong), false);
+  }
+  unsigned diff = 0;
+  for (const Fingerprint& f : all) diff |= differences(all[0], f, kOp | kDtype | kShape | kRoot | kReduceOp);
+  if (!diff) return;
+  // Ranks with the same call share one entry: "ranks 1, 2, 3 called all_reduce(Float [3], SUM)".
+  std::vector<std::string> calls;
+  std::vector<std::vector<int>> callers;
+  for (int r = 0; r < g.size(); ++r) {
+    std::string call = describe_call(all[r], g);
+    size_t i = 0;
+    while (i < calls.size() && calls[i] != call) ++i;
+    if (i == calls.size()) {
+      calls.push_back(std::move(call));
+      callers.emplace_back();
+    }
+    callers[i].push_back(g.ranks()[r]);
+  }
+  std::ostringstream who;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    who << (i ? "; " : "") << (callers[i].size() == 1 ? "rank " : "ranks ");
+    for (size_t j = 0; j < callers[i].size(); ++j) who << (j ? ", " : "") << callers[i][j];
+    who << " called " << calls[i];
+  }
+  STRATA_CHECK(false, record.op, " #", record.seq, " on ", g.describe(), ": ranks disagree on ", field_names(diff),
+               " (STRATA_DISTRIBUTED_DEBUG=DETAIL): ", who.str());
+}
+
+std::shared_ptr<Work> check_p2p(const OpRecord& record, bool is_send, int tag, std::shared_ptr<Work> transfer) {
+  Backend& b = record.group->backend(kCPU, record.op);
+  Tensor buffer = empty({kWords}, kLong);
+  if (is_send) {
+    const Fingerprint mine = fingerprint(record);
+    std::memcpy(buffer.data_ptr(), &mine, sizeof(mine));
+  }
+  std::shared_ptr<Work> fingerprint_work = is_send ? b.send(buffer, record.peer, fingerprint_tag(tag), true)
+                                                   : b.recv(buffer, record.peer, fingerprint_tag(tag), true);
+  return std::make_shared<CheckedP2P>(record, is_send, tag, std::move(buffer), std::move(fingerprint_work),
+                                      std::move(transfer));
+}
+
+}  // namespace strata::distributed::detail

@@ -1,0 +1,83 @@
+#pragma once
+// Internal glue of the distributed layer, shared by the front end (collectives.cpp), the
+// runtime (runtime.cpp), the safety nets (watchdog.cpp, debug.cpp) and the comm logger.
+// Not installed.
+
+#include <atomic>
+#include <chrono>
+#include <string>
+
+#include "strata/distributed/collectives.h"
+
+namespace strata::distributed::detail {
+
+/// User tags are 0..kMaxUserTag; tags above belong to strata's own protocols.
+constexpr int kMaxUserTag = (1 << 20) - 1;
+constexpr int kTagMonitoredBarrier = kMaxUserTag + 1; ///< monitored_barrier arrivals and releases
+constexpr int kTagRemote = kMaxUserTag + 2;          ///< functional::remote_send / remote_recv
+constexpr int kTagObjectBase = 1 << 21;              ///< send_object with user tag t travels as kTagObjectBase + t
+constexpr int kTagDebugBase = 1 << 22;               ///< the DETAIL fingerprint of a p2p op with tag t travels as kTagDebugBase + t
+constexpr int kMinTagUpperBound = 1 << 23;           ///< init() requires MPI_TAG_UB at least this
+
+/// send()/recv() without the user-tag check, for strata's own protocols (tags above kMaxUserTag).
+void send_internal(const Tensor& tensor, int dst, const Group& group, int tag);
+/// See send_internal.
+void recv_internal(const Tensor& tensor, int src, const Group& group, int tag);
+
+/// The group `group` names (WORLD when empty), checked: init() ran, the group was not destroyed and
+/// this process is a member. `op` names the caller in errors.
+ProcessGroup& resolve(const Group& group, const char* op);
+/// The live group with this id, or null (for the watchdog's answers).
+std::shared_ptr<ProcessGroup> find_group(int64_t id);
+
+/// The timeout of blocking communication: STRATA_COMM_TIMEOUT_S, default 600 s.
+std::chrono::milliseconds comm_timeout();
+
+/// What one collective or p2p call is, for the DETAIL check, the watchdog and the logger.
+struct OpRecord {
+  const char* op = "";          ///< e.g. "all_reduce"
+  ProcessGroup* group = nullptr;
+  uint64_t seq = 0;             ///< the group's sequence number of this call
+  ScalarType dtype = kFloat;
+  DimVector shape;              ///< the tensor's shape (the input where they differ)
+  int root = -1;                ///< group rank of the root, -1 for rootless ops
+  int peer = -1;                ///< group rank of the other side of a p2p op, else -1
+  int reduce_op = -1;           ///< the ReduceOp as an int, -1 when the op does not reduce
+  bool shapes_must_match = true;///< false where ranks legitimately pass different shapes
+  int64_t bytes = 0;            ///< message size for the logger
+};
+
+// ---- DETAIL checks (debug.cpp) ----
+/// For a collective under DebugLevel::DETAIL: exchanges the records of all ranks of the group and, when
+/// op, dtype, root, reduce op or (where they must match) shape differ, throws on every rank a message
+/// naming each rank's call. Itself a collective on the group's CPU backend.
+void check_collective(const OpRecord& record);
+/// For a p2p op under DETAIL, given its data transfer (posted async): sends the sender's record beside it
+/// and returns the Work to wait instead. On the receiver, wait() throws when dtype or shape differ from the
+/// sender's (once the data has landed, so later messages stay in step); the sender never throws.
+std::shared_ptr<Work> check_p2p(const OpRecord& record, bool is_send, int tag, std::shared_ptr<Work> transfer);
+
+// ---- the watchdog (watchdog.cpp) ----
+/// Starts the thread that ends the job when communication blocks longer than comm_timeout(), and
+/// answers other ranks' questions about what this rank is doing. Called by init() when size > 1.
+void start_watchdog();
+/// Stops it (finalize).
+void stop_watchdog();
+/// Marks this thread as blocked in `record`'s op from construction to destruction. When the timeout
+/// passes first, the watchdog asks the other ranks where they are, prints which ones never arrived,
+/// and ends the job with exit status 1 (mpirun then stops every rank).
+class BlockingScope {
+ public:
+  explicit BlockingScope(const OpRecord& record);
+  ~BlockingScope();
+  BlockingScope(const BlockingScope&) = delete;
+  BlockingScope& operator=(const BlockingScope&) = delete;
+};
+
+// ---- the comm logger (comm_logger.cpp) ----
+/// Whether ops are logged (cheap: one relaxed atomic load).
+bool logging_enabled();
+/// Adds one finished op to the totals.
+void log_op(const OpRecord& record, double seconds);
+
+}  // namespace strata::distributed::detail

@@ -1,0 +1,288 @@
+// The process runtime: joining and leaving the MPI job, WORLD and subgroups, and the settings
+// read from the environment.
+
+#include <cstdlib>
+#include <exception>
+#include <iostream>
+#include <mutex>
+#include <sstream>
+#include <utility>
+
+#include "strata/distributed/detail/runtime.h"
+#include "strata/distributed/mpi/mpi.h"
+
+namespace strata::distributed {
+
+const char* to_string(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::SUM: return "SUM";
+    case ReduceOp::AVG: return "AVG";
+    case ReduceOp::PRODUCT: return "PRODUCT";
+    case ReduceOp::MIN: return "MIN";
+    case ReduceOp::MAX: return "MAX";
+  }
+  STRATA_INTERNAL_ASSERT(false);
+}
+
+namespace {
+
+class CompletedWork final : public Work {
+ public:
+  bool is_completed() override { return true; }
+  void wait() override {}
+};
+
+struct Runtime {
+  bool initialized = false;
+  bool finalized = false;
+  bool owns_mpi = false;  // false when the program initialised MPI itself
+  Group world;
+  std::mutex groups_mutex;  // the watchdog thread looks groups up
+  std::vector<std::weak_ptr<ProcessGroup>> groups;  // by id
+  DebugLevel debug = DebugLevel::OFF;
+  std::chrono::milliseconds timeout{600'000};
+  std::terminate_handler previous_terminate = nullptr;
+};
+
+Runtime& runtime() {
+  static Runtime r;
+  return r;
+}
+
+std::chrono::milliseconds timeout_from_env() {
+  const char* text = std::getenv("STRATA_COMM_TIMEOUT_S");
+  if (!text || !*text) return std::chrono::milliseconds(600'000);
+  char* end = nullptr;
+  const double seconds = std::strtod(text, &end);
+  STRATA_CHECK(end && *end == '\0' && seconds > 0, "init: STRATA_COMM_TIMEOUT_S must be a positive number of seconds, got '",
+               text, "'");
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+DebugLevel debug_from_env() {
+  const char* text = std::getenv("STRATA_DISTRIBUTED_DEBUG");
+  if (!text || !*text || std::string(text) == "OFF") return DebugLevel::OFF;
+  STRATA_CHECK(std::string(text) == "DETAIL", "init: STRATA_DISTRIBUTED_DEBUG must be OFF or DETAIL, got '", text, "'");
+  return DebugLevel::DETAIL;
+}
+
+// A rank that dies on an exception takes the job down with it and says why, instead of
+// leaving the other ranks waiting in their next collective.
+[[noreturn]] void terminate_job() {
+  int rank = -1, initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::string what = "unknown exception";
+  if (auto e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      what = ex.what();
+    } catch (...) {
+    }
+  } else {
+    what = "std::terminate called without an active exception";
+  }
+  std::cerr << "strata: rank " << rank << ": uncaught exception: " << what << "\nstrata: rank " << rank
+            << ": aborting the job" << std::endl;
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();
+}
+
+void finalize_at_exit() {
+  if (runtime().initialized) finalize();
+}
+
+}  // namespace
+
+std::shared_ptr<Work> completed_work() {
+  static const std::shared_ptr<Work> done = std::make_shared<CompletedWork>();
+  return done;
+}
+
+// ---- ProcessGroup ----
+
+ProcessGroup::ProcessGroup(int64_t id, std::vector<int> ranks, int rank,
+                           std::array<std::unique_ptr<Backend>, 2> backends)
+    : id_(id), ranks_(std::move(ranks)), rank_(rank), backends_(std::move(backends)) {}
+
+int ProcessGroup::global_rank(int group_rank) const {
+  STRATA_CHECK(group_rank >= 0 && group_rank < size(), "get_global_rank: group rank ", group_rank, " is out of range for ",
+               describe(), " of size ", size());
+  return ranks_[group_rank];
+}
+
+int ProcessGroup::group_rank(int global_rank) const {
+  for (int i = 0; i < size(); ++i)
+    if (ranks_[i] == global_rank) return i;
+  return -1;
+}
+
+std::string ProcessGroup::describe() const {
+  if (id_ == 0) return "WORLD";
+  std::ostringstream os;
+  os << "group " << id_ << " [";
+  for (size_t i = 0; i < ranks_.size(); ++i) os << (i ? ", " : "") << ranks_[i];
+  os << "]";
+  return os.str();
+}
+
+Backend& ProcessGroup::backend(Device device, const char* op) const {
+  STRATA_CHECK(!destroyed_, op, ": ", describe(), " was destroyed");
+  STRATA_CHECK(is_member(), op, ": this process (global rank ", get_rank(), ") is not a member of ", describe());
+  const auto& b = backends_[static_cast<size_t>(device.type)];
+  STRATA_CHECK(b, op, ": ", describe(), " has no backend for ", device, " tensors");
+  return *b;
+}
+
+void ProcessGroup::destroy() {
+  for (auto& b : backends_) b.reset();
+  destroyed_ = true;
+}
+
+// ---- processes and groups ----
+
+void init() {
+  Runtime& rt = runtime();
+  if (rt.initialized) return;
+  STRATA_CHECK(!rt.finalized, "init: the job was finalized; MPI cannot be initialised twice in one process");
+  rt.timeout = timeout_from_env();
+  rt.debug = debug_from_env();
+  int already = 0;
+  STRATA_MPI_CHECK(MPI_Initialized(&already), "MPI_Initialized");
+  int provided = 0;
+  if (already) {
+    STRATA_MPI_CHECK(MPI_Query_thread(&provided), "MPI_Query_thread");
+  } else {
+    STRATA_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+    rt.owns_mpi = true;
+  }
+  // The watchdog thread talks MPI while the main thread is blocked in a collective.
+  STRATA_CHECK(provided == MPI_THREAD_MULTIPLE, "init: MPI provides thread level ", provided,
+               " but strata needs MPI_THREAD_MULTIPLE (", MPI_THREAD_MULTIPLE, ")");
+  if (rt.owns_mpi) MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  int* tag_ub = nullptr;
+  int has_tag_ub = 0;
+  STRATA_MPI_CHECK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &has_tag_ub), "MPI_Comm_get_attr");
+  STRATA_CHECK(has_tag_ub && *tag_ub >= detail::kMinTagUpperBound, "init: this MPI allows tags up to ",
+               has_tag_ub ? *tag_ub : 0, ", strata needs ", detail::kMinTagUpperBound);
+
+  int rank = 0, size = 0;
+  STRATA_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank), "MPI_Comm_rank");
+  STRATA_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size), "MPI_Comm_size");
+  MPI_Comm comm = MPI_COMM_NULL;
+  STRATA_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "MPI_Comm_dup");
+  std::vector<int> ranks(size);
+  for (int i = 0; i < size; ++i) ranks[i] = i;
+  std::array<std::unique_ptr<Backend>, 2> backends;
+  backends[static_cast<size_t>(kCPU)] = mpi::make_backend(comm);
+  rt.world = std::make_shared<ProcessGroup>(0, std::move(ranks), rank, std::move(backends));
+  {
+    std::lock_guard lock(rt.groups_mutex);
+    rt.groups = {rt.world};
+  }
+  rt.initialized = true;
+  rt.previous_terminate = std::set_terminate(terminate_job);
+  static bool registered = false;
+  if (!std::exchange(registered, true)) std::atexit(finalize_at_exit);
+  if (size > 1) detail::start_watchdog();
+}
+
+bool is_initialized() { return runtime().initialized; }
+
+void finalize() {
+  Runtime& rt = runtime();
+  if (!rt.initialized) return;
+  if (rt.world->size() > 1) detail::stop_watchdog();
+  {
+    std::lock_guard lock(rt.groups_mutex);
+    for (auto& weak : rt.groups)
+      if (auto g = weak.lock()) g->destroy();
+    rt.groups.clear();
+  }
+  rt.world.reset();
+  rt.initialized = false;
+  rt.finalized = true;
+  std::set_terminate(rt.previous_terminate);
+  if (rt.owns_mpi) MPI_Finalize();
+}
+
+const Group& get_world_group() {
+  STRATA_CHECK(runtime().initialized, "get_world_group: distributed::init() has not been called");
+  return runtime().world;
+}
+
+int get_rank(const Group& group) { return (group ? group : get_world_group())->rank(); }
+
+int get_world_size(const Group& group) { return (group ? group : get_world_group())->size(); }
+
+Group new_group(const std::vector<int>& ranks) {
+  const Group& world = get_world_group();
+  STRATA_CHECK(!ranks.empty(), "new_group: the rank list is empty");
+  std::vector<bool> seen(world->size(), false);
+  for (int r : ranks) {
+    STRATA_CHECK(r >= 0 && r < world->size(), "new_group: rank ", r, " is out of range for a world of size ",
+                 world->size());
+    STRATA_CHECK(!seen[r], "new_group: rank ", r, " appears twice in the list");
+    seen[r] = true;
+  }
+  int index = -1;
+  for (size_t i = 0; i < ranks.size(); ++i)
+    if (ranks[i] == world->rank()) index = static_cast<int>(i);
+  Runtime& rt = runtime();
+  std::array<std::unique_ptr<Backend>, 2> backends;
+  for (size_t d = 0; d < backends.size(); ++d) {
+    Backend* parent = d == static_cast<size_t>(kCPU) ? &world->backend(kCPU, "new_group") : nullptr;
+    if (parent) backends[d] = parent->split(index);
+  }
+  std::lock_guard lock(rt.groups_mutex);
+  auto group = std::make_shared<ProcessGroup>(static_cast<int64_t>(rt.groups.size()), ranks, index, std::move(backends));
+  rt.groups.push_back(group);
+  return group;
+}
+
+int get_global_rank(const Group& group, int group_rank) {
+  return (group ? group : get_world_group())->global_rank(group_rank);
+}
+
+int get_group_rank(const Group& group, int global_rank) {
+  const ProcessGroup& g = *(group ? group : get_world_group());
+  const int r = g.group_rank(global_rank);
+  STRATA_CHECK(r >= 0, "get_group_rank: global rank ", global_rank, " is not a member of ", g.describe());
+  return r;
+}
+
+void destroy_process_group(const Group& group) {
+  if (!group || group == runtime().world) return finalize();
+  group->destroy();
+}
+
+void set_debug_level(DebugLevel level) { runtime().debug = level; }
+
+DebugLevel get_debug_level() { return runtime().debug; }
+
+namespace detail {
+
+ProcessGroup& resolve(const Group& group, const char* op) {
+  Runtime& rt = runtime();
+  STRATA_CHECK(rt.initialized, op, ": distributed::init() has not been called");
+  ProcessGroup& g = group ? *group : *rt.world;
+  STRATA_CHECK(!g.is_destroyed(), op, ": ", g.describe(), " was destroyed");
+  STRATA_CHECK(g.is_member(), op, ": this process (global rank ", rt.world->rank(), ") is not a member of ",
+               g.describe());
+  return g;
+}
+
+std::shared_ptr<ProcessGroup> find_group(int64_t id) {
+  Runtime& rt = runtime();
+  std::lock_guard lock(rt.groups_mutex);
+  if (id < 0 || id >= static_cast<int64_t>(rt.groups.size())) return nullptr;
+  return rt.groups[id].lock();
+}
+
+std::chrono::milliseconds comm_timeout() { return runtime().timeout; }
+
+}  // namespace detail
+
+}  // namespace strata::distributed

@@ -1,0 +1,398 @@
+// The watchdog: a thread per process that ends the job when a collective or p2p op stays blocked
+// longer than STRATA_COMM_TIMEOUT_S. Before it does, it asks the other ranks of the group what
+// they are doing, so the message names the ranks that never arrived and where they are instead.
+// The same thread answers those questions for the other ranks' watchdogs.
+//
+// Note [watchdog protocol]: the watchdogs talk on their own duplicate of MPI_COMM_WORLD, so their
+// messages never meet the user's. Each keeps one receive posted for a Query (the id of the group
+// the asker is blocked on) and answers with an Answer: the op it is blocked in, or that it is not
+// in communication and the number of its last call on that group. A rank that answers with the
+// asker's op and sequence number has arrived; the others are named with their answer, or as not
+// answering at all.
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <list>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "strata/distributed/detail/runtime.h"
+#include "strata/distributed/mpi/mpi.h"
+
+namespace strata::distributed::detail {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kOpChars = 32;
+constexpr std::chrono::milliseconds kPollPeriod{20};
+constexpr std::chrono::seconds kAnswerWindow{3};
+constexpr int kTagQuery = 1;
+constexpr int kTagAnswer = 2;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Note [blocked-op slots]: every thread that communicates owns a ThreadSlots, a small stack of
+// the ops it is blocked in, written only by that thread and read by the watchdog through a
+// sequence lock. Opening or closing a BlockingScope is then a few plain stores: no lock and no
+// clock read (a clock read alone costs more than the rest). The watchdog times the ops itself,
+// from the poll that first sees one open, so a timeout fires at most one poll period late.
+constexpr int kMaxDepth = 4;  // scopes nested deeper go unseen; the outer ones are still timed
+
+struct Slot {
+  std::atomic<const char*> op{""};  // a string literal (OpRecord::op)
+  std::atomic<int64_t> group{-1};
+  std::atomic<uint64_t> seq{0};
+  std::atomic<int> peer{-1};
+  std::atomic<uint64_t> ordinal{0};  // which scope of its thread this is, so a new op is told from an old one
+};
+
+struct ThreadSlots {
+  std::atomic<uint64_t> version{0};  // odd while the owner writes
+  std::atomic<int> depth{0};
+  uint64_t opened = 0;  // the owner's count of scopes, read by no one else
+  Slot slots[kMaxDepth];
+
+  // Brackets the owner's writes so that a reader never takes half of them.
+  template <class Write>
+  void write(Write&& w) {
+    const uint64_t v = version.load(std::memory_order_relaxed);
+    version.store(v + 1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    w();
+    version.store(v + 2, std::memory_order_release);
+  }
+};
+
+struct Threads {
+  std::mutex mutex;
+  std::vector<std::unique_ptr<ThreadSlots>> all;  // kept until exit, as the watchdog may read them late
+};
+Threads threads;
+
+ThreadSlots& this_thread_slots() {
+  thread_local ThreadSlots* const mine = [] {
+    std::lock_guard lock(threads.mutex);
+    threads.all.push_back(std::make_unique<ThreadSlots>());
+    return threads.all.back().get();
+  }();
+  return *mine;
+}
+
+// One open BlockingScope as the watchdog sees it.
+struct OpenOp {
+  const ThreadSlots* thread;
+  uint64_t ordinal;
+  const char* op;
+  int64_t group;
+  uint64_t seq;
+  int peer;
+};
+
+// The open ops of every thread, outermost first.
+std::vector<OpenOp> open_ops() {
+  std::vector<OpenOp> out;
+  std::lock_guard lock(threads.mutex);
+  for (const auto& t : threads.all) {
+    OpenOp read[kMaxDepth];
+    int n = 0;
+    for (bool consistent = false; !consistent;) {
+      const uint64_t v = t->version.load(std::memory_order_acquire);
+      n = std::min(t->depth.load(std::memory_order_relaxed), kMaxDepth);
+      for (int i = 0; i < n; ++i) {
+        const Slot& s = t->slots[i];
+        read[i] = {t.get(), s.ordinal.load(std::memory_order_relaxed), s.op.load(std::memory_order_relaxed),
+                   s.group.load(std::memory_order_relaxed), s.seq.load(std::memory_order_relaxed),
+                   s.peer.load(std::memory_order_relaxed)};
+      }
+      std::atomic_thread_fence(std::memory_order_acquire);
+      consistent = v % 2 == 0 && t->version.load(std::memory_order_relaxed) == v;
+    }
+    out.insert(out.end(), read, read + n);
+  }
+  return out;
+}
+
+// "all_reduce #4 on WORLD", "recv from rank 1 on group 2 [1, 0]".
+std::string describe_op(const OpenOp& o) {
+  std::shared_ptr<ProcessGroup> g = find_group(o.group);
+  std::ostringstream os;
+  os << o.op;
+  if (o.peer >= 0)
+    os << (std::strstr(o.op, "send") ? " to" : " from") << " rank " << (g ? g->ranks()[o.peer] : o.peer);
+  else
+    os << " #" << o.seq;
+  os << " on ";
+  if (g) os << g->describe();
+  else os << "group " << o.group;
+  return os.str();
+}
+
+struct Query {
+  int64_t group;
+};
+
+struct Answer {
+  int64_t group = -1;  // the group of the op the rank is blocked in, -1 when it is not blocked
+  uint64_t seq = 0;    // that op's sequence number
+  char op[kOpChars] = {};
+  char text[224] = {};  // the rank's state as a person reads it
+};
+
+// What an overdue op is and whom to ask about it.
+struct Overdue {
+  std::string op;
+  int64_t group_id;
+  std::vector<int> asked;  // global ranks whose state decides who is missing
+  uint64_t seq;
+  bool p2p;
+  std::string what;  // "all_reduce #4 on WORLD", "recv from rank 1 on WORLD"
+  double seconds;
+};
+
+class Watchdog {
+ public:
+  Watchdog(MPI_Comm comm, std::chrono::milliseconds timeout) : comm_(comm), timeout_(timeout) {
+    MPI_Comm_rank(comm_, &rank_);
+    thread_ = std::thread([this] { run(); });
+  }
+
+  ~Watchdog() {
+    {
+      std::lock_guard lock(stop_mutex_);
+      stop_ = true;
+    }
+    stop_cv_.notify_one();
+    thread_.join();
+    MPI_Comm_free(&comm_);
+  }
+
+ private:
+  void run() {
+    post_query_receive();
+    std::unique_lock lock(stop_mutex_);
+    while (!stop_cv_.wait_for(lock, kPollPeriod, [this] { return stop_; })) {
+      lock.unlock();
+      refresh();
+      serve_queries();
+      if (std::optional<Overdue> o = overdue()) end_job(*o);
+      lock.lock();
+    }
+    MPI_Cancel(&query_request_);
+    MPI_Wait(&query_request_, MPI_STATUS_IGNORE);
+    for (Outgoing& out : answers_) MPI_Wait(&out.request, MPI_STATUS_IGNORE);
+  }
+
+  void post_query_receive() {
+    STRATA_MPI_CHECK(MPI_Irecv(&query_, sizeof(query_), MPI_BYTE, MPI_ANY_SOURCE, kTagQuery, comm_, &query_request_),
+                     "watchdog: MPI_Irecv");
+  }
+
+  // Answers the queries that came in and forgets the answers that went out.
+  void serve_queries() {
+    while (true) {
+      int flag = 0;
+      MPI_Status status;
+      STRATA_MPI_CHECK(MPI_Test(&query_request_, &flag, &status), "watchdog: MPI_Test");
+      if (!flag) break;
+      answers_.push_back({answer_for(query_.group), MPI_REQUEST_NULL});
+      Outgoing& out = answers_.back();
+      // An asker that died meanwhile gets nothing; the job is ending anyway.
+      MPI_Isend(&out.answer, sizeof(out.answer), MPI_BYTE, status.MPI_SOURCE, kTagAnswer, comm_, &out.request);
+      post_query_receive();
+    }
+    answers_.remove_if([](Outgoing& out) {
+      int done = 1;
+      if (out.request != MPI_REQUEST_NULL) MPI_Test(&out.request, &done, MPI_STATUS_IGNORE);
+      return done != 0;
+    });
+  }
+
+  // Takes the open ops and keeps, for each, when a poll first saw it.
+  void refresh() {
+    const Clock::time_point now = Clock::now();
+    std::vector<Timed> timed;
+    for (const OpenOp& o : open_ops()) {
+      auto seen = std::find_if(timed_.begin(), timed_.end(), [&](const Timed& t) {
+        return t.op.thread == o.thread && t.op.ordinal == o.ordinal;
+      });
+      timed.push_back({o, seen == timed_.end() ? now : seen->since});
+    }
+    timed_ = std::move(timed);
+  }
+
+  // The Answer to "what are you doing about group `id`?": the op this rank is blocked in (the one
+  // on that group if any), else that it is not in communication, and its last call on the group.
+  Answer answer_for(int64_t id) {
+    refresh();
+    const Timed* blocked = nullptr;
+    for (const Timed& t : timed_)
+      if (!blocked || t.op.group == id) blocked = &t;
+    Answer a;
+    std::ostringstream os;
+    if (blocked) {
+      a.group = blocked->op.group;
+      a.seq = blocked->op.seq;
+      std::strncpy(a.op, blocked->op.op, kOpChars - 1);
+      char held[64];
+      std::snprintf(held, sizeof(held), "blocked for %.1f s in ", seconds_since(blocked->since));
+      os << held << describe_op(blocked->op);
+    } else {
+      os << "not in communication";
+    }
+    if (a.group != id) {
+      std::shared_ptr<ProcessGroup> g = find_group(id);
+      if (!g) os << "; it has no live group " << id;
+      else if (g->sequence_number() == 0) os << "; it has made no call on " << g->describe();
+      else os << "; its last call on " << g->describe() << " was #" << g->sequence_number();
+    }
+    std::strncpy(a.text, os.str().c_str(), sizeof(a.text) - 1);
+    return a;
+  }
+
+  // The longest-blocked op once it has passed the timeout.
+  std::optional<Overdue> overdue() const {
+    const Timed* oldest = nullptr;
+    for (const Timed& t : timed_)
+      if (!oldest || t.since < oldest->since) oldest = &t;
+    if (!oldest || Clock::now() - oldest->since < timeout_) return std::nullopt;
+    const OpenOp& op = oldest->op;
+    Overdue o{op.op, op.group, {}, op.seq, op.peer >= 0, describe_op(op), seconds_since(oldest->since)};
+    if (std::shared_ptr<ProcessGroup> g = find_group(op.group)) {
+      if (o.p2p) o.asked = {g->ranks()[op.peer]};
+      else
+        for (int r : g->ranks())
+          if (r != rank_) o.asked.push_back(r);
+    }
+    return o;
+  }
+
+  // Asks the ranks of the overdue op where they are, prints who never arrived, ends the job.
+  [[noreturn]] void end_job(const Overdue& o) {
+    const size_t n = o.asked.size();
+    std::vector<Answer> answers(n);
+    std::vector<MPI_Request> requests(2 * n, MPI_REQUEST_NULL);
+    const Query query{o.group_id};
+    for (size_t i = 0; i < n; ++i) {
+      MPI_Irecv(&answers[i], sizeof(Answer), MPI_BYTE, o.asked[i], kTagAnswer, comm_, &requests[i]);
+      MPI_Isend(&query, sizeof(query), MPI_BYTE, o.asked[i], kTagQuery, comm_, &requests[n + i]);
+    }
+    // Answer the others meanwhile: they may be asking this rank the same question.
+    std::vector<bool> answered(n, false);
+    const Clock::time_point asked_at = Clock::now();
+    size_t left = n;
+    while (left > 0 && Clock::now() - asked_at < kAnswerWindow) {
+      for (size_t i = 0; i < n; ++i) {
+        int flag = 0;
+        if (!answered[i] && MPI_Test(&requests[i], &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag) {
+          answered[i] = true;
+          --left;
+        }
+      }
+      serve_queries();
+      std::this_thread::sleep_for(kPollPeriod / 4);
+    }
+
+    // Ranks listed in rank order, each missing one with what it said it was doing.
+    std::vector<int> arrived{rank_}, missing;
+    std::vector<std::pair<int, std::string>> states;
+    for (size_t i = 0; i < n; ++i) {
+      const Answer& a = answers[i];
+      if (!o.p2p && answered[i] && a.group == o.group_id && a.seq == o.seq && o.op == a.op) {
+        arrived.push_back(o.asked[i]);
+        continue;
+      }
+      missing.push_back(o.asked[i]);
+      states.emplace_back(o.asked[i], answered[i] ? std::string(a.text, strnlen(a.text, sizeof(a.text)))
+                                                  : "did not answer (it died, or left the job)");
+    }
+    std::sort(arrived.begin(), arrived.end());
+    std::sort(missing.begin(), missing.end());
+    std::sort(states.begin(), states.end());
+    auto list = [](const std::vector<int>& ranks) {
+      std::ostringstream os;
+      for (size_t i = 0; i < ranks.size(); ++i) os << (i ? ", " : "") << ranks[i];
+      return os.str();
+    };
+    const std::string prefix = "strata: rank " + std::to_string(rank_) + ": ";
+    char head[160];
+    std::snprintf(head, sizeof(head), " still blocked after %.1f s (STRATA_COMM_TIMEOUT_S is %.1f s); ending the job\n",
+                  o.seconds, std::chrono::duration<double>(timeout_).count());
+    std::ostringstream report;
+    report << prefix << o.what << head << prefix << "ranks that never arrived: "
+           << (missing.empty() ? "none, every rank is in this op" : list(missing)) << "\n";
+    for (const auto& [r, state] : states) report << prefix << "  rank " << r << ": " << state << "\n";
+    if (!o.p2p) report << prefix << "ranks that arrived: " << list(arrived) << "\n";
+    const std::string text = report.str();
+    std::fwrite(text.data(), 1, text.size(), stderr);
+    std::fflush(stderr);
+    // MPI_Abort makes mpirun stop every rank at once; a plain exit would leave it to notice.
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    std::_Exit(1);
+  }
+
+  struct Outgoing {
+    Answer answer;
+    MPI_Request request;
+  };
+  struct Timed {
+    OpenOp op;
+    Clock::time_point since;  // when a poll first saw it open
+  };
+
+  MPI_Comm comm_;
+  int rank_ = 0;
+  std::chrono::milliseconds timeout_;
+  Query query_{};
+  MPI_Request query_request_ = MPI_REQUEST_NULL;
+  std::list<Outgoing> answers_;  // sends in flight; a list keeps their buffers in place
+  std::vector<Timed> timed_;      // the open ops; only the watchdog thread touches it
+  std::mutex stop_mutex_;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+std::unique_ptr<Watchdog> watchdog;
+
+}  // namespace
+
+void start_watchdog() {
+  STRATA_INTERNAL_ASSERT(!watchdog);
+  MPI_Comm comm = MPI_COMM_NULL;
+  STRATA_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "start_watchdog: MPI_Comm_dup");
+  STRATA_MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "start_watchdog: MPI_Comm_set_errhandler");
+  watchdog = std::make_unique<Watchdog>(comm, comm_timeout());
+}
+
+void stop_watchdog() { watchdog.reset(); }
+
+BlockingScope::BlockingScope(const OpRecord& record) {
+  ThreadSlots& t = this_thread_slots();
+  const int depth = t.depth.load(std::memory_order_relaxed);
+  t.write([&] {
+    if (depth < kMaxDepth) {
+      Slot& s = t.slots[depth];
+      s.op.store(record.op, std::memory_order_relaxed);
+      s.group.store(record.group->id(), std::memory_order_relaxed);
+      s.seq.store(record.seq, std::memory_order_relaxed);
+      s.peer.store(record.peer, std::memory_order_relaxed);
+      s.ordinal.store(++t.opened, std::memory_order_relaxed);
+    }
+    t.depth.store(depth + 1, std::memory_order_relaxed);
+  });
+}
+
+BlockingScope::~BlockingScope() {
+  ThreadSlots& t = this_thread_slots();
+  t.write([&] { t.depth.store(t.depth.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed); });
+}
+
+}  // namespace strata::distributed::detail

@@ -1,0 +1,172 @@
+// STRATA_DISTRIBUTED_DEBUG=DETAIL: collectives whose ranks disagree throw on every rank, naming
+// each rank's call; a p2p receiver throws when the sender's dtype or shape differ, and the pair
+// stays in step afterwards; calls that agree (including legitimately different shapes) pass.
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include <strata/distributed/collectives.h>
+#include <strata/strata.h>
+
+#include "../helpers.h"
+
+namespace strata::distributed {
+namespace {
+
+// Every test runs under DETAIL and leaves the level as it found it.
+class Detail : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    was_ = get_debug_level();
+    set_debug_level(DebugLevel::DETAIL);
+  }
+  void TearDown() override { set_debug_level(was_); }
+
+ private:
+  DebugLevel was_ = DebugLevel::OFF;
+};
+
+// How the message names global ranks first..world-1: "rank 1" or "ranks 1, 2, 3".
+std::string ranks_from(int first) {
+  std::string out = get_world_size() - first == 1 ? "rank " : "ranks ";
+  for (int r = first; r < get_world_size(); ++r) out += (r > first ? ", " : "") + std::to_string(r);
+  return out;
+}
+
+const std::string kDetail = " (STRATA_DISTRIBUTED_DEBUG=DETAIL): ";
+
+#define NEEDS_RANKS(n) \
+  if (get_world_size() < (n)) GTEST_SKIP() << "needs " << (n) << " ranks"
+
+TEST_F(Detail, AgreeingCallsPass) {
+  Tensor t = full({2, 3}, get_rank() + 1.0);
+  all_reduce(t);
+  const double sum = get_world_size() * (get_world_size() + 1) / 2.0;
+  EXPECT_VALUES(t, {sum, sum, sum, sum, sum, sum});
+  Tensor b = full({2}, get_rank() == get_world_size() - 1 ? 7.0 : 0.0, kLong);
+  broadcast(b, get_world_size() - 1);
+  EXPECT_VALUES(b, {7, 7});
+  barrier();
+  // all_to_all_single with uneven splits: each rank sends rank p one row per p, so input shapes differ.
+  const int n = get_world_size(), me = get_rank();
+  std::vector<int64_t> in_splits(n), out_splits(n, me);
+  for (int p = 0; p < n; ++p) in_splits[p] = p;
+  Tensor in = full({n * (n - 1) / 2, 2}, me);
+  Tensor out = empty({static_cast<int64_t>(n) * me, 2});
+  all_to_all_single(out, in, out_splits, in_splits);
+  std::vector<double> expected;
+  for (int p = 0; p < n; ++p)
+    for (int i = 0; i < 2 * me; ++i) expected.push_back(p);
+  EXPECT_EQ(testing::values(out), expected);
+}
+
+TEST_F(Detail, ShapeMismatchThrowsOnEveryRank) {
+  NEEDS_RANKS(2);
+  Tensor t = ones({get_rank() == 0 ? 2 : 3});
+  EXPECT_THROW_MSG(all_reduce(t), " on WORLD: ranks disagree on shape" + kDetail +
+                                      "rank 0 called all_reduce(Float [2], SUM); " + ranks_from(1) +
+                                      " called all_reduce(Float [3], SUM)");
+  EXPECT_EQ(testing::values(t), std::vector<double>(t.numel(), 1.0));  // nothing was reduced
+  // The group is still in step: the next call that agrees works.
+  Tensor u = ones({2});
+  all_reduce(u);
+  EXPECT_VALUES(u, {double(get_world_size()), double(get_world_size())});
+}
+
+TEST_F(Detail, OpMismatchThrows) {
+  NEEDS_RANKS(2);
+  Tensor t = ones({2});
+  const std::string expected = ": ranks disagree on op, root and reduce op" + kDetail +
+                               "rank 0 called all_reduce(Float [2], SUM); " + ranks_from(1) +
+                               " called broadcast(Float [2], root 0)";
+  if (get_rank() == 0) EXPECT_THROW_MSG(all_reduce(t), expected);
+  else EXPECT_THROW_MSG(broadcast(t, 0), expected);
+}
+
+TEST_F(Detail, RootDtypeAndReduceOpMismatchesThrow) {
+  NEEDS_RANKS(2);
+  const bool first = get_rank() == 0;
+  Tensor t = ones({2});
+  EXPECT_THROW_MSG(broadcast(t, first ? 0 : 1), ": ranks disagree on root" + kDetail +
+                                                     "rank 0 called broadcast(Float [2], root 0); " + ranks_from(1) +
+                                                     " called broadcast(Float [2], root 1)");
+  Tensor d = ones({2}, first ? kFloat : kDouble);
+  EXPECT_THROW_MSG(all_reduce(d), ": ranks disagree on dtype" + kDetail + "rank 0 called all_reduce(Float [2], SUM); " +
+                                      ranks_from(1) + " called all_reduce(Double [2], SUM)");
+  EXPECT_THROW_MSG(all_reduce(t, first ? ReduceOp::SUM : ReduceOp::MAX),
+                   ": ranks disagree on reduce op" + kDetail + "rank 0 called all_reduce(Float [2], SUM); " +
+                       ranks_from(1) + " called all_reduce(Float [2], MAX)");
+}
+
+TEST_F(Detail, SubgroupMismatchNamesGlobalRanks) {
+  NEEDS_RANKS(2);
+  Group pair = new_group({1, 0});
+  if (pair->is_member()) {
+    // Group rank 0 is global rank 1, so rank 1's call comes first.
+    Tensor t = ones({get_rank() == 1 ? 2 : 3});
+    EXPECT_THROW_MSG(all_reduce(t, ReduceOp::SUM, pair),
+                     "all_reduce #1 on " + pair->describe() + ": ranks disagree on shape" + kDetail +
+                         "rank 1 called all_reduce(Float [2], SUM); rank 0 called all_reduce(Float [3], SUM)");
+  }
+  destroy_process_group(pair);
+}
+
+TEST_F(Detail, P2PShapeMismatchThrowsOnTheReceiverAndKeepsThePairInStep) {
+  NEEDS_RANKS(2);
+  if (get_rank() == 0) {
+    send(full({2}, 5.0), 1, {}, 7);
+    send(full({3}, 6.0), 1, {}, 7);
+  } else if (get_rank() == 1) {
+    Tensor wrong = zeros({3});
+    EXPECT_THROW_MSG(recv(wrong, 0, {}, 7),
+                     "recv from rank 0 on WORLD with tag 7: sender and receiver disagree on shape" + kDetail +
+                         "rank 0 called send(Float [2]), rank 1 called recv(Float [3])");
+    Tensor right = zeros({3});
+    recv(right, 0, {}, 7);
+    EXPECT_VALUES(right, {6, 6, 6});
+  }
+}
+
+TEST_F(Detail, P2PDtypeMismatchThrowsFromWait) {
+  NEEDS_RANKS(2);
+  if (get_rank() == 0) {
+    isend(full({2}, 1.0, kDouble), 1)->wait();
+  } else if (get_rank() == 1) {
+    auto work = irecv(zeros({2}), 0);
+    EXPECT_THROW_MSG(work->wait(), "irecv from rank 0 on WORLD with tag 0: sender and receiver disagree on dtype" +
+                                       kDetail + "rank 0 called isend(Double [2]), rank 1 called irecv(Float [2])");
+  }
+}
+
+TEST_F(Detail, P2PTagsTakenOutOfOrderPass) {
+  NEEDS_RANKS(2);
+  if (get_rank() == 0) {
+    auto a = isend(full({1}, 1.0), 1, {}, 1);
+    auto b = isend(full({2}, 2.0), 1, {}, 2);
+    a->wait();
+    b->wait();
+  } else if (get_rank() == 1) {
+    Tensor two = zeros({2}), one = zeros({1});
+    auto b = irecv(two, 0, {}, 2);
+    auto a = irecv(one, 0, {}, 1);
+    b->wait();
+    a->wait();
+    EXPECT_VALUES(two, {2, 2});
+    EXPECT_VALUES(one, {1});
+  }
+}
+
+TEST_F(Detail, P2PRingExchangeDoesNotDeadlock) {
+  // Every rank receives before it sends: the DETAIL check must not block an irecv.
+  NEEDS_RANKS(2);
+  const int n = get_world_size(), me = get_rank();
+  Tensor got = zeros({2});
+  auto works = batch_isend_irecv({{P2POp::kRecv, got, (me + n - 1) % n}, {P2POp::kSend, full({2}, me), (me + 1) % n}});
+  for (auto& w : works) w->wait();
+  EXPECT_VALUES(got, {double((me + n - 1) % n), double((me + n - 1) % n)});
+}
+
+}  // namespace
+}  // namespace strata::distributed
