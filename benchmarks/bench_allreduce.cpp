@@ -162,7 +162,13 @@ std::string first_line_of_mpi_version() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options opt = parse_options(argc, argv);
+  Options opt;
+  try {
+    opt = parse_options(argc, argv);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  }
   dist::init();
   const int rank = dist::get_rank();
   const int world = dist::get_world_size();
@@ -174,6 +180,7 @@ int main(int argc, char** argv) {
     std::printf("%d ranks, %s; %d block pairs per size, %.2f s per size and side%s\n", world,
                 first_line_of_mpi_version().c_str(), opt.reps, opt.seconds,
                 dist::comm_logging() ? "; comm logging ON (STRATA_COMM_LOG)" : "");
+    if (world == 1) std::printf("one rank: nothing crosses a process; run it as mpirun -np 2 %s\n", argv[0]);
     std::printf("us: median per call (slowest rank); diff, ratio: medians over neighbouring block pairs; "
                 "GB/s = 1e9 B/s\n");
     std::printf("targets: ratio <= %.2f from %s up, diff <= %.1f us up to %s\n\n", kBandwidthTargetRatio,

@@ -1,92 +1,25 @@
-// The front end of every collective and p2p op: argument checks, global-to-group ranks,
-// contiguous buffers, the profiling switches, the DETAIL check, the watchdog scope and the
-// logger, around one call into the group's backend.
+// The front end of the collectives: argument checks, global-to-group ranks, contiguous
+// buffers and the profiling switches, around one run() of the group's backend
+// (detail/front_end.h). Point to point, objects and monitored_barrier are in p2p.cpp.
 
 #include <algorithm>
-#include <cstring>
-#include <sstream>
 #include <atomic>
-#include <functional>
-#include <thread>
 
 #include "strata/autograd/ops.h"
-#include "strata/distributed/detail/runtime.h"
+#include "strata/distributed/detail/front_end.h"
 #include "strata/tensor/creation.h"
 
 namespace strata::distributed {
 
-namespace {
+namespace detail {
 
-using Clock = std::chrono::steady_clock;
-
-enum Switch { kAllGatherOff, kReduceScatterOff, kBroadcastOff, kAllReduceOff, kReduceOff, kNumSwitches };
-std::atomic<bool> comm_off[kNumSwitches];
-
-bool is_off(Switch s) { return comm_off[s].load(std::memory_order_relaxed); }
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// Finishes an async op: the watchdog watches the wait, then results are copied into
-// non-contiguous outputs and the op is logged.
-class FrontWork final : public Work {
- public:
-  FrontWork(std::shared_ptr<Work> inner, Group group, detail::OpRecord record, std::function<void()> finish,
-            Clock::time_point start)
-      : inner_(std::move(inner)), group_(std::move(group)), record_(std::move(record)), finish_(std::move(finish)),
-        start_(start) {}
-
-  bool is_completed() override { return finished_ || inner_->is_completed(); }
-
-  void wait() override {
-    if (finished_) return;
-    {
-      detail::BlockingScope scope(record_);
-      inner_->wait();
-    }
-    finished_ = true;
-    if (finish_) finish_();
-    if (detail::logging_enabled()) detail::log_op(record_, seconds_since(start_));
-  }
-
- private:
-  std::shared_ptr<Work> inner_;
-  Group group_;  // keeps the backend alive while the op is in flight
-  detail::OpRecord record_;
-  std::function<void()> finish_;
-  Clock::time_point start_;
-  bool finished_ = false;
-};
-
-// Runs one op on the backend: `post(async)` starts it, `finish` runs once it completed.
-template <class Post>
-std::shared_ptr<Work> run(detail::OpRecord& record, const Group& group, bool async_op, Post&& post,
-                          std::function<void()> finish = {}) {
-  const bool p2p = record.peer >= 0;
-  if (get_debug_level() == DebugLevel::DETAIL && !p2p) detail::check_collective(record);
-  const Clock::time_point start = detail::logging_enabled() ? Clock::now() : Clock::time_point{};
-  if (!async_op) {
-    {
-      detail::BlockingScope scope(record);
-      post(false);
-    }
-    if (finish) finish();
-    if (detail::logging_enabled()) detail::log_op(record, seconds_since(start));
-    return completed_work();
-  }
-  std::shared_ptr<Work> inner = post(true);
-  return std::make_shared<FrontWork>(std::move(inner), group ? group : get_world_group(), std::move(record),
-                                     std::move(finish), start);
-}
-
-detail::OpRecord make_record(const char* op, ProcessGroup& g, const Tensor& t, int64_t bytes) {
-  detail::OpRecord r;
+OpRecord make_record(const char* op, ProcessGroup& g, const Tensor& t, int64_t bytes) {
+  OpRecord r;
   r.op = op;
   r.group = &g;
   r.seq = g.next_sequence_number();
   r.dtype = t.dtype();
-  r.shape = DimVector(t.sizes());
+  if (get_debug_level() == DebugLevel::DETAIL) r.shape = DimVector(t.sizes());
   r.bytes = bytes;
   return r;
 }
@@ -95,12 +28,9 @@ void check_defined(const Tensor& t, const char* op, const char* what) {
   STRATA_CHECK(t.defined(), op, ": ", what, " is an undefined tensor");
 }
 
-// The memory a backend may use for t: t's own when contiguous, else a contiguous copy that
-// finish() copies back (copy_back).
-Tensor buffer(const Tensor& t) {
-  Tensor d = t.detach();
-  return d.is_contiguous() ? d : d.contiguous();
-}
+// Backends read and write the memory directly, so a contiguous tensor needs no detach (which
+// would cost a TensorImpl per call).
+Tensor buffer(const Tensor& t) { return t.is_contiguous() ? t : t.detach().contiguous(); }
 
 void copy_back(const Tensor& t, const Tensor& buf) {
   if (buf.impl().storage != t.impl().storage) t.detach().copy_(buf.view(t.sizes()));
@@ -112,6 +42,21 @@ int to_group_rank(const ProcessGroup& g, int global, const char* op, const char*
   STRATA_CHECK(r >= 0, op, ": ", what, " ", global, " is not a member of ", g.describe());
   return r;
 }
+
+void check_tag(int tag, const char* op) {
+  STRATA_CHECK(tag >= 0 && tag <= kMaxUserTag, op, ": tag ", tag, " is outside 0..", kMaxUserTag);
+}
+
+}  // namespace detail
+
+namespace {
+
+using namespace detail;
+
+enum Switch { kAllGatherOff, kReduceScatterOff, kBroadcastOff, kAllReduceOff, kReduceOff, kNumSwitches };
+std::atomic<bool> comm_off[kNumSwitches];
+
+bool is_off(Switch s) { return comm_off[s].load(std::memory_order_relaxed); }
 
 void check_same(const Tensor& t, const Tensor& ref, const char* op, const char* what, size_t i) {
   check_defined(t, op, what);
@@ -147,13 +92,9 @@ Tensor flatten_all(const tensor_list& tensors) {
   return cat(flat);
 }
 
-void check_tag(int tag, const char* op) {
-  STRATA_CHECK(tag >= 0 && tag <= detail::kMaxUserTag, op, ": tag ", tag, " is outside 0..", detail::kMaxUserTag);
-}
+}  // namespace
 
-// ---- the ops behind the public functions (objects and internal protocols skip the switches) ----
-
-std::shared_ptr<Work> broadcast_impl(const Tensor& tensor, int src, const Group& group, bool async_op) {
+std::shared_ptr<Work> detail::broadcast_unswitched(const Tensor& tensor, int src, const Group& group, bool async_op) {
   ProcessGroup& g = detail::resolve(group, "broadcast");
   check_defined(tensor, "broadcast", "tensor");
   const int root = to_group_rank(g, src, "broadcast", "src");
@@ -166,52 +107,27 @@ std::shared_ptr<Work> broadcast_impl(const Tensor& tensor, int src, const Group&
                                                         : [tensor, buf] { copy_back(tensor, buf); });
 }
 
-std::shared_ptr<Work> p2p(const char* op, bool is_send, const Tensor& tensor, int peer, const Group& group, int tag,
-                          bool async_op) {
-  ProcessGroup& g = detail::resolve(group, op);
-  check_defined(tensor, op, "tensor");
-  const int r = to_group_rank(g, peer, op, is_send ? "dst" : "src");
-  STRATA_CHECK(r != g.rank(), op, ": ", is_send ? "dst" : "src", " ", peer, " is this process's own rank");
-  Backend& b = g.backend(tensor.device(), op);
-  detail::OpRecord rec = make_record(op, g, tensor, tensor.nbytes());
-  rec.seq = 0;  // p2p calls do not count: the sequence numbers of a group's ranks stay comparable
-  rec.peer = r;
-  Tensor buf = is_send || tensor.is_contiguous() ? tensor.detach().contiguous() : buffer(tensor);
-  std::function<void()> finish;
-  if (!is_send && buf.impl().storage != tensor.impl().storage) finish = [tensor, buf] { copy_back(tensor, buf); };
-  auto post = [&](bool a) { return is_send ? b.send(buf, r, tag, a) : b.recv(buf, r, tag, a); };
-  if (get_debug_level() != DebugLevel::DETAIL) return run(rec, group, async_op, post, std::move(finish));
-  auto post_checked = [&](bool a) {
-    std::shared_ptr<Work> work = detail::check_p2p(rec, is_send, tag, post(true));
-    if (!a) work->wait();
-    return work;
-  };
-  return run(rec, group, async_op, post_checked, std::move(finish));
-}
-
-int64_t words_for(size_t bytes) { return static_cast<int64_t>((bytes + 7) / 8); }
-
-}  // namespace
-
-void detail::check_object_size(const char* op, const char* type, size_t bytes, size_t size, bool exact) {
-  STRATA_CHECK(exact ? bytes == size : bytes % size == 0, op, ": received ", bytes, " bytes, which is not ",
-               exact ? "the size of " : "a whole number of ", type, " (", size, " bytes)");
-}
-
 // ---- collectives ----
 
 std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op, const Group& group, bool async_op) {
+  if (is_off(kAllReduceOff)) {
+    detail::resolve(group, "all_reduce");
+    check_defined(tensor, "all_reduce", "tensor");
+    return completed_work();
+  }
+  return detail::all_reduce_unswitched(tensor, op, group, async_op);
+}
+
+std::shared_ptr<Work> detail::all_reduce_unswitched(const Tensor& tensor, ReduceOp op, const Group& group,
+                                                    bool async_op) {
   ProcessGroup& g = detail::resolve(group, "all_reduce");
   check_defined(tensor, "all_reduce", "tensor");
   check_reduce_op(op, tensor.dtype(), "all_reduce");
-  if (is_off(kAllReduceOff)) return completed_work();
   Backend& b = g.backend(tensor.device(), "all_reduce");
   detail::OpRecord rec = make_record("all_reduce", g, tensor, tensor.nbytes());
   rec.reduce_op = static_cast<int>(op);
-  if (tensor.is_contiguous()) {  // the common case, without a std::function
-    Tensor buf = tensor.detach();
-    return run(rec, group, async_op, [&](bool a) { return b.all_reduce(buf, op, a); });
-  }
+  if (tensor.is_contiguous())  // the common case, without a std::function
+    return run(rec, group, async_op, [&](bool a) { return b.all_reduce(tensor, op, a); });
   Tensor buf = buffer(tensor);
   return run(rec, group, async_op, [&](bool a) { return b.all_reduce(buf, op, a); },
              [tensor, buf] { copy_back(tensor, buf); });
@@ -239,7 +155,7 @@ std::shared_ptr<Work> broadcast(const Tensor& tensor, int src, const Group& grou
     to_group_rank(g, src, "broadcast", "src");
     return completed_work();
   }
-  return broadcast_impl(tensor, src, group, async_op);
+  return detail::broadcast_unswitched(tensor, src, group, async_op);
 }
 
 std::shared_ptr<Work> all_gather(const tensor_list& tensor_list, const Tensor& tensor, const Group& group,
@@ -448,65 +364,6 @@ std::shared_ptr<Work> barrier(const Group& group, bool async_op) {
   return run(rec, group, async_op, [&](bool a) { return b.barrier(a); });
 }
 
-void monitored_barrier(const Group& group, std::chrono::milliseconds timeout, bool wait_all_ranks) {
-  ProcessGroup& g = detail::resolve(group, "monitored_barrier");
-  if (timeout.count() <= 0) timeout = detail::comm_timeout();
-  Backend& b = g.backend(kCPU, "monitored_barrier");
-  const uint64_t seq = g.next_sequence_number();
-  // Rank 0 decides at the timeout; the others allow it as long again to send its verdict.
-  const auto deadline = Clock::now() + (g.rank() == 0 ? timeout : 2 * timeout);
-  auto poll = [&](const std::vector<std::shared_ptr<Work>>& works, std::vector<bool>& done) {
-    while (true) {
-      bool all = true;
-      for (size_t i = 0; i < works.size(); ++i) {
-        if (!done[i] && works[i] && works[i]->is_completed()) {
-          works[i]->wait();  // rethrows a failed transfer
-          done[i] = true;
-        }
-        all = all && (done[i] || !works[i]);
-      }
-      if (all || Clock::now() >= deadline) return;
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-  };
-  const int n = g.size();
-  // Rank 0 waits for an arrival from every rank, then releases them with the list of the missing.
-  Tensor release = zeros({n + 1}, kLong);  // [count, ranks...]
-  if (g.rank() == 0) {
-    std::vector<Tensor> arrivals(n);
-    std::vector<std::shared_ptr<Work>> works(n);
-    std::vector<bool> done(n, false);
-    for (int r = 1; r < n; ++r) {
-      arrivals[r] = empty({1}, kLong);
-      works[r] = b.recv(arrivals[r], r, detail::kTagMonitoredBarrier, true);
-    }
-    poll(works, done);
-    std::vector<int> missing;
-    for (int r = 1; r < n; ++r)
-      if (!done[r]) missing.push_back(g.global_rank(r));
-    auto* out = release.data_ptr<int64_t>();
-    out[0] = static_cast<int64_t>(missing.size());
-    for (size_t i = 0; i < missing.size(); ++i) out[1 + i] = missing[i];
-    for (int r = 1; r < n; ++r)
-      if (done[r]) b.send(release, r, detail::kTagMonitoredBarrier, false);
-  } else {
-    Tensor arrival = full({1}, static_cast<double>(seq), kLong);
-    b.send(arrival, 0, detail::kTagMonitoredBarrier, false);
-    std::vector<std::shared_ptr<Work>> works{b.recv(release, 0, detail::kTagMonitoredBarrier, true)};
-    std::vector<bool> done{false};
-    poll(works, done);
-    STRATA_CHECK(done[0], "monitored_barrier: rank ", g.global_rank(0), " (group rank 0 of ", g.describe(),
-                 ") did not release this rank within ", 2 * timeout.count(), " ms");
-  }
-  const auto* r = release.data_ptr<int64_t>();
-  if (r[0] == 0) return;
-  std::ostringstream names;
-  const int64_t shown = wait_all_ranks ? r[0] : 1;
-  for (int64_t i = 0; i < shown; ++i) names << (i ? ", " : "") << r[1 + i];
-  STRATA_CHECK(false, "monitored_barrier: ", wait_all_ranks ? "ranks " : "rank ", names.str(), " of ", g.describe(),
-               " did not arrive within ", timeout.count(), " ms", wait_all_ranks ? "" : " (the first one missing)");
-}
-
 std::shared_ptr<Work> all_reduce_coalesced(const tensor_list& tensors, ReduceOp op, const Group& group,
                                            bool async_op) {
   ProcessGroup& g = detail::resolve(group, "all_reduce_coalesced");
@@ -553,82 +410,6 @@ std::shared_ptr<Work> all_gather_coalesced(const std::vector<tensor_list>& outpu
   for (const tensor_list& outs : output_lists) all_outputs.insert(all_outputs.end(), outs.begin(), outs.end());
   return run(rec, group, async_op, [&](bool a) { return b.all_gather(out, in, a); },
              [all_outputs, out] { unflatten_into(out, all_outputs); });
-}
-
-// ---- point to point ----
-
-void send(const Tensor& tensor, int dst, const Group& group, int tag) {
-  check_tag(tag, "send");
-  p2p("send", true, tensor, dst, group, tag, false);
-}
-
-void recv(const Tensor& tensor, int src, const Group& group, int tag) {
-  check_tag(tag, "recv");
-  p2p("recv", false, tensor, src, group, tag, false);
-}
-
-std::shared_ptr<Work> isend(const Tensor& tensor, int dst, const Group& group, int tag) {
-  check_tag(tag, "isend");
-  return p2p("isend", true, tensor, dst, group, tag, true);
-}
-
-std::shared_ptr<Work> irecv(const Tensor& tensor, int src, const Group& group, int tag) {
-  check_tag(tag, "irecv");
-  return p2p("irecv", false, tensor, src, group, tag, true);
-}
-
-std::vector<std::shared_ptr<Work>> batch_isend_irecv(const std::vector<P2POp>& ops) {
-  STRATA_CHECK(!ops.empty(), "batch_isend_irecv: got no ops");
-  std::vector<std::shared_ptr<Work>> works;
-  works.reserve(ops.size());
-  for (const P2POp& o : ops) {
-    STRATA_CHECK(o.op == P2POp::kSend || o.op == P2POp::kRecv, "batch_isend_irecv: op ", int(o.op),
-                 " is neither kSend nor kRecv");
-    works.push_back(o.op == P2POp::kSend ? isend(o.tensor, o.peer, o.group, o.tag)
-                                         : irecv(o.tensor, o.peer, o.group, o.tag));
-  }
-  return works;
-}
-
-void detail::send_internal(const Tensor& tensor, int dst, const Group& group, int tag) {
-  p2p("send", true, tensor, dst, group, tag, false);
-}
-
-void detail::recv_internal(const Tensor& tensor, int src, const Group& group, int tag) {
-  p2p("recv", false, tensor, src, group, tag, false);
-}
-
-// ---- small objects: a length word, then the bytes padded to whole int64 words ----
-
-void broadcast_object(std::string& bytes, int src, const Group& group) {
-  ProcessGroup& g = detail::resolve(group, "broadcast_object");
-  const bool is_src = g.rank() == to_group_rank(g, src, "broadcast_object", "src");
-  Tensor length = full({1}, is_src ? static_cast<double>(bytes.size()) : 0.0, kLong);
-  broadcast_impl(length, src, group, false);
-  const size_t n = static_cast<size_t>(length.item<int64_t>());
-  Tensor payload = zeros({words_for(n)}, kLong);
-  if (is_src && n) std::memcpy(payload.data_ptr(), bytes.data(), n);
-  broadcast_impl(payload, src, group, false);
-  if (!is_src) bytes.assign(static_cast<const char*>(payload.data_ptr()), n);
-}
-
-void send_object(const std::string& bytes, int dst, const Group& group, int tag) {
-  check_tag(tag, "send_object");
-  detail::send_internal(full({1}, static_cast<double>(bytes.size()), kLong), dst, group, detail::kTagObjectBase + tag);
-  Tensor payload = zeros({words_for(bytes.size())}, kLong);
-  if (!bytes.empty()) std::memcpy(payload.data_ptr(), bytes.data(), bytes.size());
-  detail::send_internal(payload, dst, group, detail::kTagObjectBase + tag);
-}
-
-std::string recv_object(int src, const Group& group, int tag) {
-  check_tag(tag, "recv_object");
-  Tensor length = empty({1}, kLong);
-  detail::recv_internal(length, src, group, detail::kTagObjectBase + tag);
-  const int64_t n = length.item<int64_t>();
-  STRATA_CHECK(n >= 0, "recv_object: rank ", src, " announced a negative length (", n, ")");
-  Tensor payload = empty({words_for(static_cast<size_t>(n))}, kLong);
-  detail::recv_internal(payload, src, group, detail::kTagObjectBase + tag);
-  return std::string(static_cast<const char*>(payload.data_ptr()), static_cast<size_t>(n));
 }
 
 // ---- profiling switches ----

@@ -47,6 +47,7 @@ int get_rank(const Group& group = {});
 /// The number of ranks in `group`.
 int get_world_size(const Group& group = {});
 /// A group of the given global ranks; group rank i is ranks[i]. Every rank of WORLD calls it with the same list.
+/// The group lives until destroy_process_group or finalize, whether or not the caller keeps the handle.
 Group new_group(const std::vector<int>& ranks);
 /// The global rank of `group_rank` in `group`.
 int get_global_rank(const Group& group, int group_rank);

@@ -26,12 +26,14 @@ std::atomic<bool> logging_on{env_turns_logging_on()};
 
 struct Totals {
   std::mutex mutex;
-  std::map<std::pair<std::string, std::string>, CommStats> by_op_and_group;  // sorted as comm_summary returns
+  // Keyed by group id, which is never reused, so that describe() runs once per group, not per op.
+  std::map<std::pair<std::string, int64_t>, CommStats> by_op_and_group;  // sorted as comm_summary returns
 };
 
+// Never destroyed: ops that run from atexit handlers or static destructors may still log.
 Totals& totals() {
-  static Totals t;
-  return t;
+  static Totals* const t = new Totals;
+  return *t;
 }
 
 // nccl-tests' bus factors: what each rank's link carries relative to the message.
@@ -131,16 +133,14 @@ namespace detail {
 bool logging_enabled() { return logging_on.load(std::memory_order_relaxed); }
 
 void log_op(const OpRecord& record, double seconds) {
-  std::string group = record.group->describe();
-  const int group_size = record.group->size();
   Totals& t = totals();
   std::lock_guard lock(t.mutex);
-  auto [it, inserted] = t.by_op_and_group.try_emplace({record.op, group});
+  auto [it, inserted] = t.by_op_and_group.try_emplace({record.op, record.group->id()});
   CommStats& s = it->second;
   if (inserted) {
     s.op = record.op;
-    s.group = std::move(group);
-    s.group_size = group_size;
+    s.group = record.group->describe();
+    s.group_size = record.group->size();
   }
   ++s.calls;
   s.bytes += record.bytes;

@@ -1,15 +1,18 @@
-// Differentiable collectives: each op runs a collective and records a node whose backward is the
-// dual collective (the table in functional.h), forward beside backward.
+// Differentiable collectives: each op is an autograd::Function whose forward runs a collective and
+// whose backward runs the dual collective (the table in functional.h), forward beside backward.
 //
 // Note [recording across ranks]
 // A backward collective needs every rank of the group, also ranks whose own input needs no
 // gradient and ranks that got no output. So the ranks agree in the forward whether to record (one
 // all_reduce of flags, or the flag in the root's or sender's header), and when they do every rank
-// records a node: its edge leads to this rank's input only where this rank wants a gradient for it
-// (grad mode on, input requires grad), and the output carries it as grad_fn only where grad mode is
-// on. The node is registered with autograd::run_in_next_backward, so it runs in the next backward()
-// whether or not the rank's loss reaches it. backward() runs nodes latest-created first, so every
-// rank runs its collectives in the reverse of their common forward order.
+// records a node. Function::apply records only where an input requires grad, so each op also takes
+// a zero-element dummy leaf that requires grad exactly when the group agreed (MegEngine's
+// _dummy_input), and apply runs with grad mode on. The real input keeps its edge only where this
+// rank wants a gradient for it (grad mode on, input requires grad); the output carries the node as
+// grad_fn only where grad mode is on. A rank without an output returns a zero-element token to
+// record on instead. The node is registered with autograd::run_in_next_backward, so it runs in the
+// next backward() whether or not the rank's loss reaches it. backward() runs nodes latest-created
+// first, so every rank runs its collectives in the reverse of their common forward order.
 //
 // Note [agreeing on gradients]
 // In backward a rank may have no gradient for an op's output (its loss does not use it, or it has
@@ -17,6 +20,9 @@
 // the node returns no gradient and nothing is sent. Otherwise ranks without one contribute zeros.
 // The same agreement says whether the backward collective records in turn (create_graph), so the
 // backward of each op is the differentiable dual op and double backward works.
+//
+// The agreements and headers skip the profiling switches (detail::all_reduce_unswitched,
+// broadcast_unswitched): were they switched off, ranks would disagree on what to record and hang.
 //
 // Collectives along an axis other than 0 are the axis-0 collective wrapped in reshape and permute,
 // as in MegEngine; those are differentiable, so their backward follows.
@@ -26,8 +32,7 @@
 #include <algorithm>
 
 #include "strata/autograd/engine.h"
-#include "strata/autograd/grad_mode.h"
-#include "strata/autograd/node.h"
+#include "strata/autograd/function.h"
 #include "strata/distributed/collectives.h"
 #include "strata/distributed/detail/runtime.h"
 #include "strata/tensor/creation.h"
@@ -36,7 +41,8 @@ namespace strata::distributed::functional {
 
 namespace {
 
-using autograd::LambdaNode;
+using autograd::AutogradContext;
+using autograd::Function;
 
 /// Whether this rank wants a gradient for t: grad mode is on and t requires grad.
 bool wants_grad(const Tensor& t) { return GradMode::is_enabled() && t.defined() && t.requires_grad(); }
@@ -51,7 +57,7 @@ struct Agreement {
 /// One all_reduce (MAX) of this rank's two flags for t.
 Agreement agree(const Tensor& t, const Group& group) {
   Tensor flags = tensor({int64_t{t.defined()}, int64_t{wants_grad(t)}});
-  distributed::all_reduce(flags, ReduceOp::MAX, group);
+  detail::all_reduce_unswitched(flags, ReduceOp::MAX, group, false);
   const int64_t* f = flags.data_ptr<int64_t>();
   return {f[0] != 0, f[1] != 0};
 }
@@ -93,195 +99,290 @@ Header share_header(const std::optional<Header>& mine, Move&& move) {
 /// The root's header for its `x` (read on the root only), on every rank of the group.
 Header root_header(const Tensor& x, const Group& group, int root) {
   const int src = get_global_rank(group, root);
-  auto move = [&](const Tensor& t) { distributed::broadcast(t, src, group); };
+  auto move = [&](const Tensor& t) { detail::broadcast_unswitched(t, src, group, false); };
   return get_rank(group) == root ? share_header(header_of(x), move) : share_header(std::nullopt, move);
 }
 
-/// Records `name` on this rank when the group agreed to (Note [recording across ranks]); null otherwise.
-/// `input` is this rank's input (undefined where it has none), `output` its output (undefined where none).
-std::shared_ptr<LambdaNode> record_collective(const char* name, bool record, const Tensor& input,
-                                              const Tensor& output) {
-  if (!record) return nullptr;
-  auto node = std::make_shared<LambdaNode>(name, 1);
-  node->next_edges.push_back(wants_grad(input) ? autograd::gradient_edge(input) : autograd::Edge{});
-  if (output.defined() && GradMode::is_enabled()) autograd::set_history(output, node);
-  autograd::run_in_next_backward(node);
-  return node;
+/// The non-tensor arguments of a collective's forward.
+struct Call {
+  Group group = nullptr;        ///< null for WORLD
+  int rank = 0;                 ///< the root (a group rank) of rooted ops, the peer (a global rank) of remote ones
+  Header header = {};           ///< broadcast, scatter, remote_recv: the source's header
+  ReduceOp op = ReduceOp::SUM;  ///< all_reduce_max / all_reduce_min
+};
+
+/// Keeps what backward needs of `call` (the group by id: saved_data holds no handles) and of the output `out`
+/// (its shape and dtype, for the zeros of ranks without a gradient); returns out.
+Tensor save(AutogradContext* ctx, const Call& call, Tensor out) {
+  ctx->set_materialize_grads(false);
+  ctx->saved_data["group"] = (call.group ? call.group : get_world_group())->id();
+  ctx->saved_data["rank"] = call.rank;
+  ctx->saved_data["sizes"] = out.sizes().vec();
+  ctx->saved_data["dtype"] = static_cast<int64_t>(out.dtype());
+  return out;
 }
 
-/// The backward of an op whose gradient every rank may hold: the ranks agree (Note [agreeing on gradients]),
-/// then run dual(gradient or zeros shaped like `out`, record) together.
+Call saved_call(AutogradContext* ctx) {
+  const int64_t id = ctx->saved_data["group"].toInt();
+  Group group = detail::find_group(id);
+  STRATA_CHECK(group, "functional: a collective recorded on group ", id,
+               " runs backward after destroy_process_group destroyed the group");
+  return {.group = group, .rank = static_cast<int>(ctx->saved_data["rank"].toInt())};
+}
+
+/// What a rank without an output returns from forward, so that apply has an output to record on.
+Tensor token() { return empty({0}); }
+
+/// backward's gradients for forward's (x, dummy, call).
+tensor_list gradient_of_x(Tensor gx) { return {std::move(gx), Tensor(), Tensor()}; }
+
+/// Fn::apply(x, dummy, call), recorded exactly when the group agreed to (Note [recording across ranks]).
+template <class Fn>
+Tensor run(bool record, const Tensor& x, const Call& call) {
+  const bool grad_mode = GradMode::is_enabled();
+  const Tensor input = !x.defined() || wants_grad(x) ? x : x.detach();
+  const Tensor dummy = empty({0}).requires_grad_(record);
+  Tensor out;
+  {
+    AutoGradMode mode(record);
+    out = Fn::apply(input, dummy, call);
+  }
+  if (!record) return out;
+  autograd::run_in_next_backward(out.grad_fn());
+  return grad_mode ? out : out.detach();
+}
+
+/// The backward of an op whose gradient every rank may hold: the ranks agree (Note [agreeing on gradients]), then
+/// run dual(gradient or zeros shaped like the output, call, record) together.
 template <class Dual>
-auto all_ranks_backward(const Group& group, const Tensor& out, Dual dual) {
-  return [group, sizes = DimVector(out.sizes()), dtype = out.dtype(), dual](const tensor_list& g) -> tensor_list {
-    const Agreement a = agree(g[0], group);
-    if (!a.any_defined) return {};
-    return {dual(g[0].defined() ? g[0] : zeros(sizes, dtype), a.record)};
-  };
+tensor_list all_ranks_backward(AutogradContext* ctx, const Tensor& g, Dual dual) {
+  const Call call = saved_call(ctx);
+  const Agreement a = agree(g, call.group);
+  if (!a.any_defined) return gradient_of_x(Tensor());
+  const Tensor mine = g.defined() ? g
+                                  : zeros(ctx->saved_data["sizes"].toIntVector(),
+                                          static_cast<ScalarType>(ctx->saved_data["dtype"].toInt()));
+  return gradient_of_x(dual(mine, call, a.record));
 }
 
 /// The backward of an op whose output, hence gradient, lives on the root only: the root's header says whether it
-/// has one, then every rank runs dual(the root's gradient, header).
+/// has one, then every rank runs dual(the root's gradient, call with that header).
 template <class Dual>
-auto root_backward(const Group& group, int root, Dual dual) {
-  return [group, root, dual](const tensor_list& g) -> tensor_list {
-    const Header h = root_header(g[0], group, root);
-    if (!h.defined) return {};
-    return {dual(g[0], h)};
-  };
+tensor_list root_backward(AutogradContext* ctx, const Tensor& g, Dual dual) {
+  Call call = saved_call(ctx);
+  call.header = root_header(g, call.group, call.rank);
+  if (!call.header.defined) return gradient_of_x(Tensor());
+  return gradient_of_x(dual(g, call));
 }
 
-// ---- the axis-0 collectives, each recording its dual as backward ----
+// ---- the axis-0 collectives; every forward is (ctx, x, dummy, call) ----
 
-Tensor all_reduce_sum_impl(const Tensor& x, const Group& group, bool record) {
-  Tensor out = x.detach().clone();
-  distributed::all_reduce(out, ReduceOp::SUM, group);
-  if (auto node = record_collective("AllReduceSumBackward", record, x, out))
-    node->backward = all_ranks_backward(group, out, [group](const Tensor& g, bool rec) {
-      return all_reduce_sum_impl(g, group, rec);
+struct AllReduceSum : Function<AllReduceSum> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor&, const Call& call) {
+    Tensor out = x.clone();
+    distributed::all_reduce(out, ReduceOp::SUM, call.group);
+    return save(ctx, call, out);
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list g) {
+    return all_ranks_backward(ctx, g[0], [](const Tensor& g, const Call& call, bool rec) {
+      return run<AllReduceSum>(rec, g, call);
     });
-  return out;
-}
+  }
+};
 
 /// all_reduce_max and all_reduce_min: the gradient sum reaches the ranks whose value was the result.
-Tensor all_reduce_extremum(const char* name, ReduceOp op, const Tensor& x, const Group& group, bool record) {
-  Tensor out = x.detach().clone();
-  distributed::all_reduce(out, op, group);
-  if (auto node = record_collective(name, record, x, out)) {
-    Tensor lost = x.detach().ne(out);
-    node->backward = all_ranks_backward(group, out, [group, lost](const Tensor& g, bool rec) {
-      return all_reduce_sum_impl(g, group, rec).masked_fill(lost, 0);
+struct AllReduceExtremum : Function<AllReduceExtremum> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor&, const Call& call) {
+    Tensor out = x.clone();
+    distributed::all_reduce(out, call.op, call.group);
+    ctx->save_for_backward({x.ne(out)});
+    return save(ctx, call, out);
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list g) {
+    const Tensor lost = ctx->get_saved_variables()[0];
+    return all_ranks_backward(ctx, g[0], [&lost](const Tensor& g, const Call& call, bool rec) {
+      return run<AllReduceSum>(rec, g, call).masked_fill(lost, 0);
     });
   }
-  return out;
-}
+};
 
-Tensor reduce_scatter0(const Tensor& x, const Group& group, bool record);
+struct ReduceScatterSum;
 
-Tensor all_gather0(const Tensor& x, const Group& group, bool record) {
-  DimVector sizes(x.sizes());
-  sizes[0] *= get_world_size(group);
-  Tensor out = empty(sizes, x.dtype());
-  distributed::all_gather_into_tensor(out, x.detach(), group);
-  if (auto node = record_collective("AllGatherBackward", record, x, out))
-    node->backward = all_ranks_backward(group, out, [group](const Tensor& g, bool rec) {
-      return reduce_scatter0(g, group, rec);
-    });
-  return out;
-}
-
-Tensor reduce_scatter0(const Tensor& x, const Group& group, bool record) {
-  DimVector sizes(x.sizes());
-  sizes[0] /= get_world_size(group);
-  Tensor out = empty(sizes, x.dtype());
-  distributed::reduce_scatter_tensor(out, x.detach(), ReduceOp::SUM, group);
-  if (auto node = record_collective("ReduceScatterSumBackward", record, x, out))
-    node->backward = all_ranks_backward(group, out, [group](const Tensor& g, bool rec) {
-      return all_gather0(g, group, rec);
-    });
-  return out;
-}
-
-Tensor all_to_all0(const Tensor& x, const Group& group, bool record) {
-  Tensor out = empty(x.sizes(), x.dtype());
-  distributed::all_to_all_single(out, x.detach(), {}, {}, group);
-  if (auto node = record_collective("AllToAllBackward", record, x, out))
-    node->backward = all_ranks_backward(group, out, [group](const Tensor& g, bool rec) {
-      return all_to_all0(g, group, rec);
-    });
-  return out;
-}
-
-Tensor broadcast0(const Tensor& x, const Group& group, int root, const Header& h);
-
-Tensor reduce_sum0(const Tensor& x, const Group& group, int root, bool record) {
-  const bool is_root = get_rank(group) == root;
-  // Other ranks' tensors are only read.
-  Tensor buffer = is_root ? x.detach().clone() : x.detach();
-  distributed::reduce(buffer, get_global_rank(group, root), ReduceOp::SUM, group);
-  Tensor out = is_root ? buffer : Tensor();
-  if (auto node = record_collective("ReduceSumBackward", record, x, out))
-    node->backward = root_backward(group, root, [group, root](const Tensor& g, const Header& h) {
-      return broadcast0(g, group, root, h);
-    });
-  return out;
-}
-
-/// `h` is the root's header for `x`.
-Tensor broadcast0(const Tensor& x, const Group& group, int root, const Header& h) {
-  const bool is_root = get_rank(group) == root;
-  Tensor out = is_root ? x.detach().clone() : empty(h.sizes, h.dtype);
-  distributed::broadcast(out, get_global_rank(group, root), group);
-  if (auto node = record_collective("BroadcastBackward", h.record, is_root ? x : Tensor(), out))
-    node->backward = all_ranks_backward(group, out, [group, root](const Tensor& g, bool rec) {
-      return reduce_sum0(g, group, root, rec);
-    });
-  return out;
-}
-
-Tensor scatter0(const Tensor& x, const Group& group, int root, const Header& h);
-
-Tensor gather0(const Tensor& x, const Group& group, int root, bool record) {
-  const int n = get_world_size(group);
-  Tensor out;
-  tensor_list parts;
-  if (get_rank(group) == root) {
+struct AllGather : Function<AllGather> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor&, const Call& call) {
     DimVector sizes(x.sizes());
-    sizes[0] *= n;
-    out = empty(sizes, x.dtype());
-    parts = out.chunk(n, 0);
+    sizes[0] *= get_world_size(call.group);
+    Tensor out = empty(sizes, x.dtype());
+    distributed::all_gather_into_tensor(out, x, call.group);
+    return save(ctx, call, out);
   }
-  distributed::gather(x.detach(), parts, get_global_rank(group, root), group);
-  if (auto node = record_collective("GatherBackward", record, x, out))
-    node->backward = root_backward(group, root, [group, root](const Tensor& g, const Header& h) {
-      return scatter0(g, group, root, h);
+  static tensor_list backward(AutogradContext* ctx, tensor_list g) {
+    return all_ranks_backward(ctx, g[0], [](const Tensor& g, const Call& call, bool rec) {
+      return run<ReduceScatterSum>(rec, g, call);
     });
-  return out;
+  }
+};
+
+struct ReduceScatterSum : Function<ReduceScatterSum> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor&, const Call& call) {
+    DimVector sizes(x.sizes());
+    sizes[0] /= get_world_size(call.group);
+    Tensor out = empty(sizes, x.dtype());
+    distributed::reduce_scatter_tensor(out, x, ReduceOp::SUM, call.group);
+    return save(ctx, call, out);
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list g) {
+    return all_ranks_backward(ctx, g[0], [](const Tensor& g, const Call& call, bool rec) {
+      return run<AllGather>(rec, g, call);
+    });
+  }
+};
+
+struct AllToAll : Function<AllToAll> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor&, const Call& call) {
+    Tensor out = empty(x.sizes(), x.dtype());
+    distributed::all_to_all_single(out, x, {}, {}, call.group);
+    return save(ctx, call, out);
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list g) {
+    return all_ranks_backward(ctx, g[0], [](const Tensor& g, const Call& call, bool rec) {
+      return run<AllToAll>(rec, g, call);
+    });
+  }
+};
+
+bool is_root(const Call& call) { return get_rank(call.group) == call.rank; }
+
+struct Broadcast;
+struct Scatter;
+
+/// x reduced to the root: undefined elsewhere, where the op's output is a token.
+Tensor reduce_sum0(const Tensor& x, const Call& call, bool record);
+/// x gathered on the root: undefined elsewhere, where the op's output is a token.
+Tensor gather0(const Tensor& x, const Call& call, bool record);
+
+struct ReduceSum : Function<ReduceSum> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor&, const Call& call) {
+    // Other ranks' tensors are only read.
+    Tensor buffer = is_root(call) ? x.clone() : x;
+    distributed::reduce(buffer, get_global_rank(call.group, call.rank), ReduceOp::SUM, call.group);
+    return save(ctx, call, is_root(call) ? buffer : token());
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list g) {
+    return root_backward(ctx, g[0], [](const Tensor& g, const Call& call) {
+      return run<Broadcast>(call.header.record, g, call);
+    });
+  }
+};
+
+/// x is defined on the root only; call.header is the root's header for it.
+struct Broadcast : Function<Broadcast> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor&, const Call& call) {
+    Tensor out = is_root(call) ? x.clone() : empty(call.header.sizes, call.header.dtype);
+    distributed::broadcast(out, get_global_rank(call.group, call.rank), call.group);
+    return save(ctx, call, out);
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list g) {
+    return all_ranks_backward(ctx, g[0], [](const Tensor& g, const Call& call, bool rec) {
+      return reduce_sum0(g, call, rec);
+    });
+  }
+};
+
+struct Gather : Function<Gather> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor&, const Call& call) {
+    const int n = get_world_size(call.group);
+    Tensor out = token();
+    tensor_list parts;
+    if (is_root(call)) {
+      DimVector sizes(x.sizes());
+      sizes[0] *= n;
+      out = empty(sizes, x.dtype());
+      parts = out.chunk(n, 0);
+    }
+    distributed::gather(x, parts, get_global_rank(call.group, call.rank), call.group);
+    return save(ctx, call, out);
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list g) {
+    return root_backward(ctx, g[0], [](const Tensor& g, const Call& call) {
+      return run<Scatter>(call.header.record, g, call);
+    });
+  }
+};
+
+/// x is defined on the root only; call.header is the root's header for it, whose dim 0 is divisible by the group
+/// size.
+struct Scatter : Function<Scatter> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor&, const Call& call) {
+    const int n = get_world_size(call.group);
+    DimVector sizes(call.header.sizes);
+    sizes[0] /= n;
+    Tensor out = empty(sizes, call.header.dtype);
+    distributed::scatter(out, is_root(call) ? x.chunk(n, 0) : tensor_list{}, get_global_rank(call.group, call.rank),
+                         call.group);
+    return save(ctx, call, out);
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list g) {
+    return all_ranks_backward(ctx, g[0], [](const Tensor& g, const Call& call, bool rec) {
+      return gather0(g, call, rec);
+    });
+  }
+};
+
+Tensor reduce_sum0(const Tensor& x, const Call& call, bool record) {
+  Tensor out = run<ReduceSum>(record, x, call);
+  return is_root(call) ? out : Tensor();
 }
 
-/// `h` is the root's header for `x`, whose dim 0 is divisible by the group size.
-Tensor scatter0(const Tensor& x, const Group& group, int root, const Header& h) {
-  const int n = get_world_size(group);
-  const bool is_root = get_rank(group) == root;
-  DimVector sizes(h.sizes);
-  sizes[0] /= n;
-  Tensor out = empty(sizes, h.dtype);
-  distributed::scatter(out, is_root ? x.detach().chunk(n, 0) : tensor_list{}, get_global_rank(group, root), group);
-  if (auto node = record_collective("ScatterBackward", h.record, is_root ? x : Tensor(), out))
-    node->backward = all_ranks_backward(group, out, [group, root](const Tensor& g, bool rec) {
-      return gather0(g, group, root, rec);
-    });
-  return out;
+Tensor gather0(const Tensor& x, const Call& call, bool record) {
+  Tensor out = run<Gather>(record, x, call);
+  return is_root(call) ? out : Tensor();
 }
 
 // ---- point to point (global ranks, on WORLD) ----
 
+/// What src sent with remote_send_impl; undefined when it sent no tensor.
 Tensor remote_recv_impl(int src);
 
 /// Sends the header and, when x is defined, x to dst.
+void remote_send_impl(const Tensor& x, int dst);
+
+/// x goes to call.rank, whose gradient comes back in backward.
+struct RemoteSend : Function<RemoteSend> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor&, const Call& call) {
+    detail::send_internal(x, call.rank, {}, detail::kTagRemote);
+    return save(ctx, call, token());
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list) {
+    return gradient_of_x(remote_recv_impl(saved_call(ctx).rank));
+  }
+};
+
+/// Receives from call.rank a tensor described by call.header (x is undefined); the gradient goes back in backward.
+struct RemoteRecv : Function<RemoteRecv> {
+  static Tensor forward(AutogradContext* ctx, const Tensor&, const Tensor&, const Call& call) {
+    Tensor out = empty(call.header.sizes, call.header.dtype);
+    detail::recv_internal(out, call.rank, {}, detail::kTagRemote);
+    return save(ctx, call, out);
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list g) {
+    // The receiver's header tells the sender whether a gradient follows (Note [agreeing on gradients]).
+    remote_send_impl(g[0], saved_call(ctx).rank);
+    return gradient_of_x(Tensor());
+  }
+};
+
 void remote_send_impl(const Tensor& x, int dst) {
   auto send = [dst](const Tensor& t) { detail::send_internal(t, dst, {}, detail::kTagRemote); };
   const Header h = share_header(header_of(x), send);
-  if (!h.defined) return;
-  send(x.detach());
-  if (auto node = record_collective("RemoteSendBackward", h.record, x, Tensor()))
-    node->backward = [dst](const tensor_list&) -> tensor_list { return {remote_recv_impl(dst)}; };
+  if (h.defined) run<RemoteSend>(h.record, x, {.rank = dst});
 }
 
-/// What src sent with remote_send_impl; undefined when it sent no tensor.
 Tensor remote_recv_impl(int src) {
   auto recv = [src](const Tensor& t) { detail::recv_internal(t, src, {}, detail::kTagRemote); };
   const Header h = share_header(std::nullopt, recv);
   if (!h.defined) return Tensor();
-  Tensor out = empty(h.sizes, h.dtype);
-  recv(out);
-  // The receiver's header tells the sender whether a gradient follows (Note [agreeing on gradients]).
-  if (auto node = record_collective("RemoteRecvBackward", h.record, Tensor(), out))
-    node->backward = [src](const tensor_list& g) -> tensor_list {
-      remote_send_impl(g[0], src);
-      return {};
-    };
-  return out;
+  return run<RemoteRecv>(h.record, Tensor(), {.rank = src, .header = h});
 }
 
 // ---- checks and axis layouts ----
@@ -340,7 +441,7 @@ Tensor parts_from_front(const Tensor& x, IntArrayRef part, int64_t axis, int n) 
 Tensor reduce_sum(const Tensor& x, const Group& group, int root) {
   check_root(detail::resolve(group, "functional::reduce_sum"), root, "functional::reduce_sum");
   check_defined(x, "functional::reduce_sum");
-  return reduce_sum0(x, group, root, agree(x, group).record);
+  return reduce_sum0(x, {.group = group, .rank = root}, agree(x, group).record);
 }
 
 Tensor broadcast(const Tensor& x, const Group& group, int root) {
@@ -349,39 +450,39 @@ Tensor broadcast(const Tensor& x, const Group& group, int root) {
   const Header h = root_header(x, group, root);
   STRATA_CHECK(h.defined, "functional::broadcast: the root (group rank ", root, ", global rank ", pg.global_rank(root),
                ") passed an undefined tensor");
-  return broadcast0(x, group, root, h);
+  return run<Broadcast>(h.record, pg.rank() == root ? x : Tensor(), {.group = group, .rank = root, .header = h});
 }
 
 Tensor all_gather(const Tensor& x, const Group& group, int64_t axis) {
   const int n = detail::resolve(group, "functional::all_gather").size();
   check_defined(x, "functional::all_gather");
   const int64_t a = check_axis(axis, x.sizes(), "functional::all_gather");
-  return parts_from_front(all_gather0(x, group, agree(x, group).record), x.sizes(), a, n);
+  return parts_from_front(run<AllGather>(agree(x, group).record, x, {.group = group}), x.sizes(), a, n);
 }
 
 Tensor reduce_scatter_sum(const Tensor& x, const Group& group, int64_t axis) {
   const int n = detail::resolve(group, "functional::reduce_scatter_sum").size();
   check_defined(x, "functional::reduce_scatter_sum");
   const int64_t a = check_axis(axis, x.sizes(), "functional::reduce_scatter_sum", n);
-  return reduce_scatter0(parts_to_front(x, a, n), group, agree(x, group).record);
+  return run<ReduceScatterSum>(agree(x, group).record, parts_to_front(x, a, n), {.group = group});
 }
 
 Tensor all_reduce_sum(const Tensor& x, const Group& group) {
   detail::resolve(group, "functional::all_reduce_sum");
   check_defined(x, "functional::all_reduce_sum");
-  return all_reduce_sum_impl(x, group, agree(x, group).record);
+  return run<AllReduceSum>(agree(x, group).record, x, {.group = group});
 }
 
 Tensor all_reduce_max(const Tensor& x, const Group& group) {
   detail::resolve(group, "functional::all_reduce_max");
   check_defined(x, "functional::all_reduce_max");
-  return all_reduce_extremum("AllReduceMaxBackward", ReduceOp::MAX, x, group, agree(x, group).record);
+  return run<AllReduceExtremum>(agree(x, group).record, x, {.group = group, .op = ReduceOp::MAX});
 }
 
 Tensor all_reduce_min(const Tensor& x, const Group& group) {
   detail::resolve(group, "functional::all_reduce_min");
   check_defined(x, "functional::all_reduce_min");
-  return all_reduce_extremum("AllReduceMinBackward", ReduceOp::MIN, x, group, agree(x, group).record);
+  return run<AllReduceExtremum>(agree(x, group).record, x, {.group = group, .op = ReduceOp::MIN});
 }
 
 Tensor gather(const Tensor& x, const Group& group, int64_t axis, int root) {
@@ -389,7 +490,7 @@ Tensor gather(const Tensor& x, const Group& group, int64_t axis, int root) {
   check_root(pg, root, "functional::gather");
   check_defined(x, "functional::gather");
   const int64_t a = check_axis(axis, x.sizes(), "functional::gather");
-  Tensor out = gather0(x, group, root, agree(x, group).record);
+  Tensor out = gather0(x, {.group = group, .rank = root}, agree(x, group).record);
   return out.defined() ? parts_from_front(out, x.sizes(), a, pg.size()) : out;
 }
 
@@ -402,10 +503,9 @@ Tensor scatter(const Tensor& x, const Group& group, int64_t axis, int root) {
                ") passed an undefined tensor");
   const int n = pg.size();
   const int64_t a = check_axis(axis, h.sizes, "functional::scatter", n);
-  if (a == 0) return scatter0(x, group, root, h);
   h.sizes[a] /= n;
   h.sizes[0] *= n;
-  return scatter0(pg.rank() == root ? parts_to_front(x, a, n) : Tensor(), group, root, h);
+  return run<Scatter>(h.record, pg.rank() == root ? parts_to_front(x, a, n) : Tensor(), {.group = group, .rank = root, .header = h});
 }
 
 Tensor all_to_all(const Tensor& x, const Group& group, int64_t split_axis, int64_t concat_axis) {
@@ -415,7 +515,7 @@ Tensor all_to_all(const Tensor& x, const Group& group, int64_t split_axis, int64
   const int64_t c = check_axis(concat_axis, x.sizes(), "functional::all_to_all");
   DimVector part(x.sizes());
   part[s] /= n;
-  return parts_from_front(all_to_all0(parts_to_front(x, s, n), group, agree(x, group).record), part, c, n);
+  return parts_from_front(run<AllToAll>(agree(x, group).record, parts_to_front(x, s, n), {.group = group}), part, c, n);
 }
 
 void remote_send(const Tensor& x, int dest_rank) {

@@ -34,6 +34,8 @@
 //   none has, nothing is sent and the inputs get no gradient, so nobody waits forever.
 // - backward with retain_graph keeps the collectives pending for the next backward; autograd::grad
 //   runs only what its outputs reach, so use backward() for graphs that cross ranks.
+// - Destroying a group (destroy_process_group) before the backward of its collectives makes that
+//   backward throw.
 // Roots are group ranks (0 by default, as in MegEngine); remote ranks are global ranks.
 
 #include <optional>

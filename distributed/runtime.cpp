@@ -38,7 +38,9 @@ struct Runtime {
   bool owns_mpi = false;  // false when the program initialised MPI itself
   Group world;
   std::mutex groups_mutex;  // the watchdog thread looks groups up
-  std::vector<std::weak_ptr<ProcessGroup>> groups;  // by id
+  // By id. The runtime holds every group until destroy_process_group or finalize, as
+  // torch.distributed does, so a recorded collective can find its group in backward.
+  std::vector<Group> groups;
   DebugLevel debug = DebugLevel::OFF;
   std::chrono::milliseconds timeout{600'000};
   std::terminate_handler previous_terminate = nullptr;
@@ -197,8 +199,8 @@ void finalize() {
   if (rt.world->size() > 1) detail::stop_watchdog();
   {
     std::lock_guard lock(rt.groups_mutex);
-    for (auto& weak : rt.groups)
-      if (auto g = weak.lock()) g->destroy();
+    for (auto& g : rt.groups)
+      if (g) g->destroy();
     rt.groups.clear();
   }
   rt.world.reset();
@@ -254,8 +256,11 @@ int get_group_rank(const Group& group, int global_rank) {
 }
 
 void destroy_process_group(const Group& group) {
-  if (!group || group == runtime().world) return finalize();
+  Runtime& rt = runtime();
+  if (!group || group == rt.world) return finalize();
   group->destroy();
+  std::lock_guard lock(rt.groups_mutex);
+  if (group->id() < static_cast<int64_t>(rt.groups.size())) rt.groups[group->id()].reset();
 }
 
 void set_debug_level(DebugLevel level) { runtime().debug = level; }
@@ -278,7 +283,7 @@ std::shared_ptr<ProcessGroup> find_group(int64_t id) {
   Runtime& rt = runtime();
   std::lock_guard lock(rt.groups_mutex);
   if (id < 0 || id >= static_cast<int64_t>(rt.groups.size())) return nullptr;
-  return rt.groups[id].lock();
+  return rt.groups[id];
 }
 
 std::chrono::milliseconds comm_timeout() { return runtime().timeout; }

@@ -19,6 +19,10 @@ constexpr int kTagObjectBase = 1 << 21;              ///< send_object with user 
 constexpr int kTagDebugBase = 1 << 22;               ///< the DETAIL fingerprint of a p2p op with tag t travels as kTagDebugBase + t
 constexpr int kMinTagUpperBound = 1 << 23;           ///< init() requires MPI_TAG_UB at least this
 
+/// all_reduce() without the profiling switch, for strata's own agreement steps (which must never be skipped).
+std::shared_ptr<Work> all_reduce_unswitched(const Tensor& tensor, ReduceOp op, const Group& group, bool async_op);
+/// broadcast() without the profiling switch (object sizes, headers of the differentiable collectives).
+std::shared_ptr<Work> broadcast_unswitched(const Tensor& tensor, int src, const Group& group, bool async_op);
 /// send()/recv() without the user-tag check, for strata's own protocols (tags above kMaxUserTag).
 void send_internal(const Tensor& tensor, int dst, const Group& group, int tag);
 /// See send_internal.
@@ -39,7 +43,7 @@ struct OpRecord {
   ProcessGroup* group = nullptr;
   uint64_t seq = 0;             ///< the group's sequence number of this call
   ScalarType dtype = kFloat;
-  DimVector shape;              ///< the tensor's shape (the input where they differ)
+  DimVector shape;              ///< the tensor's shape (the input where they differ); filled under DETAIL only
   int root = -1;                ///< group rank of the root, -1 for rootless ops
   int peer = -1;                ///< group rank of the other side of a p2p op, else -1
   int reduce_op = -1;           ///< the ReduceOp as an int, -1 when the op does not reduce

@@ -53,6 +53,11 @@ int count(const Tensor& t, const char* op) { return count(t.numel(), op); }
 
 void* ptr(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 
+// What AVG does after MPI's SUM (MPI has no average).
+auto divide(const Tensor& t, int n) {
+  return [t, n] { t.detach().div_(n); };
+}
+
 // The request of one async op, the tensors and arrays it uses (kept alive until the end), and
 // what to do once it completes (AVG's division, a receive's size check).
 // Note [one request, MPI_Wait]: Open MPI 4.1 under MPI_THREAD_MULTIPLE can hang in MPI_Waitall
@@ -126,31 +131,29 @@ class MpiBackend final : public Backend {
   DeviceType device_type() const override { return kCPU; }
 
   std::shared_ptr<Work> all_reduce(const Tensor& t, ReduceOp op, bool async_op) override {
-    auto finish = [t, op, size = size_] {
-      if (op == ReduceOp::AVG) Tensor(t).div_(size);
-    };
-    return run("all_reduce", async_op, false, [&](MPI_Request* r) {
+    auto call = [&](MPI_Request* r) {
       const int n = count(t, "all_reduce");
       const MPI_Datatype dt = datatype(t.dtype());
       const MPI_Op mop = reduce_op(op, t.dtype());
       return r ? MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), n, dt, mop, comm_, r)
                : MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), n, dt, mop, comm_);
-    }, std::move(finish), t);
+    };
+    if (op != ReduceOp::AVG) return run("all_reduce", async_op, false, call, [] {}, t);
+    return run("all_reduce", async_op, false, call, divide(t, size_), t);
   }
 
   std::shared_ptr<Work> reduce(const Tensor& t, int root, ReduceOp op, bool async_op) override {
     const bool is_root = rank() == root;
-    auto finish = [t, op, is_root, size = size_] {
-      if (op == ReduceOp::AVG && is_root) Tensor(t).div_(size);
-    };
-    return run("reduce", async_op, false, [&](MPI_Request* r) {
+    auto call = [&](MPI_Request* r) {
       const int n = count(t, "reduce");
       const MPI_Datatype dt = datatype(t.dtype());
       const MPI_Op mop = reduce_op(op, t.dtype());
       const void* send = is_root ? MPI_IN_PLACE : t.data_ptr();
       return r ? MPI_Ireduce(send, t.data_ptr(), n, dt, mop, root, comm_, r)
                : MPI_Reduce(send, t.data_ptr(), n, dt, mop, root, comm_);
-    }, std::move(finish), t);
+    };
+    if (op != ReduceOp::AVG || !is_root) return run("reduce", async_op, false, call, [] {}, t);
+    return run("reduce", async_op, false, call, divide(t, size_), t);
   }
 
   std::shared_ptr<Work> broadcast(const Tensor& t, int root, bool async_op) override {
@@ -171,16 +174,15 @@ class MpiBackend final : public Backend {
   }
 
   std::shared_ptr<Work> reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op, bool async_op) override {
-    auto finish = [out, op, size = size_] {
-      if (op == ReduceOp::AVG) Tensor(out).div_(size);
-    };
-    return run("reduce_scatter", async_op, false, [&](MPI_Request* r) {
+    auto call = [&](MPI_Request* r) {
       const int n = count(out, "reduce_scatter");
       const MPI_Datatype dt = datatype(in.dtype());
       const MPI_Op mop = reduce_op(op, in.dtype());
       return r ? MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), n, dt, mop, comm_, r)
                : MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), n, dt, mop, comm_);
-    }, std::move(finish), out, in);
+    };
+    if (op != ReduceOp::AVG) return run("reduce_scatter", async_op, false, call, [] {}, out, in);
+    return run("reduce_scatter", async_op, false, call, divide(out, size_), out, in);
   }
 
   std::shared_ptr<Work> gather(const Tensor& out, const Tensor& in, int root, bool async_op) override {

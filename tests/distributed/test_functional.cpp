@@ -3,6 +3,8 @@
 // a two-stage model split with remote_send/remote_recv against the same model on one rank, and
 // the errors. Gradients of every op are checked in test_gradcheck.cpp.
 
+#include <numeric>
+
 #include <strata/distributed/collectives.h>
 #include <strata/distributed/functional.h>
 
@@ -117,6 +119,33 @@ TEST(Functional, RecordsWhenAnyRankWantsGrad) {
   {
     NoGradGuard no_grad;
     EXPECT_FALSE(F::all_reduce_sum(tensor({1.0}, f64())).requires_grad());
+  }
+}
+
+TEST(Functional, AgreementIgnoresTheProfilingSwitches) {
+  const int n = world(), r = rank();
+  struct SwitchesOff {
+    SwitchesOff() { set(true); }
+    ~SwitchesOff() { set(false); }
+    static void set(bool off) {
+      dist::all_reduce_comm_off(off);
+      dist::broadcast_comm_off(off);
+    }
+  } off;
+  // Only rank 0 wants gradients: the other ranks learn through the agreement all_reduce and the root's header
+  // broadcast, which must still communicate. all_gather, reduce_scatter and reduce stay on.
+  Tensor x = tensor({1.0 + r}, kDouble);
+  if (r == 0) x.requires_grad_(true);
+  Tensor gathered = F::all_gather(x);
+  Tensor copy = F::broadcast(r == 0 ? x : Tensor());  // its data is not sent: garbage off the root
+  EXPECT_TRUE(gathered.requires_grad());
+  EXPECT_TRUE(copy.requires_grad());
+  EXPECT_EQ(copy.sizes(), IntArrayRef({1}));
+  EXPECT_ALLCLOSE(gathered.detach(), iota(n, 1));
+  F::backward({gathered.sum() + copy.sum()});
+  // reduce_scatter of every rank's ones gives n, and reduce of every rank's one gives n.
+  if (r == 0) {
+    EXPECT_VALUES(x.grad(), {2.0 * n});
   }
 }
 
@@ -249,6 +278,19 @@ TEST(Functional, TwoStageModelMatchesOneRank) {
   const tensor_list mine = rank() == 0 ? split.stage0_params() : split.stage1_params();
   const tensor_list reference = rank() == 0 ? whole.stage0_params() : whole.stage1_params();
   for (size_t i = 0; i < mine.size(); ++i) EXPECT_ALLCLOSE(mine[i], reference[i]);
+}
+
+TEST(Functional, GroupOutlivesItsHandleButNotItsDestruction) {
+  std::vector<int> everyone(world());
+  std::iota(everyone.begin(), everyone.end(), 0);
+  Tensor x = tensor({1.0}, f64());
+  Tensor y = F::all_reduce_sum(x, dist::new_group(everyone));  // the handle dies here, the group lives on
+  F::backward({y.sum()});
+  EXPECT_VALUES(x.grad(), {double(world())});
+  auto group = dist::new_group(everyone);
+  Tensor z = F::all_reduce_sum(x, group);
+  dist::destroy_process_group(group);
+  EXPECT_THROW_MSG(F::backward({z.sum()}), "runs backward after destroy_process_group destroyed the group");
 }
 
 TEST(Functional, Errors) {

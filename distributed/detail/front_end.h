@@ -1,0 +1,82 @@
+#pragma once
+// Internal: what every front-end op shares (collectives.cpp, p2p.cpp): the checks, the buffers,
+// and run(), which puts one backend call between the DETAIL check, the watchdog and the logger.
+
+#include <functional>
+
+#include "strata/distributed/detail/runtime.h"
+
+namespace strata::distributed::detail {
+
+using Clock = std::chrono::steady_clock;
+
+inline double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Finishes an async op: the watchdog watches the wait, then results are copied into
+// non-contiguous outputs and the op is logged.
+class FrontWork final : public Work {
+ public:
+  FrontWork(std::shared_ptr<Work> inner, Group group, OpRecord record, std::function<void()> finish,
+            Clock::time_point start)
+      : inner_(std::move(inner)), group_(std::move(group)), record_(std::move(record)), finish_(std::move(finish)),
+        start_(start) {}
+
+  bool is_completed() override { return finished_ || inner_->is_completed(); }
+
+  void wait() override {
+    if (finished_) return;
+    {
+      BlockingScope scope(record_);
+      inner_->wait();
+    }
+    finished_ = true;
+    if (finish_) finish_();
+    if (logging_enabled()) log_op(record_, seconds_since(start_));
+  }
+
+ private:
+  std::shared_ptr<Work> inner_;
+  Group group_;  // keeps the backend alive while the op is in flight
+  OpRecord record_;
+  std::function<void()> finish_;
+  Clock::time_point start_;
+  bool finished_ = false;
+};
+
+// Runs one op on the backend: `post(async)` starts it, `finish` runs once it completed.
+template <class Post>
+std::shared_ptr<Work> run(OpRecord& record, const Group& group, bool async_op, Post&& post,
+                          std::function<void()> finish = {}) {
+  const bool p2p = record.peer >= 0;
+  if (get_debug_level() == DebugLevel::DETAIL && !p2p) check_collective(record);
+  const Clock::time_point start = logging_enabled() ? Clock::now() : Clock::time_point{};
+  if (!async_op) {
+    {
+      BlockingScope scope(record);
+      post(false);
+    }
+    if (finish) finish();
+    if (logging_enabled()) log_op(record, seconds_since(start));
+    return completed_work();
+  }
+  std::shared_ptr<Work> inner = post(true);
+  return std::make_shared<FrontWork>(std::move(inner), group ? group : get_world_group(), std::move(record),
+                                     std::move(finish), start);
+}
+
+/// The record of a call on `g` about tensor `t`, numbered with the group's next sequence number.
+OpRecord make_record(const char* op, ProcessGroup& g, const Tensor& t, int64_t bytes);
+/// Throws "op: what is an undefined tensor" unless t is defined.
+void check_defined(const Tensor& t, const char* op, const char* what);
+/// The memory a backend may use for t: t's own when contiguous, else a contiguous copy (see copy_back).
+Tensor buffer(const Tensor& t);
+/// Copies a backend's result in `buf` into `t` when buf is a copy.
+void copy_back(const Tensor& t, const Tensor& buf);
+/// The group rank of a global rank given as src/dst/peer; throws when it is not a member.
+int to_group_rank(const ProcessGroup& g, int global, const char* op, const char* what);
+/// Throws unless `tag` is a user tag (0..kMaxUserTag).
+void check_tag(int tag, const char* op);
+
+}  // namespace strata::distributed::detail
