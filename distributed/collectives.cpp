@@ -13,11 +13,11 @@ namespace strata::distributed {
 
 namespace detail {
 
-OpRecord make_record(const char* op, ProcessGroup& g, const Tensor& t, int64_t bytes) {
+OpRecord make_record(const char* op, ProcessGroup& g, const Tensor& t, int64_t bytes, bool counted) {
   OpRecord r;
   r.op = op;
   r.group = &g;
-  r.seq = g.next_sequence_number();
+  r.seq = counted ? g.next_sequence_number() : 0;
   r.dtype = t.dtype();
   if (get_debug_level() == DebugLevel::DETAIL) r.shape = DimVector(t.sizes());
   r.bytes = bytes;

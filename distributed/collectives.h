@@ -18,8 +18,9 @@
 //
 // Failures end in errors, not hangs: a collective still blocked after STRATA_COMM_TIMEOUT_S
 // seconds (default 600) ends the job naming the ranks that never arrived, and with
-// STRATA_DISTRIBUTED_DEBUG=DETAIL every collective first checks that all ranks called the same
-// op with the same dtype, shape, root and group, and throws on every rank if not.
+// STRATA_DISTRIBUTED_DEBUG=DETAIL every collective first checks that all ranks of its group
+// made the same call (op, dtype, shape, root, reduce op, call number), and throws on every
+// rank if not.
 
 #include <chrono>
 #include <cstring>

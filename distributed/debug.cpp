@@ -32,6 +32,7 @@ struct Fingerprint {
   int64_t reduce_op;  // ReduceOp as an int, -1 when the op does not reduce
   int64_t shapes_must_match;
   int64_t has_tensor;  // false for barrier
+  uint64_t seq;        // the call's number on its group: a rank that skipped a call differs here
 };
 static_assert(std::is_trivially_copyable_v<Fingerprint> && sizeof(Fingerprint) % sizeof(int64_t) == 0);
 constexpr int64_t kWords = sizeof(Fingerprint) / sizeof(int64_t);
@@ -50,11 +51,12 @@ Fingerprint fingerprint(const OpRecord& r) {
   f.reduce_op = r.reduce_op;
   f.shapes_must_match = r.shapes_must_match;
   f.has_tensor = !r.shape.empty() || r.bytes != 0;
+  f.seq = r.seq;
   return f;
 }
 
 // What a call can disagree on, in the order messages name them.
-enum Field : unsigned { kOp = 1, kDtype = 2, kShape = 4, kRoot = 8, kReduceOp = 16 };
+enum Field : unsigned { kOp = 1, kDtype = 2, kShape = 4, kRoot = 8, kReduceOp = 16, kSeq = 32 };
 
 unsigned differences(const Fingerprint& a, const Fingerprint& b, unsigned fields) {
   unsigned out = 0;
@@ -65,13 +67,15 @@ unsigned differences(const Fingerprint& a, const Fingerprint& b, unsigned fields
     out |= kShape;
   if ((fields & kRoot) && a.root != b.root) out |= kRoot;
   if ((fields & kReduceOp) && a.reduce_op != b.reduce_op) out |= kReduceOp;
+  if ((fields & kSeq) && a.seq != b.seq) out |= kSeq;
   return out;
 }
 
 // "shape", "op and dtype", "dtype, shape and root".
 std::string field_names(unsigned fields) {
   static constexpr std::pair<Field, const char*> kNames[] = {
-      {kOp, "op"}, {kDtype, "dtype"}, {kShape, "shape"}, {kRoot, "root"}, {kReduceOp, "reduce op"}};
+      {kOp, "op"},           {kDtype, "dtype"}, {kShape, "shape"}, {kRoot, "root"}, {kReduceOp, "reduce op"},
+      {kSeq, "call number"}};
   std::vector<const char*> names;
   for (auto [field, name] : kNames)
     if (fields & field) names.push_back(name);
@@ -82,8 +86,9 @@ std::string field_names(unsigned fields) {
 }
 
 // "all_reduce(Float [2, 3], SUM)", "broadcast(Long [4], root 1)", "barrier()"; ranks are global.
-std::string describe_call(const Fingerprint& f, const ProcessGroup& g) {
+std::string describe_call(const Fingerprint& f, const ProcessGroup& g, bool with_seq) {
   std::ostringstream os;
+  if (with_seq) os << "#" << f.seq << " ";
   os << std::string(f.op, strnlen(f.op, kOpChars)) << "(";
   const char* sep = "";
   if (f.has_tensor) {
@@ -138,8 +143,8 @@ class CheckedP2P final : public Work {
     const int sender = g.ranks()[record_.peer];
     STRATA_CHECK(false, record_.op, " from rank ", sender, " on ", g.describe(), " with tag ", tag_,
                  ": sender and receiver disagree on ", field_names(diff),
-                 " (STRATA_DISTRIBUTED_DEBUG=DETAIL): rank ", sender, " called ", describe_call(theirs, g), ", rank ",
-                 g.ranks()[g.rank()], " called ", describe_call(mine, g));
+                 " (STRATA_DISTRIBUTED_DEBUG=DETAIL): rank ", sender, " called ", describe_call(theirs, g, false), ", rank ",
+                 g.ranks()[g.rank()], " called ", describe_call(mine, g, false));
   }
 
   OpRecord record_;
@@ -165,13 +170,13 @@ void check_collective(const OpRecord& record) {
         .all_gather(from_blob(all.data(), {kWords * g.size()}, kLong), from_blob(&mine, {kWords}, kLong), false);
   }
   unsigned diff = 0;
-  for (const Fingerprint& f : all) diff |= differences(all[0], f, kOp | kDtype | kShape | kRoot | kReduceOp);
+  for (const Fingerprint& f : all) diff |= differences(all[0], f, kOp | kDtype | kShape | kRoot | kReduceOp | kSeq);
   if (!diff) return;
   // Ranks with the same call share one entry: "ranks 1, 2, 3 called all_reduce(Float [3], SUM)".
   std::vector<std::string> calls;
   std::vector<std::vector<int>> callers;
   for (int r = 0; r < g.size(); ++r) {
-    std::string call = describe_call(all[r], g);
+    std::string call = describe_call(all[r], g, diff & kSeq);
     size_t i = 0;
     while (i < calls.size() && calls[i] != call) ++i;
     if (i == calls.size()) {

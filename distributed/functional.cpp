@@ -21,6 +21,13 @@
 // The same agreement says whether the backward collective records in turn (create_graph), so the
 // backward of each op is the differentiable dual op and double backward works.
 //
+// Note [bad input on one rank]
+// An op whose input fails its checks on one rank only must not leave the other ranks waiting in
+// the collective. Rootless ops (and reduce_sum, gather) check locally without throwing, tell the
+// others in their forward agreement, and then throw on every rank: the failing rank its own
+// error, the others an error naming it. broadcast, scatter and remote_* carry the same news in
+// the source's header instead.
+//
 // The agreements and headers skip the profiling switches (detail::all_reduce_unswitched,
 // broadcast_unswitched): were they switched off, ranks would disagree on what to record and hang.
 //
@@ -30,6 +37,8 @@
 #include "strata/distributed/functional.h"
 
 #include <algorithm>
+#include <exception>
+#include <functional>
 
 #include "strata/autograd/engine.h"
 #include "strata/autograd/function.h"
@@ -54,11 +63,33 @@ struct Agreement {
   bool record;
 };
 
-/// One all_reduce (MAX) of this rank's two flags for t.
-Agreement agree(const Tensor& t, const Group& group) {
-  Tensor flags = tensor({int64_t{t.defined()}, int64_t{wants_grad(t)}});
+/// One all_reduce (MAX) of this rank's two flags for t and of whether `check`, op's local input checks (which throw),
+/// failed here; when they failed on any rank, throws on every rank (Note [bad input on one rank]).
+Agreement agree(const Tensor& t, const Group& group, const char* op = "", const std::function<void()>& check = {}) {
+  std::exception_ptr error;
+  if (check) {
+    try {
+      check();
+    } catch (const Error&) {
+      error = std::current_exception();
+    }
+  }
+  // [defined, wants grad, then whether the checks failed on group rank 0, 1, ...]
+  const int n = get_world_size(group);
+  Tensor flags = zeros({2 + n}, kLong);
+  int64_t* mine = flags.data_ptr<int64_t>();
+  mine[0] = t.defined();
+  mine[1] = wants_grad(t);
+  mine[2 + get_rank(group)] = error != nullptr;
   detail::all_reduce_unswitched(flags, ReduceOp::MAX, group, false);
+  if (error) std::rethrow_exception(error);
   const int64_t* f = flags.data_ptr<int64_t>();
+  std::string failed;
+  int failures = 0;
+  for (int r = 0; r < n; ++r)
+    if (f[2 + r]) failed += (failures++ ? ", " : "") + std::to_string(get_global_rank(group, r));
+  STRATA_CHECK(failures == 0, op, ": global rank", failures > 1 ? "s " : " ", failed, " passed bad input (see ",
+               failures > 1 ? "their errors)" : "its error)");
   return {f[0] != 0, f[1] != 0};
 }
 
@@ -436,12 +467,24 @@ Tensor parts_from_front(const Tensor& x, IntArrayRef part, int64_t axis, int n) 
   return x.reshape(stacked).permute(order).reshape(out);
 }
 
+/// all_reduce_sum, all_reduce_max and all_reduce_min.
+template <class Fn>
+Tensor all_reduce_op(const Tensor& x, const Group& group, ReduceOp reduce, const char* op) {
+  detail::resolve(group, op);
+  const Agreement agreed = agree(x, group, op, [&] { check_defined(x, op); });
+  return run<Fn>(agreed.record, x, {.group = group, .op = reduce});
+}
+
 }  // namespace
 
 Tensor reduce_sum(const Tensor& x, const Group& group, int root) {
-  check_root(detail::resolve(group, "functional::reduce_sum"), root, "functional::reduce_sum");
-  check_defined(x, "functional::reduce_sum");
-  return reduce_sum0(x, {.group = group, .rank = root}, agree(x, group).record);
+  const char* op = "functional::reduce_sum";
+  const ProcessGroup& pg = detail::resolve(group, op);
+  const Agreement agreed = agree(x, group, op, [&] {
+    check_root(pg, root, op);
+    check_defined(x, op);
+  });
+  return reduce_sum0(x, {.group = group, .rank = root}, agreed.record);
 }
 
 Tensor broadcast(const Tensor& x, const Group& group, int root) {
@@ -454,43 +497,49 @@ Tensor broadcast(const Tensor& x, const Group& group, int root) {
 }
 
 Tensor all_gather(const Tensor& x, const Group& group, int64_t axis) {
-  const int n = detail::resolve(group, "functional::all_gather").size();
-  check_defined(x, "functional::all_gather");
-  const int64_t a = check_axis(axis, x.sizes(), "functional::all_gather");
-  return parts_from_front(run<AllGather>(agree(x, group).record, x, {.group = group}), x.sizes(), a, n);
+  const char* op = "functional::all_gather";
+  const int n = detail::resolve(group, op).size();
+  int64_t a = 0;
+  const Agreement agreed = agree(x, group, op, [&] {
+    check_defined(x, op);
+    a = check_axis(axis, x.sizes(), op);
+  });
+  return parts_from_front(run<AllGather>(agreed.record, x, {.group = group}), x.sizes(), a, n);
 }
 
 Tensor reduce_scatter_sum(const Tensor& x, const Group& group, int64_t axis) {
-  const int n = detail::resolve(group, "functional::reduce_scatter_sum").size();
-  check_defined(x, "functional::reduce_scatter_sum");
-  const int64_t a = check_axis(axis, x.sizes(), "functional::reduce_scatter_sum", n);
-  return run<ReduceScatterSum>(agree(x, group).record, parts_to_front(x, a, n), {.group = group});
+  const char* op = "functional::reduce_scatter_sum";
+  const int n = detail::resolve(group, op).size();
+  int64_t a = 0;
+  const Agreement agreed = agree(x, group, op, [&] {
+    check_defined(x, op);
+    a = check_axis(axis, x.sizes(), op, n);
+  });
+  return run<ReduceScatterSum>(agreed.record, parts_to_front(x, a, n), {.group = group});
 }
 
 Tensor all_reduce_sum(const Tensor& x, const Group& group) {
-  detail::resolve(group, "functional::all_reduce_sum");
-  check_defined(x, "functional::all_reduce_sum");
-  return run<AllReduceSum>(agree(x, group).record, x, {.group = group});
+  return all_reduce_op<AllReduceSum>(x, group, ReduceOp::SUM, "functional::all_reduce_sum");
 }
 
 Tensor all_reduce_max(const Tensor& x, const Group& group) {
-  detail::resolve(group, "functional::all_reduce_max");
-  check_defined(x, "functional::all_reduce_max");
-  return run<AllReduceExtremum>(agree(x, group).record, x, {.group = group, .op = ReduceOp::MAX});
+  return all_reduce_op<AllReduceExtremum>(x, group, ReduceOp::MAX, "functional::all_reduce_max");
 }
 
 Tensor all_reduce_min(const Tensor& x, const Group& group) {
-  detail::resolve(group, "functional::all_reduce_min");
-  check_defined(x, "functional::all_reduce_min");
-  return run<AllReduceExtremum>(agree(x, group).record, x, {.group = group, .op = ReduceOp::MIN});
+  return all_reduce_op<AllReduceExtremum>(x, group, ReduceOp::MIN, "functional::all_reduce_min");
 }
 
 Tensor gather(const Tensor& x, const Group& group, int64_t axis, int root) {
-  const ProcessGroup& pg = detail::resolve(group, "functional::gather");
-  check_root(pg, root, "functional::gather");
-  check_defined(x, "functional::gather");
-  const int64_t a = check_axis(axis, x.sizes(), "functional::gather");
-  Tensor out = gather0(x, {.group = group, .rank = root}, agree(x, group).record);
+  const char* op = "functional::gather";
+  const ProcessGroup& pg = detail::resolve(group, op);
+  int64_t a = 0;
+  const Agreement agreed = agree(x, group, op, [&] {
+    check_root(pg, root, op);
+    check_defined(x, op);
+    a = check_axis(axis, x.sizes(), op);
+  });
+  Tensor out = gather0(x, {.group = group, .rank = root}, agreed.record);
   return out.defined() ? parts_from_front(out, x.sizes(), a, pg.size()) : out;
 }
 
@@ -505,17 +554,22 @@ Tensor scatter(const Tensor& x, const Group& group, int64_t axis, int root) {
   const int64_t a = check_axis(axis, h.sizes, "functional::scatter", n);
   h.sizes[a] /= n;
   h.sizes[0] *= n;
-  return run<Scatter>(h.record, pg.rank() == root ? parts_to_front(x, a, n) : Tensor(), {.group = group, .rank = root, .header = h});
+  return run<Scatter>(h.record, pg.rank() == root ? parts_to_front(x, a, n) : Tensor(),
+                     {.group = group, .rank = root, .header = h});
 }
 
 Tensor all_to_all(const Tensor& x, const Group& group, int64_t split_axis, int64_t concat_axis) {
-  const int n = detail::resolve(group, "functional::all_to_all").size();
-  check_defined(x, "functional::all_to_all");
-  const int64_t s = check_axis(split_axis, x.sizes(), "functional::all_to_all", n);
-  const int64_t c = check_axis(concat_axis, x.sizes(), "functional::all_to_all");
+  const char* op = "functional::all_to_all";
+  const int n = detail::resolve(group, op).size();
+  int64_t s = 0, c = 0;
+  const Agreement agreed = agree(x, group, op, [&] {
+    check_defined(x, op);
+    s = check_axis(split_axis, x.sizes(), op, n);
+    c = check_axis(concat_axis, x.sizes(), op);
+  });
   DimVector part(x.sizes());
   part[s] /= n;
-  return parts_from_front(run<AllToAll>(agree(x, group).record, parts_to_front(x, s, n), {.group = group}), part, c, n);
+  return parts_from_front(run<AllToAll>(agreed.record, parts_to_front(x, s, n), {.group = group}), part, c, n);
 }
 
 void remote_send(const Tensor& x, int dest_rank) {

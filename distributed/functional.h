@@ -32,6 +32,8 @@
 //   root, remote_send) or has no loss at all calls backward() with no outputs.
 // - Before each backward collective the ranks agree whether any of them has a gradient; when
 //   none has, nothing is sent and the inputs get no gradient, so nobody waits forever.
+// - Recorded collectives (and the graphs behind them) stay pending until this thread's next
+//   backward: run forward passes that will have no backward (evaluation) under NoGradGuard.
 // - backward with retain_graph keeps the collectives pending for the next backward; autograd::grad
 //   runs only what its outputs reach, so use backward() for graphs that cross ranks.
 // - Destroying a group (destroy_process_group) before the backward of its collectives makes that

@@ -4,6 +4,8 @@
 //
 // Every step that can fail on one rank only (bad inputs, a mismatch) ends in an agreement, so
 // all ranks throw the same message (or all return false) and nobody is left in a collective.
+// gradcheck's own communication skips the profiling switches (detail::all_reduce_unswitched): a
+// skipped agreement or element count would leave ranks reading garbage, out of step.
 
 #include "strata/distributed/gradcheck.h"
 
@@ -23,7 +25,7 @@ namespace {
 std::string first_message(const std::string& mine, const Group& group) {
   const int size = get_world_size(group);
   Tensor who = tensor({int64_t{mine.empty() ? size : get_rank(group)}});
-  all_reduce(who, ReduceOp::MIN, group);
+  detail::all_reduce_unswitched(who, ReduceOp::MIN, group, false);
   const int rank = static_cast<int>(who.item<int64_t>());
   if (rank == size) return {};
   std::string message = mine;
@@ -73,8 +75,10 @@ bool gradcheck(const autograd::GradcheckFn& fn, const tensor_list& inputs, const
   std::vector<std::pair<size_t, int64_t>> elements;  // the (input, element) pairs this rank perturbs, in order
   for (size_t i : checked)
     for (int64_t e = 0; e < inputs[i].numel(); ++e) elements.emplace_back(i, e);
-  Tensor counts = empty({size}, kLong);
-  all_gather_into_tensor(counts, tensor({static_cast<int64_t>(elements.size())}), group);
+  // Every rank's element count: each rank writes its own into zeros, and the sum gathers them.
+  Tensor counts = zeros({size}, kLong);
+  counts.data_ptr<int64_t>()[rank] = static_cast<int64_t>(elements.size());
+  detail::all_reduce_unswitched(counts, ReduceOp::SUM, group, false);
   const int64_t* count = counts.data_ptr<int64_t>();
   int64_t total = 0;
   for (int r = 0; r < size; ++r) total += count[r];
@@ -101,7 +105,7 @@ bool gradcheck(const autograd::GradcheckFn& fn, const tensor_list& inputs, const
     NoGradGuard no_grad;
     auto global_sum = [&] {
       Tensor sum = weighted_sum(fn(inputs), weights).reshape({1});
-      all_reduce(sum, ReduceOp::SUM, group);
+      detail::all_reduce_unswitched(sum, ReduceOp::SUM, group, false);
       return sum.item<double>();
     };
     for (int r = 0; r < size; ++r) {

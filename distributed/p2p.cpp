@@ -14,15 +14,21 @@ using namespace detail;
 
 namespace {
 
-std::shared_ptr<Work> p2p(const char* op, bool is_send, const Tensor& tensor, int peer, const Group& group, int tag,
-                          bool async_op) {
+// The group and the peer's group rank of a p2p op, checked.
+std::pair<ProcessGroup*, int> check_p2p_args(const char* op, bool is_send, const Tensor& tensor, int peer,
+                                             const Group& group) {
   ProcessGroup& g = detail::resolve(group, op);
   check_defined(tensor, op, "tensor");
   const int r = to_group_rank(g, peer, op, is_send ? "dst" : "src");
   STRATA_CHECK(r != g.rank(), op, ": ", is_send ? "dst" : "src", " ", peer, " is this process's own rank");
-  Backend& b = g.backend(tensor.device(), op);
-  detail::OpRecord rec = make_record(op, g, tensor, tensor.nbytes());
-  rec.seq = 0;  // p2p calls do not count: the sequence numbers of a group's ranks stay comparable
+  return {&g, r};
+}
+
+std::shared_ptr<Work> p2p(const char* op, bool is_send, const Tensor& tensor, int peer, const Group& group, int tag,
+                          bool async_op) {
+  auto [g, r] = check_p2p_args(op, is_send, tensor, peer, group);
+  Backend& b = g->backend(tensor.device(), op);
+  detail::OpRecord rec = make_record(op, *g, tensor, tensor.nbytes(), /*counted=*/false);
   rec.peer = r;
   Tensor buf = buffer(tensor);
   std::function<void()> finish;
@@ -65,11 +71,17 @@ std::shared_ptr<Work> irecv(const Tensor& tensor, int src, const Group& group, i
 
 std::vector<std::shared_ptr<Work>> batch_isend_irecv(const std::vector<P2POp>& ops) {
   STRATA_CHECK(!ops.empty(), "batch_isend_irecv: got no ops");
+  // All checked before any is posted: a bad op must not leave the earlier ones in flight.
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const P2POp& o = ops[i];
+    STRATA_CHECK(o.op == P2POp::kSend || o.op == P2POp::kRecv, "batch_isend_irecv: ops[", i, "].op is ", int(o.op),
+                 ", neither kSend nor kRecv");
+    check_tag(o.tag, "batch_isend_irecv");
+    check_p2p_args("batch_isend_irecv", o.op == P2POp::kSend, o.tensor, o.peer, o.group);
+  }
   std::vector<std::shared_ptr<Work>> works;
   works.reserve(ops.size());
   for (const P2POp& o : ops) {
-    STRATA_CHECK(o.op == P2POp::kSend || o.op == P2POp::kRecv, "batch_isend_irecv: op ", int(o.op),
-                 " is neither kSend nor kRecv");
     works.push_back(o.op == P2POp::kSend ? isend(o.tensor, o.peer, o.group, o.tag)
                                          : irecv(o.tensor, o.peer, o.group, o.tag));
   }
@@ -93,13 +105,18 @@ void monitored_barrier(const Group& group, std::chrono::milliseconds timeout, bo
   const uint64_t seq = g.next_sequence_number();
   // Rank 0 decides at the timeout; the others allow it as long again to send its verdict.
   const auto deadline = Clock::now() + (g.rank() == 0 ? timeout : 2 * timeout);
-  auto poll = [&](const std::vector<std::shared_ptr<Work>>& works, std::vector<bool>& done) {
+  // Every message starts with the barrier's sequence number: one left over from an earlier
+  // barrier that failed (a late arrival, a late verdict) is dropped and the receive posted again.
+  auto receive = [&](const Tensor& into, int from) { return b.recv(into, from, detail::kTagMonitoredBarrier, true); };
+  auto poll = [&](std::vector<std::shared_ptr<Work>>& works, const std::vector<Tensor>& into, std::vector<bool>& done,
+                  const std::vector<int>& from) {
     while (true) {
       bool all = true;
       for (size_t i = 0; i < works.size(); ++i) {
         if (!done[i] && works[i] && works[i]->is_completed()) {
           works[i]->wait();  // rethrows a failed transfer
-          done[i] = true;
+          if (into[i].data_ptr<int64_t>()[0] == static_cast<int64_t>(seq)) done[i] = true;
+          else works[i] = receive(into[i], from[i]);
         }
         all = all && (done[i] || !works[i]);
       }
@@ -109,34 +126,37 @@ void monitored_barrier(const Group& group, std::chrono::milliseconds timeout, bo
   };
   const int n = g.size();
   // Rank 0 waits for an arrival from every rank, then releases them with the list of the missing.
-  Tensor release = zeros({n + 1}, kLong);  // [count, ranks...]
+  Tensor release = zeros({n + 2}, kLong);  // [seq, count, ranks...]
   if (g.rank() == 0) {
     std::vector<Tensor> arrivals(n);
     std::vector<std::shared_ptr<Work>> works(n);
     std::vector<bool> done(n, false);
+    std::vector<int> from(n);
     for (int r = 1; r < n; ++r) {
       arrivals[r] = empty({1}, kLong);
-      works[r] = b.recv(arrivals[r], r, detail::kTagMonitoredBarrier, true);
+      from[r] = r;
+      works[r] = receive(arrivals[r], r);
     }
-    poll(works, done);
+    poll(works, arrivals, done, from);
     std::vector<int> missing;
     for (int r = 1; r < n; ++r)
       if (!done[r]) missing.push_back(g.global_rank(r));
     auto* out = release.data_ptr<int64_t>();
-    out[0] = static_cast<int64_t>(missing.size());
-    for (size_t i = 0; i < missing.size(); ++i) out[1 + i] = missing[i];
+    out[0] = static_cast<int64_t>(seq);
+    out[1] = static_cast<int64_t>(missing.size());
+    for (size_t i = 0; i < missing.size(); ++i) out[2 + i] = missing[i];
     for (int r = 1; r < n; ++r)
       if (done[r]) b.send(release, r, detail::kTagMonitoredBarrier, false);
   } else {
     Tensor arrival = full({1}, static_cast<double>(seq), kLong);
     b.send(arrival, 0, detail::kTagMonitoredBarrier, false);
-    std::vector<std::shared_ptr<Work>> works{b.recv(release, 0, detail::kTagMonitoredBarrier, true)};
+    std::vector<std::shared_ptr<Work>> works{receive(release, 0)};
     std::vector<bool> done{false};
-    poll(works, done);
+    poll(works, {release}, done, {0});
     STRATA_CHECK(done[0], "monitored_barrier: rank ", g.global_rank(0), " (group rank 0 of ", g.describe(),
                  ") did not release this rank within ", 2 * timeout.count(), " ms");
   }
-  const auto* r = release.data_ptr<int64_t>();
+  const auto* r = release.data_ptr<int64_t>() + 1;
   if (r[0] == 0) return;
   std::ostringstream names;
   const int64_t shown = wait_all_ranks ? r[0] : 1;

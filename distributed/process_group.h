@@ -23,11 +23,12 @@ enum class ReduceOp : int8_t { SUM, AVG, PRODUCT, MIN, MAX };
 /// "SUM", "AVG", "PRODUCT", "MIN" or "MAX".
 const char* to_string(ReduceOp op);
 
-/// The handle of a communication op, as c10d::Work. A sync call returns one that is complete.
+/// The handle of a communication op, as c10d::Work. A sync call returns one that is complete. A Work
+/// dropped before it finished completes in the background; wait for every Work before finalize().
 class Work {
  public:
   virtual ~Work() = default;
-  /// True once the op has finished; never blocks. Errors are kept for wait().
+  /// True once the op has finished and its outputs hold the result; never blocks. Errors are kept for wait().
   virtual bool is_completed() = 0;
   /// Blocks until the op has finished and its outputs hold the result; throws the op's error.
   /// On a backend with streams (NCCL) the caller's current stream waits instead of the host.

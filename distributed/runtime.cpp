@@ -234,9 +234,17 @@ Group new_group(const std::vector<int>& ranks) {
     if (ranks[i] == world->rank()) index = static_cast<int>(i);
   Runtime& rt = runtime();
   std::array<std::unique_ptr<Backend>, 2> backends;
-  for (size_t d = 0; d < backends.size(); ++d) {
-    Backend* parent = d == static_cast<size_t>(kCPU) ? &world->backend(kCPU, "new_group") : nullptr;
-    if (parent) backends[d] = parent->split(index);
+  {
+    // A collective over WORLD: a rank that never calls it is reported by the watchdog.
+    detail::OpRecord record;
+    record.op = "new_group";
+    record.group = world.get();
+    record.seq = world->next_sequence_number();
+    detail::BlockingScope scope(record);
+    for (size_t d = 0; d < backends.size(); ++d) {
+      Backend* parent = d == static_cast<size_t>(kCPU) ? &world->backend(kCPU, "new_group") : nullptr;
+      if (parent) backends[d] = parent->split(index);
+    }
   }
   std::lock_guard lock(rt.groups_mutex);
   auto group = std::make_shared<ProcessGroup>(static_cast<int64_t>(rt.groups.size()), ranks, index, std::move(backends));

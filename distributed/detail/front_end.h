@@ -14,8 +14,9 @@ inline double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Finishes an async op: the watchdog watches the wait, then results are copied into
-// non-contiguous outputs and the op is logged.
+// Finishes an async op once the backend's has completed: results are copied into
+// non-contiguous outputs and the op is logged, by wait() (which the watchdog watches) or by the
+// is_completed() that first sees it done, so a completed op's outputs hold the result.
 class FrontWork final : public Work {
  public:
   FrontWork(std::shared_ptr<Work> inner, Group group, OpRecord record, std::function<void()> finish,
@@ -23,26 +24,44 @@ class FrontWork final : public Work {
       : inner_(std::move(inner)), group_(std::move(group)), record_(std::move(record)), finish_(std::move(finish)),
         start_(start) {}
 
-  bool is_completed() override { return finished_ || inner_->is_completed(); }
+  bool is_completed() override {
+    if (!finished_ && inner_->is_completed()) complete();
+    return finished_;
+  }
 
   void wait() override {
-    if (finished_) return;
-    {
-      BlockingScope scope(record_);
-      inner_->wait();
+    if (!finished_) {
+      {
+        BlockingScope scope(record_);
+        try {
+          inner_->wait();
+        } catch (...) {  // complete() keeps it
+        }
+      }
+      complete();
     }
-    finished_ = true;
-    if (finish_) finish_();
-    if (logging_enabled()) log_op(record_, seconds_since(start_));
+    if (error_) std::rethrow_exception(error_);
   }
 
  private:
+  void complete() {
+    finished_ = true;
+    try {
+      inner_->wait();  // returns at once, or throws the op's error
+      if (finish_) finish_();
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+    if (logging_enabled()) log_op(record_, seconds_since(start_));
+  }
+
   std::shared_ptr<Work> inner_;
-  Group group_;  // keeps the backend alive while the op is in flight
+  Group group_;  // keeps record_.group alive for the watchdog and the logger
   OpRecord record_;
   std::function<void()> finish_;
   Clock::time_point start_;
   bool finished_ = false;
+  std::exception_ptr error_;
 };
 
 // Runs one op on the backend: `post(async)` starts it, `finish` runs once it completed.
@@ -66,8 +85,10 @@ std::shared_ptr<Work> run(OpRecord& record, const Group& group, bool async_op, P
                                      std::move(finish), start);
 }
 
-/// The record of a call on `g` about tensor `t`, numbered with the group's next sequence number.
-OpRecord make_record(const char* op, ProcessGroup& g, const Tensor& t, int64_t bytes);
+/// The record of a call on `g` about tensor `t`. A collective (`counted`) takes the group's next
+/// sequence number; a p2p op involves two ranks only and takes none, so that the numbers of a
+/// group's ranks stay comparable.
+OpRecord make_record(const char* op, ProcessGroup& g, const Tensor& t, int64_t bytes, bool counted = true);
 /// Throws "op: what is an undefined tensor" unless t is defined.
 void check_defined(const Tensor& t, const char* op, const char* what);
 /// The memory a backend may use for t: t's own when contiguous, else a contiguous copy (see copy_back).

@@ -2,7 +2,9 @@
 // function (much faster than a non-blocking one plus a wait for small messages); async ops
 // post the non-blocking one and MpiWork finishes it.
 
+#include <atomic>
 #include <climits>
+#include <mutex>
 #include <functional>
 #include <utility>
 
@@ -58,6 +60,53 @@ auto divide(const Tensor& t, int n) {
   return [t, n] { t.detach().div_(n); };
 }
 
+bool mpi_finalized() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return finalized != 0;
+}
+
+// An async op dropped before it finished: its request and the buffers MPI still uses.
+struct Orphan {
+  MPI_Request request;
+  std::vector<Tensor> keep;
+  std::vector<int> counts;
+};
+
+// Note [communicator lifetime]: a backend's communicator is shared with its in-flight works, so
+// destroy_process_group with an op in flight frees it only after the op. A Work dropped before
+// it finished hands its request here instead of blocking in its destructor (an isend nobody
+// waits for must not stop the program); the backend reaps finished orphans before each op and
+// finishes the rest before freeing the communicator.
+struct Comm {
+  explicit Comm(MPI_Comm c) : comm(c) {}
+  ~Comm() {
+    if (mpi_finalized()) return;
+    for (Orphan& o : orphans) MPI_Wait(&o.request, MPI_STATUS_IGNORE);
+    MPI_Comm_free(&comm);
+  }
+  void adopt(Orphan o) {
+    std::lock_guard lock(mutex);
+    orphans.push_back(std::move(o));
+    has_orphans.store(true, std::memory_order_relaxed);
+  }
+  void reap() {
+    if (!has_orphans.load(std::memory_order_relaxed)) return;
+    std::lock_guard lock(mutex);
+    std::erase_if(orphans, [](Orphan& o) {
+      int done = 0;
+      MPI_Test(&o.request, &done, MPI_STATUS_IGNORE);
+      return done != 0;
+    });
+    has_orphans.store(!orphans.empty(), std::memory_order_relaxed);
+  }
+
+  MPI_Comm comm;
+  std::mutex mutex;
+  std::vector<Orphan> orphans;
+  std::atomic<bool> has_orphans{false};
+};
+
 // The request of one async op, the tensors and arrays it uses (kept alive until the end), and
 // what to do once it completes (AVG's division, a receive's size check).
 // Note [one request, MPI_Wait]: Open MPI 4.1 under MPI_THREAD_MULTIPLE can hang in MPI_Waitall
@@ -65,15 +114,15 @@ auto divide(const Tensor& t, int n) {
 // wait); MPI_Wait and MPI_Test do not, so every op is one request.
 class MpiWork final : public Work {
  public:
-  MpiWork(const char* op, std::vector<Tensor> keep, bool point_to_point)
-      : op_(op), keep_(std::move(keep)), point_to_point_(point_to_point) {}
+  MpiWork(const char* op, std::shared_ptr<Comm> comm, std::vector<Tensor> keep, bool point_to_point)
+      : op_(op), comm_(std::move(comm)), keep_(std::move(keep)), point_to_point_(point_to_point) {}
 
   ~MpiWork() override {
-    if (done_) return;
-    // The buffers may not be freed while MPI still uses them. A p2p request can be cancelled
-    // (what a failed monitored_barrier leaves behind); a collective one can only be finished.
+    if (done_ || mpi_finalized()) return;
+    // A receive nobody waits for (what a failed monitored_barrier leaves) can be cancelled; the
+    // rest finishes in the background (Note [communicator lifetime]).
     if (point_to_point_) MPI_Cancel(&request);
-    MPI_Wait(&request, MPI_STATUS_IGNORE);
+    comm_->adopt({request, std::move(keep_), std::move(counts)});
   }
 
   bool is_completed() override {
@@ -105,6 +154,7 @@ class MpiWork final : public Work {
   }
 
   const char* op_;
+  std::shared_ptr<Comm> comm_;
   std::vector<Tensor> keep_;
   bool point_to_point_;
   MPI_Status status_{};
@@ -121,11 +171,10 @@ void check_received(const MPI_Status& status, const Tensor& t, int src) {
 
 class MpiBackend final : public Backend {
  public:
-  explicit MpiBackend(MPI_Comm comm) : comm_(comm) {
+  explicit MpiBackend(MPI_Comm comm) : shared_(std::make_shared<Comm>(comm)), comm_(comm) {
     STRATA_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     STRATA_MPI_CHECK(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
   }
-  ~MpiBackend() override { MPI_Comm_free(&comm_); }
 
   const char* name() const override { return "mpi"; }
   DeviceType device_type() const override { return kCPU; }
@@ -227,7 +276,8 @@ class MpiBackend final : public Backend {
                        "all_to_all");
       return completed_work();
     }
-    auto work = std::make_shared<MpiWork>("all_to_all", std::vector<Tensor>{out, in}, false);
+    shared_->reap();
+    auto work = std::make_shared<MpiWork>("all_to_all", shared_, std::vector<Tensor>{out, in}, false);
     work->counts = std::move(arrays);
     int* c = work->counts.data();
     STRATA_MPI_CHECK(MPI_Ialltoallv(in.data_ptr(), c, c + size_, dt, out.data_ptr(), c + 2 * size_, c + 3 * size_, dt,
@@ -253,7 +303,8 @@ class MpiBackend final : public Backend {
       check_received(status, t, src);
       return completed_work();
     }
-    auto work = std::make_shared<MpiWork>("recv", std::vector<Tensor>{t}, true);
+    shared_->reap();
+    auto work = std::make_shared<MpiWork>("recv", shared_, std::vector<Tensor>{t}, true);
     work->on_complete = [t, src](const MPI_Status& status) { check_received(status, t, src); };
     STRATA_MPI_CHECK(MPI_Irecv(t.data_ptr(), n, dt, src, tag, comm_, &work->request), "recv");
     return work;
@@ -290,13 +341,15 @@ class MpiBackend final : public Backend {
       finish();
       return completed_work();
     }
-    auto work = std::make_shared<MpiWork>(op, std::vector<Tensor>{keep...}, point_to_point);
+    shared_->reap();
+    auto work = std::make_shared<MpiWork>(op, shared_, std::vector<Tensor>{keep...}, point_to_point);
     work->on_complete = [finish = std::forward<Finish>(finish)](const MPI_Status&) { finish(); };
     STRATA_MPI_CHECK(call(&work->request), op);
     return work;
   }
 
-  MPI_Comm comm_;
+  std::shared_ptr<Comm> shared_;  // with the works in flight (Note [communicator lifetime])
+  MPI_Comm comm_;                  // shared_->comm, read on every call
   int size_ = 0;
 };
 

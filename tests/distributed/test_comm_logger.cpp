@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -198,6 +199,13 @@ TEST_F(CommLogger, CountsOpsFromManyThreads) {
   EXPECT_EQ(stats[0].calls, kThreads * kOpsPerThread);
   EXPECT_EQ(stats[0].bytes, 8 * kThreads * kOpsPerThread);
   EXPECT_NEAR(stats[0].total_s, kThreads * kOpsPerThread * 1e-6, 1e-9);
+}
+
+// Logging starts as STRATA_COMM_LOG says (ctest runs this once with STRATA_COMM_LOG=1); the tests
+// above restore whatever they change.
+TEST(CommLoggerEnvironment, StartsAsTheEnvironmentSays) {
+  const char* value = std::getenv("STRATA_COMM_LOG");
+  EXPECT_EQ(comm_logging(), value != nullptr && std::string(value) == "1");
 }
 
 }  // namespace

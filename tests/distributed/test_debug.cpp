@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <numeric>
+
 #include <string>
 #include <vector>
 
@@ -98,6 +100,19 @@ TEST_F(Detail, RootDtypeAndReduceOpMismatchesThrow) {
   EXPECT_THROW_MSG(all_reduce(t, first ? ReduceOp::SUM : ReduceOp::MAX),
                    ": ranks disagree on reduce op" + kDetail + "rank 0 called all_reduce(Float [2], SUM); " +
                        ranks_from(1) + " called all_reduce(Float [2], MAX)");
+}
+
+TEST_F(Detail, SkippedCallIsACallNumberMismatch) {
+  NEEDS_RANKS(2);
+  std::vector<int> ranks(get_world_size());
+  std::iota(ranks.begin(), ranks.end(), 0);
+  Group all = new_group(ranks);
+  if (get_rank() == 0) all->next_sequence_number();  // as if rank 0 had made one more call on the group
+  Tensor t = ones({2});
+  EXPECT_THROW_MSG(all_reduce(t, ReduceOp::SUM, all),
+                   ": ranks disagree on call number" + kDetail + "rank 0 called #2 all_reduce(Float [2], SUM); " +
+                       ranks_from(1) + " called #1 all_reduce(Float [2], SUM)");
+  destroy_process_group(all);
 }
 
 TEST_F(Detail, SubgroupMismatchNamesGlobalRanks) {

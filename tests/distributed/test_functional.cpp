@@ -9,6 +9,7 @@
 #include <strata/distributed/functional.h>
 
 #include "../helpers.h"
+#include "switches.h"
 
 namespace dist = strata::distributed;
 namespace F = strata::distributed::functional;
@@ -104,6 +105,36 @@ TEST(Functional, AxisVariants) {
   EXPECT_ALLCLOSE(back, mine(r));
 }
 
+TEST(Functional, ABadInputOnOneRankThrowsOnEveryRank) {
+  if (world() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const int n = world(), r = rank();
+  Tensor x = tensor({1.0, 2.0}, kDouble);
+  // Only rank 1's axis is out of range: the others throw too instead of waiting for it in the collective.
+  EXPECT_THROW_MSG(F::all_gather(x, {}, r == 1 ? 1 : 0),
+                   r == 1 ? "functional::all_gather: dimension out of range"
+                          : "functional::all_gather: global rank 1 passed bad input (see its error)");
+  EXPECT_THROW_MSG(F::all_reduce_sum(r == 1 ? Tensor() : x),
+                   r == 1 ? "functional::all_reduce_sum: got an undefined tensor"
+                          : "functional::all_reduce_sum: global rank 1 passed bad input");
+  // Every rank but 0 names a root outside the group.
+  std::string others = "1";
+  for (int q = 2; q < n; ++q) others += ", " + std::to_string(q);
+  EXPECT_THROW_MSG(F::reduce_sum(x, {}, r == 0 ? 0 : n),
+                   r == 0 ? "functional::reduce_sum: global rank" + std::string(n > 2 ? "s " : " ") + others +
+                                " passed bad input (see " + (n > 2 ? "their errors)" : "its error)")
+                          : "functional::reduce_sum: root " + std::to_string(n) + " is not a group rank");
+  if (n >= 4) {
+    // On {3, 1}, group rank 1 is global rank 1, whose split axis is not divisible by 2.
+    auto pair = dist::new_group({3, 1});
+    if (pair->is_member()) {
+      EXPECT_THROW_MSG(F::all_to_all(r == 1 ? iota(3) : iota(2), pair),
+                       r == 1 ? "functional::all_to_all: size 3 of axis 0" : "global rank 1 passed bad input");
+    }
+  }
+  // The ranks stay in step.
+  EXPECT_ALLCLOSE(F::all_gather(tensor({double(r)}, kDouble)), iota(n));
+}
+
 TEST(Functional, RecordsWhenAnyRankWantsGrad) {
   const int n = world();
   Tensor x = tensor({1.0, 2.0}, kDouble);
@@ -124,14 +155,7 @@ TEST(Functional, RecordsWhenAnyRankWantsGrad) {
 
 TEST(Functional, AgreementIgnoresTheProfilingSwitches) {
   const int n = world(), r = rank();
-  struct SwitchesOff {
-    SwitchesOff() { set(true); }
-    ~SwitchesOff() { set(false); }
-    static void set(bool off) {
-      dist::all_reduce_comm_off(off);
-      dist::broadcast_comm_off(off);
-    }
-  } off;
+  const strata::testing::CommSwitchesOff off{dist::all_reduce_comm_off, dist::broadcast_comm_off};
   // Only rank 0 wants gradients: the other ranks learn through the agreement all_reduce and the root's header
   // broadcast, which must still communicate. all_gather, reduce_scatter and reduce stay on.
   Tensor x = tensor({1.0 + r}, kDouble);

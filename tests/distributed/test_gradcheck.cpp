@@ -1,12 +1,14 @@
 // distributed::gradcheck of every differentiable collective under mpirun -np 1, 2 and 4, on WORLD
 // and (with 4 ranks) on the permuted subgroup {2, 0, 3}: non-zero roots, axes other than 0 and
-// non-contiguous inputs; then gradcheck's own reports of wrong gradients and bad inputs.
+// non-contiguous inputs; then gradcheck's own reports of wrong gradients and bad inputs, and its
+// own communication under the profiling switches.
 
 #include <strata/distributed/collectives.h>
 #include <strata/distributed/functional.h>
 #include <strata/distributed/gradcheck.h>
 
 #include "../helpers.h"
+#include "switches.h"
 
 namespace dist = strata::distributed;
 namespace F = strata::distributed::functional;
@@ -152,4 +154,22 @@ TEST(DistGradcheck, BadInputsThrowOnEveryRank) {
                                                  ", gradcheck: input 0 has dtype");
   EXPECT_THROW_MSG(dist::gradcheck(fn, {ones({2}, kDouble)}),
                    "distributed::gradcheck: no input requires grad on any rank of WORLD");
+}
+
+TEST(DistGradcheck, ItsOwnStepsIgnoreTheProfilingSwitches) {
+  // all_to_all has no switch and functional's agreements skip them, so only gradcheck's own steps (the input
+  // checks, the element counts, the global sum, the verdict) could be skipped here.
+  const strata::testing::CommSwitchesOff off{dist::all_reduce_comm_off, dist::all_gather_comm_off,
+                                             dist::broadcast_comm_off, dist::reduce_scatter_comm_off,
+                                             dist::reduce_comm_off};
+  check_on_groups(
+      [](const dist::Group& g) { return tensor_list{input({2 * size(g), 3})}; },
+      [](const tensor_list& in, const dist::Group& g) { return tensor_list{F::all_to_all(in[0], g, 0, 1)}; });
+  // A wrong gradient on the last rank only is still reported by every rank.
+  const int last = dist::get_world_size() - 1;
+  auto fn = [last](const tensor_list& in) {
+    return tensor_list{F::all_to_all(dist::get_rank() == last ? in[0].detach() : in[0])};
+  };
+  EXPECT_THROW_MSG(dist::gradcheck(fn, {input({dist::get_world_size()})}),
+                   "distributed::gradcheck: on rank " + std::to_string(last) + ", gradient mismatch for input 0");
 }
