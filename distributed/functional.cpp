@@ -489,7 +489,8 @@ Tensor reduce_sum(const Tensor& x, const Group& group, int root) {
 
 Tensor broadcast(const Tensor& x, const Group& group, int root) {
   const ProcessGroup& pg = detail::resolve(group, "functional::broadcast");
-  check_root(pg, root, "functional::broadcast");
+  // The root must be valid everywhere before the header comes from it (Note [bad input on one rank]).
+  agree(Tensor(), group, "functional::broadcast", [&] { check_root(pg, root, "functional::broadcast"); });
   const Header h = root_header(x, group, root);
   STRATA_CHECK(h.defined, "functional::broadcast: the root (group rank ", root, ", global rank ", pg.global_rank(root),
                ") passed an undefined tensor");
@@ -545,7 +546,7 @@ Tensor gather(const Tensor& x, const Group& group, int64_t axis, int root) {
 
 Tensor scatter(const Tensor& x, const Group& group, int64_t axis, int root) {
   const ProcessGroup& pg = detail::resolve(group, "functional::scatter");
-  check_root(pg, root, "functional::scatter");
+  agree(Tensor(), group, "functional::scatter", [&] { check_root(pg, root, "functional::scatter"); });
   // Every rank checks the root's shape, so a bad axis throws everywhere instead of leaving ranks waiting.
   Header h = root_header(x, group, root);
   STRATA_CHECK(h.defined, "functional::scatter: the root (group rank ", root, ", global rank ", pg.global_rank(root),

@@ -123,6 +123,13 @@ TEST(Functional, ABadInputOnOneRankThrowsOnEveryRank) {
                    r == 0 ? "functional::reduce_sum: global rank" + std::string(n > 2 ? "s " : " ") + others +
                                 " passed bad input (see " + (n > 2 ? "their errors)" : "its error)")
                           : "functional::reduce_sum: root " + std::to_string(n) + " is not a group rank");
+  // Rooted ops whose data comes from the root check the root everywhere first.
+  EXPECT_THROW_MSG(F::broadcast(x, {}, r == 1 ? -1 : 0),
+                   r == 1 ? "functional::broadcast: root -1 is not a group rank"
+                          : "functional::broadcast: global rank 1 passed bad input");
+  EXPECT_THROW_MSG(F::scatter(x, {}, 0, r == 1 ? n : 0),
+                   r == 1 ? "functional::scatter: root " + std::to_string(n) + " is not a group rank"
+                          : "functional::scatter: global rank 1 passed bad input");
   if (n >= 4) {
     // On {3, 1}, group rank 1 is global rank 1, whose split axis is not divisible by 2.
     auto pair = dist::new_group({3, 1});
