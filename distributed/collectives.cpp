@@ -32,8 +32,9 @@ void check_defined(const Tensor& t, const char* op, const char* what) {
 // would cost a TensorImpl per call).
 Tensor buffer(const Tensor& t) { return t.is_contiguous() ? t : t.detach().contiguous(); }
 
-void copy_back(const Tensor& t, const Tensor& buf) {
-  if (buf.impl().storage != t.impl().storage) t.detach().copy_(buf.view(t.sizes()));
+std::function<void()> copy_back(const Tensor& t, const Tensor& buf) {
+  if (buf.impl().storage == t.impl().storage) return {};
+  return [t, buf] { t.detach().copy_(buf.view(t.sizes())); };
 }
 
 // A group rank from a global rank given as src/dst/peer.
@@ -102,9 +103,7 @@ std::shared_ptr<Work> detail::broadcast_unswitched(const Tensor& tensor, int src
   detail::OpRecord rec = make_record("broadcast", g, tensor, tensor.nbytes());
   rec.root = root;
   Tensor buf = buffer(tensor);
-  return run(rec, group, async_op, [&](bool a) { return b.broadcast(buf, root, a); },
-             buf.impl().storage == tensor.impl().storage ? std::function<void()>{}
-                                                        : [tensor, buf] { copy_back(tensor, buf); });
+  return run(rec, group, async_op, [&](bool a) { return b.broadcast(buf, root, a); }, copy_back(tensor, buf));
 }
 
 // ---- collectives ----
@@ -126,11 +125,8 @@ std::shared_ptr<Work> detail::all_reduce_unswitched(const Tensor& tensor, Reduce
   Backend& b = g.backend(tensor.device(), "all_reduce");
   detail::OpRecord rec = make_record("all_reduce", g, tensor, tensor.nbytes());
   rec.reduce_op = static_cast<int>(op);
-  if (tensor.is_contiguous())  // the common case, without a std::function
-    return run(rec, group, async_op, [&](bool a) { return b.all_reduce(tensor, op, a); });
   Tensor buf = buffer(tensor);
-  return run(rec, group, async_op, [&](bool a) { return b.all_reduce(buf, op, a); },
-             [tensor, buf] { copy_back(tensor, buf); });
+  return run(rec, group, async_op, [&](bool a) { return b.all_reduce(buf, op, a); }, copy_back(tensor, buf));
 }
 
 std::shared_ptr<Work> reduce(const Tensor& tensor, int dst, ReduceOp op, const Group& group, bool async_op) {
@@ -144,9 +140,7 @@ std::shared_ptr<Work> reduce(const Tensor& tensor, int dst, ReduceOp op, const G
   rec.root = root;
   rec.reduce_op = static_cast<int>(op);
   Tensor buf = buffer(tensor);
-  std::function<void()> finish;
-  if (buf.impl().storage != tensor.impl().storage) finish = [tensor, buf] { copy_back(tensor, buf); };
-  return run(rec, group, async_op, [&](bool a) { return b.reduce(buf, root, op, a); }, std::move(finish));
+  return run(rec, group, async_op, [&](bool a) { return b.reduce(buf, root, op, a); }, copy_back(tensor, buf));
 }
 
 std::shared_ptr<Work> broadcast(const Tensor& tensor, int src, const Group& group, bool async_op) {
@@ -187,9 +181,7 @@ std::shared_ptr<Work> all_gather_into_tensor(const Tensor& output, const Tensor&
   Backend& b = g.backend(input.device(), "all_gather_into_tensor");
   detail::OpRecord rec = make_record("all_gather_into_tensor", g, input, output.nbytes());
   Tensor in = buffer(input), out = buffer(output);
-  std::function<void()> finish;
-  if (out.impl().storage != output.impl().storage) finish = [output, out] { copy_back(output, out); };
-  return run(rec, group, async_op, [&](bool a) { return b.all_gather(out, in, a); }, std::move(finish));
+  return run(rec, group, async_op, [&](bool a) { return b.all_gather(out, in, a); }, copy_back(output, out));
 }
 
 std::shared_ptr<Work> reduce_scatter(const Tensor& output, const tensor_list& input_list, ReduceOp op,
@@ -203,9 +195,7 @@ std::shared_ptr<Work> reduce_scatter(const Tensor& output, const tensor_list& in
   detail::OpRecord rec = make_record("reduce_scatter", g, output, output.nbytes() * g.size());
   rec.reduce_op = static_cast<int>(op);
   Tensor in = flatten_all(input_list), out = buffer(output);
-  std::function<void()> finish;
-  if (out.impl().storage != output.impl().storage) finish = [output, out] { copy_back(output, out); };
-  return run(rec, group, async_op, [&](bool a) { return b.reduce_scatter(out, in, op, a); }, std::move(finish));
+  return run(rec, group, async_op, [&](bool a) { return b.reduce_scatter(out, in, op, a); }, copy_back(output, out));
 }
 
 std::shared_ptr<Work> reduce_scatter_tensor(const Tensor& output, const Tensor& input, ReduceOp op,
@@ -225,9 +215,7 @@ std::shared_ptr<Work> reduce_scatter_tensor(const Tensor& output, const Tensor& 
   detail::OpRecord rec = make_record("reduce_scatter_tensor", g, input, input.nbytes());
   rec.reduce_op = static_cast<int>(op);
   Tensor in = buffer(input), out = buffer(output);
-  std::function<void()> finish;
-  if (out.impl().storage != output.impl().storage) finish = [output, out] { copy_back(output, out); };
-  return run(rec, group, async_op, [&](bool a) { return b.reduce_scatter(out, in, op, a); }, std::move(finish));
+  return run(rec, group, async_op, [&](bool a) { return b.reduce_scatter(out, in, op, a); }, copy_back(output, out));
 }
 
 std::shared_ptr<Work> gather(const Tensor& tensor, const tensor_list& gather_list, int dst, const Group& group,
@@ -265,9 +253,7 @@ std::shared_ptr<Work> scatter(const Tensor& tensor, const tensor_list& scatter_l
   rec.root = root;
   Tensor in = is_root ? flatten_all(scatter_list) : Tensor();
   Tensor out = buffer(tensor);
-  std::function<void()> finish;
-  if (out.impl().storage != tensor.impl().storage) finish = [tensor, out] { copy_back(tensor, out); };
-  return run(rec, group, async_op, [&](bool a) { return b.scatter(out, in, root, a); }, std::move(finish));
+  return run(rec, group, async_op, [&](bool a) { return b.scatter(out, in, root, a); }, copy_back(tensor, out));
 }
 
 std::shared_ptr<Work> all_to_all(const tensor_list& output_list, const tensor_list& input_list, const Group& group,
@@ -347,10 +333,8 @@ std::shared_ptr<Work> all_to_all_single(const Tensor& output, const Tensor& inpu
   detail::OpRecord rec = make_record(op, g, input, std::max(input.nbytes(), output.nbytes()));
   rec.shapes_must_match = false;
   Tensor in = buffer(input), out = buffer(output);
-  std::function<void()> finish;
-  if (out.impl().storage != output.impl().storage) finish = [output, out] { copy_back(output, out); };
   return run(rec, group, async_op, [&](bool a) { return b.all_to_all(out, in, out_counts, in_counts, a); },
-             std::move(finish));
+             copy_back(output, out));
 }
 
 std::shared_ptr<Work> barrier(const Group& group, bool async_op) {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string_view>
 #include <utility>
 
 #include "strata/distributed/detail/runtime.h"
@@ -27,7 +28,8 @@ std::atomic<bool> logging_on{env_turns_logging_on()};
 struct Totals {
   std::mutex mutex;
   // Keyed by group id, which is never reused, so that describe() runs once per group, not per op.
-  std::map<std::pair<std::string, int64_t>, CommStats> by_op_and_group;  // sorted as comm_summary returns
+  // Op names are string literals (OpRecord::op), so the key holds a view and logging allocates only once per row.
+  std::map<std::pair<std::string_view, int64_t>, CommStats> by_op_and_group;  // sorted as comm_summary returns
 };
 
 // Never destroyed: ops that run from atexit handlers or static destructors may still log.

@@ -6,8 +6,8 @@
 // gradient and ranks that got no output. So the ranks agree in the forward whether to record (one
 // all_reduce of flags, or the flag in the root's or sender's header), and when they do every rank
 // records a node. Function::apply records only where an input requires grad, so each op also takes
-// a zero-element dummy leaf that requires grad exactly when the group agreed (MegEngine's
-// _dummy_input), and apply runs with grad mode on. The real input keeps its edge only where this
+// a zero-element dummy leaf that requires grad when the group agreed (MegEngine's _dummy_input;
+// undefined otherwise), and apply runs with grad mode on. The real input keeps its edge only where this
 // rank wants a gradient for it (grad mode on, input requires grad); the output carries the node as
 // grad_fn only where grad mode is on. A rank without an output returns a zero-element token to
 // record on instead. The node is registered with autograd::run_in_next_backward, so it runs in the
@@ -25,8 +25,8 @@
 // An op whose input fails its checks on one rank only must not leave the other ranks waiting in
 // the collective. Rootless ops (and reduce_sum, gather) check locally without throwing, tell the
 // others in their forward agreement, and then throw on every rank: the failing rank its own
-// error, the others an error naming it. broadcast, scatter and remote_* carry the same news in
-// the source's header instead.
+// error, the others an error naming it. broadcast and scatter agree on the root that way first;
+// remote_* and the root's own input carry the news in the source's header.
 //
 // The agreements and headers skip the profiling switches (detail::all_reduce_unswitched,
 // broadcast_unswitched): were they switched off, ranks would disagree on what to record and hang.
@@ -172,7 +172,7 @@ template <class Fn>
 Tensor run(bool record, const Tensor& x, const Call& call) {
   const bool grad_mode = GradMode::is_enabled();
   const Tensor input = !x.defined() || wants_grad(x) ? x : x.detach();
-  const Tensor dummy = empty({0}).requires_grad_(record);
+  const Tensor dummy = record ? empty({0}).requires_grad_(true) : Tensor();
   Tensor out;
   {
     AutoGradMode mode(record);

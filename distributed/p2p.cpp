@@ -31,8 +31,7 @@ std::shared_ptr<Work> p2p(const char* op, bool is_send, const Tensor& tensor, in
   detail::OpRecord rec = make_record(op, *g, tensor, tensor.nbytes(), /*counted=*/false);
   rec.peer = r;
   Tensor buf = buffer(tensor);
-  std::function<void()> finish;
-  if (!is_send && buf.impl().storage != tensor.impl().storage) finish = [tensor, buf] { copy_back(tensor, buf); };
+  std::function<void()> finish = is_send ? std::function<void()>{} : copy_back(tensor, buf);
   auto post = [&](bool a) { return is_send ? b.send(buf, r, tag, a) : b.recv(buf, r, tag, a); };
   if (get_debug_level() != DebugLevel::DETAIL) return run(rec, group, async_op, post, std::move(finish));
   auto post_checked = [&](bool a) {

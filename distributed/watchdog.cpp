@@ -29,15 +29,11 @@ namespace strata::distributed::detail {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 constexpr size_t kOpChars = 32;
 constexpr std::chrono::milliseconds kPollPeriod{20};
 constexpr std::chrono::seconds kAnswerWindow{3};
 constexpr int kTagQuery = 1;
 constexpr int kTagAnswer = 2;
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // Note [blocked-op slots]: every thread that communicates owns a ThreadSlots, a small stack of
 // the ops it is blocked in, written only by that thread and read by the watchdog through a

@@ -8,12 +8,6 @@
 
 namespace strata::distributed::detail {
 
-using Clock = std::chrono::steady_clock;
-
-inline double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 // Finishes an async op once the backend's has completed: results are copied into
 // non-contiguous outputs and the op is logged, by wait() (which the watchdog watches) or by the
 // is_completed() that first sees it done, so a completed op's outputs hold the result.
@@ -93,8 +87,9 @@ OpRecord make_record(const char* op, ProcessGroup& g, const Tensor& t, int64_t b
 void check_defined(const Tensor& t, const char* op, const char* what);
 /// The memory a backend may use for t: t's own when contiguous, else a contiguous copy (see copy_back).
 Tensor buffer(const Tensor& t);
-/// Copies a backend's result in `buf` into `t` when buf is a copy.
-void copy_back(const Tensor& t, const Tensor& buf);
+/// The finishing step of an op that writes `t` through buffer(t): copies the result into t when buf is a copy,
+/// nothing (an empty function) when it is t's own memory.
+std::function<void()> copy_back(const Tensor& t, const Tensor& buf);
 /// The group rank of a global rank given as src/dst/peer; throws when it is not a member.
 int to_group_rank(const ProcessGroup& g, int global, const char* op, const char* what);
 /// Throws unless `tag` is a user tag (0..kMaxUserTag).

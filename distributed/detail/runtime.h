@@ -34,6 +34,13 @@ ProcessGroup& resolve(const Group& group, const char* op);
 /// The live group with this id, or null (for the watchdog's answers).
 std::shared_ptr<ProcessGroup> find_group(int64_t id);
 
+using Clock = std::chrono::steady_clock;
+
+/// Seconds from `start` to now.
+inline double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
 /// The timeout of blocking communication: STRATA_COMM_TIMEOUT_S, default 600 s.
 std::chrono::milliseconds comm_timeout();
 
