@@ -29,6 +29,9 @@ struct LaterFirst {
 // Nodes that join this thread's next backward() unreached (see run_in_next_backward).
 thread_local std::vector<std::shared_ptr<Node>> next_backward_nodes;
 
+// Callbacks of the backward pass running on this thread (see queue_callback); null outside one.
+thread_local std::vector<std::function<void()>>* pass_callbacks = nullptr;
+
 // Where autograd::grad() takes a gradient instead of passing it on.
 struct Capture {
   Node* node;
@@ -80,6 +83,13 @@ std::vector<Node*> discover(const std::vector<Edge>& roots, uint64_t epoch) {
 void run(const std::vector<Edge>& roots, tensor_list&& root_grads, bool keep_graph, bool create_graph,
          const std::vector<Capture>& captures, tensor_list* captured) {
   AutoGradMode mode(create_graph);
+  // A backward started from a hook has callbacks of its own; the outer pass's wait for it.
+  std::vector<std::function<void()>> callbacks;
+  auto* outer_callbacks = std::exchange(pass_callbacks, &callbacks);
+  struct Restore {
+    std::vector<std::function<void()>>* outer;
+    ~Restore() { pass_callbacks = outer; }
+  } restore{outer_callbacks};
   const uint64_t epoch = current_epoch.fetch_add(1, std::memory_order_relaxed) + 1;
   std::vector<Node*> nodes = discover(roots, epoch);
   ScratchGuard guard{nodes};
@@ -121,6 +131,8 @@ void run(const std::vector<Edge>& roots, tensor_list&& root_grads, bool keep_gra
       if (--next->pending_ == 0) ready.push(next);
     }
   }
+  // A callback may queue another; run until none is left.
+  for (size_t i = 0; i < callbacks.size(); ++i) std::function<void()>(std::move(callbacks[i]))();
 }
 
 // Checks outputs and their gradients and turns them into root edges and root gradients.
@@ -172,6 +184,26 @@ void run_in_next_backward(std::shared_ptr<Node> node) {
   STRATA_CHECK(node, "run_in_next_backward: got a null node");
   node->always_run = true;
   next_backward_nodes.push_back(std::move(node));
+}
+
+void queue_callback(std::function<void()> callback) {
+  STRATA_CHECK(pass_callbacks, "queue_callback: no backward pass is running on this thread; call it from a hook");
+  STRATA_CHECK(callback, "queue_callback: got an empty callback");
+  pass_callbacks->push_back(std::move(callback));
+}
+
+void zero_grad(const tensor_list& tensors, bool set_to_none) {
+  for (Tensor p : tensors) {
+    Tensor& g = p.mutable_grad();
+    if (!g.defined()) continue;
+    if (set_to_none) {
+      g = Tensor();
+    } else {
+      NoGradGuard no_grad;
+      g = g.detach();
+      g.zero_();
+    }
+  }
 }
 
 tensor_list grad(const tensor_list& outputs, const tensor_list& inputs, const tensor_list& grad_outputs,

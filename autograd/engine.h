@@ -5,6 +5,7 @@
 //   auto g = strata::autograd::grad({y}, {x}, {}, /*retain_graph=*/true, /*create_graph=*/true);
 //   auto gg = strata::autograd::grad({g[0].sum()}, {x}); // a second derivative
 
+#include <functional>
 #include <optional>
 
 #include "strata/tensor/tensor.h"
@@ -22,6 +23,15 @@ void backward(const tensor_list& outputs, const tensor_list& grad_outputs = {},
 /// gradients when none arrives). Ops that span processes use it so that every rank joins the backward
 /// collective; a backward with retain_graph keeps the node registered for the next one.
 void run_in_next_backward(std::shared_ptr<Node> node);
+
+/// Runs `callback` once the backward pass now running on this thread has finished (as torch's
+/// Engine::queue_callback); callable only from inside a backward, e.g. from a hook. Data parallel uses it
+/// to wait for its gradient all-reduces.
+void queue_callback(std::function<void()> callback);
+
+/// Clears the grad() of each tensor: undefined when set_to_none (torch's default), else zero-filled in place.
+/// Module::zero_grad and Optimizer::zero_grad call it.
+void zero_grad(const tensor_list& tensors, bool set_to_none = true);
 
 /// Gradients of `outputs` with respect to `inputs`, returned instead of accumulated. retain_graph
 /// defaults to create_graph; allow_unused returns undefined tensors for inputs the outputs do not use.

@@ -89,6 +89,8 @@ struct AccumulateGrad final : Node {
 struct AutogradMeta final : AutogradMetaInterface {
   bool requires_grad = false;           ///< leaf flag; non-leaves require grad through grad_fn
   std::vector<GradHook> hooks;          ///< a leaf's hooks, run by its AccumulateGrad (null slots were removed)
+  /// A leaf's hooks run after its AccumulateGrad wrote grad() (null slots were removed).
+  std::vector<std::function<void(const Tensor&)>> post_accumulate_hooks;
   bool retains_grad = false;            ///< a non-leaf that keeps grad() (retain_grad())
   std::weak_ptr<TensorImpl> view_base;  ///< for views with history: the tensor viewed
   const Node* base_grad_fn = nullptr;   ///< the base's grad_fn when the view was taken (see check_view_history)

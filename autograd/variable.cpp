@@ -240,6 +240,8 @@ tensor_list AccumulateGrad::apply(tensor_list&& grads) {
   } else {
     m.grad.add_(g);
   }
+  for (const auto& hook : m.post_accumulate_hooks)
+    if (hook) hook(variable);
   return {};
 }
 
@@ -310,6 +312,22 @@ void Tensor::remove_hook(unsigned handle) const {
   m->hooks[handle] = nullptr;
 }
 
+unsigned Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const {
+  STRATA_CHECK(is_leaf() && requires_grad(),
+               "register_post_accumulate_grad_hook: only leaf tensors that require grad accumulate a gradient");
+  STRATA_CHECK(hook, "register_post_accumulate_grad_hook: got an empty hook");
+  auto& hooks = autograd::ensure_meta(*this).post_accumulate_hooks;
+  hooks.push_back(std::move(hook));
+  return static_cast<unsigned>(hooks.size() - 1);
+}
+
+void Tensor::remove_post_accumulate_grad_hook(unsigned handle) const {
+  AutogradMeta* m = meta(*this);
+  STRATA_CHECK(m && handle < m->post_accumulate_hooks.size(), "remove_post_accumulate_grad_hook: invalid hook handle ",
+               handle);
+  m->post_accumulate_hooks[handle] = nullptr;
+}
+
 void Tensor::retain_grad() const {
   STRATA_CHECK(requires_grad(), "retain_grad: can't retain_grad on a Tensor that has requires_grad=False");
   if (is_leaf()) return;  // leaves keep their gradient anyway
@@ -334,6 +352,21 @@ bool Tensor::retains_grad() const {
 }
 
 Tensor Tensor::detach() const { return make_view(*this, sizes(), strides(), storage_offset()); }
+
+void Tensor::set_data(const Tensor& data) const {
+  STRATA_CHECK(data.defined(), "set_data: the new data is undefined");
+  STRATA_CHECK(!requires_grad() || data.is_floating_point(), "set_data: a tensor that requires grad needs floating ",
+               "point data, got ", data.dtype());
+  TensorImpl& self = impl();
+  const TensorImpl& src = data.impl();
+  self.storage = src.storage;
+  self.sizes = src.sizes;
+  self.strides = src.strides;
+  self.offset = src.offset;
+  self.numel = src.numel;
+  self.dtype = src.dtype;
+  self.is_view = src.is_view;
+}
 
 Tensor& Tensor::detach_() {
   if (AutogradMeta* m = meta(*this)) {

@@ -18,7 +18,8 @@ install(TARGETS strata EXPORT strataTargets
 # layer's glue and MPI backend (distributed/detail/, distributed/mpi/).
 file(GLOB_RECURSE STRATA_PUBLIC_HEADERS CONFIGURE_DEPENDS RELATIVE ${PROJECT_SOURCE_DIR}
   ${PROJECT_SOURCE_DIR}/tensor/*.h ${PROJECT_SOURCE_DIR}/autograd/*.h ${PROJECT_SOURCE_DIR}/distributed/*.h
-  ${PROJECT_SOURCE_DIR}/nn/*.h ${PROJECT_SOURCE_DIR}/pipe/*.h)
+  ${PROJECT_SOURCE_DIR}/optim/*.h ${PROJECT_SOURCE_DIR}/data/*.h ${PROJECT_SOURCE_DIR}/nn/*.h
+  ${PROJECT_SOURCE_DIR}/pipe/*.h)
 list(FILTER STRATA_PUBLIC_HEADERS EXCLUDE REGEX "^(autograd/ops/common\\.h|tensor/cpu/|distributed/detail/|distributed/mpi/)")
 foreach(header IN LISTS STRATA_PUBLIC_HEADERS)
   get_filename_component(dir ${header} DIRECTORY)

@@ -139,10 +139,16 @@ class Tensor {
   /// Calls f(grad) when this tensor's gradient is computed; f returns a replacement or void. Returns a handle.
   template <class F> unsigned register_hook(F&& f) const;
   void remove_hook(unsigned handle) const;  ///< removes a hook added by register_hook
+  /// Calls f(leaf) after backward accumulated into this leaf's grad(), as torch's hook of that name. Returns a handle.
+  unsigned register_post_accumulate_grad_hook(std::function<void(const Tensor&)> f) const;
+  void remove_post_accumulate_grad_hook(unsigned handle) const;  ///< removes such a hook
   void retain_grad() const;  ///< keeps grad() of a non-leaf after backward
   bool retains_grad() const;  ///< whether retain_grad() was called
   Tensor detach() const;  ///< shares data, no history, requires_grad false
   Tensor& detach_();  ///< removes history in place
+  /// Makes this tensor use `data`'s storage, shape and dtype, keeping its identity and autograd flags
+  /// (as libtorch's set_data; Module::to uses it so that handles to parameters stay valid).
+  void set_data(const Tensor& data) const;
 
   // ---- conversion and copies ----
   Tensor to(ScalarType t, bool copy = false) const;  ///< converts the dtype (returns *this when equal and !copy)

@@ -1,0 +1,31 @@
+# Trains 2 epochs on a subset in one go, then again stopped after epoch 1 and resumed, and requires the two
+# final checkpoints to be identical. Arguments: EXE, DIR, LAUNCH (the launcher, '|'-separated).
+string(REPLACE "|" ";" launch "${LAUNCH}")
+file(REMOVE_RECURSE ${DIR})
+set(common --limit 3000 --batch-size 100 --threads 1)
+function(train out epochs)
+  execute_process(COMMAND ${launch} ${EXE} ${common} --epochs ${epochs} --out ${DIR}/${out} ${ARGN}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE log ERROR_VARIABLE log)
+  message("${log}")
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "fashion_mnist --epochs ${epochs} ${ARGN} failed: ${rc}")
+  endif()
+  set(log "${log}" PARENT_SCOPE)
+endfunction()
+train(straight 2)
+train(resumed 2 --stop-after 1)
+train(resumed 2 --resume)
+# Without this a run that ignored --resume and started over would pass.
+if(NOT log MATCHES "resuming after epoch 1 from")
+  message(FATAL_ERROR "the --resume run did not resume from the checkpoint of epoch 1")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${DIR}/straight/checkpoint.safetensors
+                        ${DIR}/resumed/checkpoint.safetensors RESULT_VARIABLE differ)
+if(differ)
+  message(FATAL_ERROR "the resumed run's checkpoint differs from the uninterrupted run's")
+endif()
+file(STRINGS ${DIR}/resumed/metrics.csv rows)
+list(LENGTH rows n)
+if(NOT n EQUAL 3)
+  message(FATAL_ERROR "metrics.csv after resume has ${n} lines, expected a header and 2 epochs")
+endif()

@@ -1,0 +1,25 @@
+#include "strata/nn/embedding.h"
+
+#include "strata/autograd/ops.h"
+#include "strata/nn/init.h"
+
+namespace strata::nn {
+
+EmbeddingImpl::EmbeddingImpl(int64_t num_embeddings, int64_t embedding_dim) : Module("Embedding") {
+  STRATA_CHECK(num_embeddings >= 0 && embedding_dim >= 0,
+               "Embedding: num_embeddings and embedding_dim must be non-negative, got ", num_embeddings, " and ",
+               embedding_dim);
+  weight = register_parameter("weight", empty({num_embeddings, embedding_dim}));
+  reset_parameters();
+}
+
+void EmbeddingImpl::reset_parameters() { init::normal_(weight); }
+
+// strata::embedding checks the dtype and the range of the indices.
+Tensor EmbeddingImpl::forward(const Tensor& indices) { return embedding(weight, indices); }
+
+void EmbeddingImpl::pretty_print(std::ostream& os) const {
+  os << "Embedding(num_embeddings=" << weight.size(0) << ", embedding_dim=" << weight.size(1) << ")";
+}
+
+}  // namespace strata::nn

@@ -1,0 +1,30 @@
+#pragma once
+// nn::functional, where libtorch users look for the stateless functions (torch::nn::functional,
+// usually aliased F). They are strata's own ops (autograd/ops.h), named here once more.
+//
+//   namespace F = strata::nn::functional;
+//   Tensor loss = F::cross_entropy(F::gelu(logits), labels, {.ignore_index = 0});
+
+#include "strata/autograd/ops.h"
+
+namespace strata::nn::functional {
+
+using strata::LossOptions;  ///< options of cross_entropy and nll_loss
+using strata::Reduction;  ///< None, Mean or Sum
+
+using strata::cross_entropy;  ///< log_softmax over dim 1, then nll_loss
+using strata::dropout;  ///< random zeroing while training
+using strata::embedding;  ///< rows of a table
+using strata::gelu;  ///< x * Phi(x), exact or tanh
+using strata::layer_norm;  ///< normalisation over trailing dims
+using strata::log_softmax;  ///< log of softmax
+using strata::mse_loss;  ///< squared error
+using strata::nll_loss;  ///< negative log likelihood
+using strata::one_hot;  ///< class indices to one-hot
+using strata::relu;  ///< max(x, 0)
+using strata::sigmoid;  ///< 1 / (1 + exp(-x))
+using strata::silu;  ///< x * sigmoid(x)
+using strata::softmax;  ///< exp normalised along a dim
+using strata::tanh;  ///< hyperbolic tangent
+
+}  // namespace strata::nn::functional

@@ -1,0 +1,41 @@
+#include "strata/nn/linear.h"
+
+#include <cmath>
+
+#include "strata/autograd/ops.h"
+#include "strata/nn/init.h"
+
+namespace strata::nn {
+
+LinearImpl::LinearImpl(const LinearOptions& opts) : Module("Linear"), options(opts) {
+  STRATA_CHECK(options.in_features() >= 0 && options.out_features() >= 0,
+               "Linear: in_features and out_features must be non-negative, got ", options.in_features(), " and ",
+               options.out_features());
+  weight = register_parameter("weight", empty({options.out_features(), options.in_features()}));
+  if (options.bias()) bias = register_parameter("bias", empty({options.out_features()}));
+  reset_parameters();
+}
+
+void LinearImpl::reset_parameters() {
+  init::kaiming_uniform_(weight, std::sqrt(5.0));
+  if (!bias.defined()) return;
+  const int64_t fan_in = init::calculate_fan_in_and_fan_out(weight).first;
+  const double bound = fan_in > 0 ? 1.0 / std::sqrt(static_cast<double>(fan_in)) : 0.0;
+  init::uniform_(bias, -bound, bound);
+}
+
+Tensor LinearImpl::forward(const Tensor& input) {
+  STRATA_CHECK(input.dim() >= 1 && input.size(-1) == options.in_features(),
+               "Linear: expected input with last dim ", options.in_features(), ", got shape ",
+               input.sizes());
+  // x @ w.t() hands the kernel a column-major view of w; matmul folds x's batch dims into one product.
+  Tensor y = matmul(input, weight.t());
+  return bias.defined() ? y + bias : y;
+}
+
+void LinearImpl::pretty_print(std::ostream& os) const {
+  os << "Linear(in_features=" << options.in_features() << ", out_features=" << options.out_features()
+     << ", bias=" << (options.bias() ? "true" : "false") << ")";
+}
+
+}  // namespace strata::nn

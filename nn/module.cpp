@@ -1,0 +1,207 @@
+#include "strata/nn/module.h"
+
+#include <algorithm>
+#include <set>
+#include <sstream>
+
+#include "strata/autograd/engine.h"
+#include "strata/autograd/grad_mode.h"
+
+namespace strata::nn {
+
+namespace {
+
+std::string join(const std::string& prefix, const std::string& name) {
+  return prefix.empty() ? name : prefix + "." + name;
+}
+
+const Tensor* find(const NamedTensors& list, const std::string& name) {
+  for (const auto& [n, t] : list)
+    if (n == name) return &t;
+  return nullptr;
+}
+
+}  // namespace
+
+Module::Module(std::string name) : name_(std::move(name)) {}
+
+void Module::check_new_name(const std::string& name, const char* what) const {
+  STRATA_CHECK(!name.empty() && name.find('.') == std::string::npos, name_, "::", what,
+               ": name must be non-empty and contain no dot, got \"", name, "\"");
+  const bool taken = find(parameters_, name) || find(buffers_, name) ||
+                     std::any_of(children_.begin(), children_.end(), [&](const auto& c) { return c.first == name; });
+  STRATA_CHECK(!taken, name_, "::", what, ": \"", name, "\" is already registered");
+}
+
+Tensor Module::register_parameter(std::string name, Tensor tensor, bool requires_grad) {
+  check_new_name(name, "register_parameter");
+  STRATA_CHECK(tensor.defined(), name_, "::register_parameter: parameter \"", name, "\" is undefined");
+  STRATA_CHECK(tensor.is_leaf(), name_, "::register_parameter: parameter \"", name,
+               "\" has history; register a leaf (e.g. tensor.detach())");
+  STRATA_CHECK(!requires_grad || tensor.is_floating_point(), name_, "::register_parameter: parameter \"", name,
+               "\" must be floating point to require grad, got ", tensor.dtype());
+  tensor.set_requires_grad(requires_grad);
+  parameters_.emplace_back(std::move(name), tensor);
+  return tensor;
+}
+
+Tensor Module::register_buffer(std::string name, Tensor tensor) {
+  check_new_name(name, "register_buffer");
+  STRATA_CHECK(tensor.defined(), name_, "::register_buffer: buffer \"", name, "\" is undefined");
+  buffers_.emplace_back(std::move(name), tensor);
+  return tensor;
+}
+
+void Module::add_child(std::string name, std::shared_ptr<Module> child) {
+  check_new_name(name, "register_module");
+  STRATA_CHECK(child, name_, "::register_module: module \"", name, "\" is null");
+  STRATA_CHECK(child.get() != this, name_, "::register_module: a module cannot be its own child");
+  children_.emplace_back(std::move(name), std::move(child));
+}
+
+std::vector<std::pair<std::string, const Module*>> Module::walk(bool recurse) const {
+  std::vector<std::pair<std::string, const Module*>> out{{"", this}};
+  if (!recurse) return out;
+  for (size_t i = 0; i < out.size(); ++i) {
+    // Children go right after their parent, so the walk is depth first in registration order.
+    const auto [prefix, m] = out[i];
+    for (size_t c = 0; c < m->children_.size(); ++c)
+      out.insert(out.begin() + static_cast<std::ptrdiff_t>(i + 1 + c),
+                 {join(prefix, m->children_[c].first), m->children_[c].second.get()});
+  }
+  return out;
+}
+
+NamedTensors Module::collect(bool recurse, bool buffers) const {
+  NamedTensors out;
+  for (const auto& [prefix, m] : walk(recurse))
+    for (const auto& [name, t] : buffers ? m->buffers_ : m->parameters_) out.emplace_back(join(prefix, name), t);
+  // A module shared by two parents (tied weights) lists its tensors once, under the first name.
+  std::set<const TensorImpl*> seen;
+  std::erase_if(out, [&](const auto& item) { return !seen.insert(item.second.impl_ptr().get()).second; });
+  return out;
+}
+
+NamedTensors Module::named_parameters(bool recurse) const { return collect(recurse, false); }
+
+NamedTensors Module::named_buffers(bool recurse) const { return collect(recurse, true); }
+
+std::vector<Tensor> Module::parameters(bool recurse) const {
+  std::vector<Tensor> out;
+  for (auto& [name, t] : named_parameters(recurse)) out.push_back(t);
+  return out;
+}
+
+std::vector<Tensor> Module::buffers(bool recurse) const {
+  std::vector<Tensor> out;
+  for (auto& [name, t] : named_buffers(recurse)) out.push_back(t);
+  return out;
+}
+
+std::vector<std::shared_ptr<Module>> Module::children() const {
+  std::vector<std::shared_ptr<Module>> out;
+  for (const auto& [name, child] : children_) out.push_back(child);
+  return out;
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_children() const { return children_; }
+
+std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_modules() {
+  STRATA_CHECK(!weak_from_this().expired(), name_, "::named_modules: the module must be owned by a shared_ptr ",
+               "(make it with std::make_shared or a ModuleHolder)");
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> out;
+  for (const auto& [name, m] : walk(true)) out.emplace_back(name, const_cast<Module*>(m)->shared_from_this());
+  return out;
+}
+
+int64_t Module::num_parameters(bool trainable_only) const {
+  int64_t n = 0;
+  for (const Tensor& p : parameters())
+    if (!trainable_only || p.requires_grad()) n += p.numel();
+  return n;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [name, child] : children_) child->train(on);
+}
+
+void Module::zero_grad(bool set_to_none) { autograd::zero_grad(parameters(), set_to_none); }
+
+void Module::to(ScalarType dtype) {
+  STRATA_CHECK(is_floating_point(dtype), name_, "::to: modules convert only to floating point dtypes, got ", dtype);
+  NoGradGuard no_grad;
+  auto convert = [&](const Tensor& t) {
+    if (!t.is_floating_point() || t.dtype() == dtype) return;
+    t.set_data(t.to(dtype));
+    Tensor(t).mutable_grad() = Tensor();
+  };
+  for (const Tensor& p : parameters()) convert(p);
+  for (const Tensor& b : buffers()) convert(b);
+}
+
+StateDict Module::state_dict() const {
+  StateDict dict;
+  for (auto& [name, t] : named_parameters()) dict.emplace(name, t.detach());
+  for (auto& [name, t] : named_buffers()) dict.emplace(name, t.detach());
+  return dict;
+}
+
+void Module::load_state_dict(const StateDict& dict, bool strict) {
+  NamedTensors own = named_parameters();
+  for (auto& item : named_buffers()) own.push_back(std::move(item));
+  std::vector<std::string> missing;
+  for (const auto& [name, t] : own) {
+    auto it = dict.find(name);
+    if (it == dict.end()) {
+      missing.push_back(name);
+      continue;
+    }
+    STRATA_CHECK(it->second.defined(), name_, "::load_state_dict: \"", name, "\" is undefined in the state dict");
+    STRATA_CHECK(it->second.sizes() == t.sizes(), name_, "::load_state_dict: size mismatch for \"", name,
+                 "\": the state dict has ", it->second.sizes(), ", the module has ", t.sizes());
+    STRATA_CHECK(it->second.is_floating_point() == t.is_floating_point(), name_, "::load_state_dict: dtype ",
+                 "mismatch for \"", name, "\": the state dict has ", it->second.dtype(), ", the module has ", t.dtype());
+  }
+  auto list = [](const std::vector<std::string>& names) {
+    std::ostringstream os;
+    for (size_t i = 0; i < names.size(); ++i) os << (i ? ", " : "") << '"' << names[i] << '"';
+    return os.str();
+  };
+  if (strict) {
+    STRATA_CHECK(missing.empty(), name_, "::load_state_dict: missing keys: ", list(missing));
+    std::vector<std::string> unexpected;
+    for (const auto& [name, t] : dict)
+      if (!find(own, name)) unexpected.push_back(name);
+    STRATA_CHECK(unexpected.empty(), name_, "::load_state_dict: unexpected keys: ", list(unexpected));
+  }
+  NoGradGuard no_grad;
+  for (auto& [name, t] : own)
+    if (auto it = dict.find(name); it != dict.end()) t.copy_(it->second);
+}
+
+void Module::pretty_print(std::ostream& os) const { os << name_; }
+
+namespace {
+
+void print_tree(std::ostream& os, const Module& m, int indent) {
+  m.pretty_print(os);
+  const auto children = m.named_children();
+  if (children.empty()) return;
+  os << "(\n";
+  for (const auto& [name, child] : children) {
+    os << std::string(indent + 2, ' ') << "(" << name << "): ";
+    print_tree(os, *child, indent + 2);
+    os << "\n";
+  }
+  os << std::string(indent, ' ') << ")";
+}
+
+}  // namespace
+
+std::ostream& operator<<(std::ostream& os, const Module& module) {
+  print_tree(os, module, 0);
+  return os;
+}
+
+}  // namespace strata::nn

@@ -1,0 +1,153 @@
+#pragma once
+// nn::Module, the base of every layer and model, and ModuleHolder, the handle users pass
+// around (libtorch's `nn::Linear` is a holder of a `LinearImpl`).
+//
+//   struct NetImpl : nn::Module {
+//     NetImpl() : Module("Net") {
+//       fc1 = register_module("fc1", nn::Linear(784, 256));
+//       fc2 = register_module("fc2", nn::Linear(256, 10));
+//     }
+//     Tensor forward(const Tensor& x) { return fc2(relu(fc1(x))); }
+//     nn::Linear fc1{nullptr}, fc2{nullptr};
+//   };
+//   STRATA_MODULE(Net);
+//
+//   Net net;                                    // makes a NetImpl
+//   for (auto& [name, p] : net->named_parameters()) std::cout << name << " " << p.sizes() << "\n";
+//   Tensor logits = net(x);                     // NetImpl::forward
+//   std::cout << *net;                          // the module tree
+
+#include <concepts>
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "strata/tensor/tensor.h"
+
+namespace strata::nn {
+
+/// Tensors with their dotted names, in registration order.
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+/// Name to tensor, what checkpoints hold (parameters and buffers of a module, or optimizer state).
+using StateDict = std::map<std::string, Tensor>;
+
+/// Base of every layer and model: owns named parameters, buffers and child modules.
+class Module : public std::enable_shared_from_this<Module> {
+ public:
+  explicit Module(std::string name = "Module");  ///< `name` is the type name printed by operator<<
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  const std::string& name() const { return name_; }  ///< the type name, e.g. "Linear"
+
+  /// Adds a parameter (a leaf; requires grad unless told otherwise) and returns it.
+  Tensor register_parameter(std::string name, Tensor tensor, bool requires_grad = true);
+  /// Adds a buffer: state saved in checkpoints and converted by to(), but not trained.
+  Tensor register_buffer(std::string name, Tensor tensor);
+  /// Adds a child module and returns it.
+  template <class M>
+  std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> module) {
+    add_child(std::move(name), module);
+    return module;
+  }
+  /// Adds the module behind a holder (nn::Linear(...)) and returns it.
+  template <class H>
+    requires requires(const H& h) { h.ptr(); }
+  auto register_module(std::string name, const H& holder) {
+    return register_module(std::move(name), holder.ptr());
+  }
+
+  std::vector<Tensor> parameters(bool recurse = true) const;  ///< every parameter, depth first
+  NamedTensors named_parameters(bool recurse = true) const;   ///< parameters as "child.weight"
+  std::vector<Tensor> buffers(bool recurse = true) const;     ///< every buffer, depth first
+  NamedTensors named_buffers(bool recurse = true) const;      ///< buffers with dotted names
+  std::vector<std::shared_ptr<Module>> children() const;      ///< direct children, in order
+  /// Direct children with their names.
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const;
+  /// This module and every descendant, depth first, as ("", this), ("fc1", ...), ("block.attn", ...).
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_modules();
+  /// Number of parameter elements (only those that require grad when trainable_only).
+  int64_t num_parameters(bool trainable_only = false) const;
+
+  virtual void train(bool on = true);  ///< sets training mode here and below
+  void eval() { train(false); }  ///< train(false)
+  bool is_training() const { return training_; }  ///< whether in training mode
+  /// Clears every parameter's gradient: undefined (the default, as torch) or zero-filled.
+  void zero_grad(bool set_to_none = true);
+  /// Converts floating-point parameters and buffers to dtype in place (handles stay valid; grads are dropped).
+  void to(ScalarType dtype);
+
+  /// Parameters and buffers by dotted name (what nn::save writes).
+  StateDict state_dict() const;
+  /// Copies values from `dict` into parameters and buffers; every name and shape is checked before anything is
+  /// written. strict (as torch): missing and unexpected keys are errors; otherwise both are skipped.
+  void load_state_dict(const StateDict& dict, bool strict = true);
+
+  /// Writes this module's own line, e.g. "Linear(in_features=784, out_features=256, bias=true)".
+  virtual void pretty_print(std::ostream& os) const;
+
+ private:
+  void add_child(std::string name, std::shared_ptr<Module> child);
+  void check_new_name(const std::string& name, const char* what) const;
+  std::vector<std::pair<std::string, const Module*>> walk(bool recurse) const;
+  NamedTensors collect(bool recurse, bool buffers) const;
+
+  std::string name_;
+  bool training_ = true;
+  NamedTensors parameters_;
+  NamedTensors buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+};
+
+/// Prints the module tree, one child per line under its parent, as libtorch does.
+std::ostream& operator<<(std::ostream& os, const Module& module);
+
+/// A shared handle to a module implementation; call it to run forward. Made by STRATA_MODULE.
+template <class Impl>
+class ModuleHolder {
+ public:
+  /// Default-constructs the module.
+  ModuleHolder()
+    requires std::default_initializable<Impl>
+      : impl_(std::make_shared<Impl>()) {}
+  ModuleHolder(std::nullptr_t) {}  ///< an empty holder, to be assigned later
+  ModuleHolder(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}  ///< wraps an existing module
+  /// Constructs the module from arguments: nn::Linear(784, 256).
+  template <class First, class... Rest>
+    requires(!std::convertible_to<First, std::shared_ptr<Impl>> &&
+             !std::derived_from<std::remove_cvref_t<First>, ModuleHolder> &&
+             std::constructible_from<Impl, First, Rest...>)
+  explicit ModuleHolder(First&& first, Rest&&... rest)
+      : impl_(std::make_shared<Impl>(std::forward<First>(first), std::forward<Rest>(rest)...)) {}
+
+  Impl* operator->() const { return get(); }  ///< the module
+  Impl& operator*() const { return *get(); }  ///< the module
+  Impl* get() const {  ///< the module; throws when empty
+    STRATA_CHECK(impl_, "ModuleHolder: the module is empty (constructed from nullptr and never assigned)");
+    return impl_.get();
+  }
+  const std::shared_ptr<Impl>& ptr() const { return impl_; }  ///< the shared module
+  bool is_empty() const { return impl_ == nullptr; }  ///< true when made from nullptr
+  /// Calls the module's forward.
+  template <class... Args>
+  decltype(auto) operator()(Args&&... args) const {
+    return get()->forward(std::forward<Args>(args)...);
+  }
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace strata::nn
+
+/// Declares `Name` as the holder of `NameImpl`, as libtorch's TORCH_MODULE.
+#define STRATA_MODULE(Name)                                        \
+  class Name : public ::strata::nn::ModuleHolder<Name##Impl> {     \
+   public:                                                         \
+    using ::strata::nn::ModuleHolder<Name##Impl>::ModuleHolder;    \
+  }

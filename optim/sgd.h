@@ -1,0 +1,53 @@
+#pragma once
+// Stochastic gradient descent with momentum, dampening, Nesterov momentum and weight decay, with
+// PyTorch's update (torch.optim.SGD). Per parameter p with gradient g, each step:
+//
+//   d = g + weight_decay * p
+//   buf = d                                         on the first step (no dampening)
+//   buf = momentum * buf + (1 - dampening) * d      afterwards           (when momentum != 0)
+//   d = nesterov ? d + momentum * buf : buf                              (when momentum != 0)
+//   p = p - lr * d
+//
+//   optim::SGD opt(model->parameters(), optim::SGDOptions(0.1).momentum(0.9).nesterov(true));
+//   loss.backward();
+//   opt.step();
+
+#include "strata/optim/optimizer.h"
+
+namespace strata::optim {
+
+/// SGD's hyperparameters; the learning rate has no default.
+class SGDOptions : public OptimizerOptions {
+ public:
+  explicit SGDOptions(double lr) : lr_(lr) {}  ///< options with learning rate lr
+  STRATA_ARG(double, lr);  ///< learning rate
+  STRATA_ARG(double, momentum) = 0;  ///< momentum factor (0: none)
+  STRATA_ARG(double, dampening) = 0;  ///< scales the gradient's share of the momentum buffer by 1 - dampening
+  STRATA_ARG(double, weight_decay) = 0;  ///< L2 penalty added to the gradient
+  STRATA_ARG(bool, nesterov) = false;  ///< Nesterov momentum (needs momentum > 0 and dampening 0)
+
+ public:
+  std::unique_ptr<OptimizerOptions> clone() const override { return std::make_unique<SGDOptions>(*this); }
+  double get_lr() const override { return lr_; }
+  void set_lr(double lr) override { lr_ = lr; }
+  StateDict to_tensors() const override;
+  void from_tensors(const StateDict& values) override;
+  void check(const std::string& where) const override;
+};
+
+/// Stochastic gradient descent; state per parameter: "momentum_buffer" (when momentum != 0).
+class SGD : public Optimizer {
+ public:
+  /// One group of parameters with `options`.
+  SGD(std::vector<Tensor> params, const SGDOptions& options)
+      : SGD({OptimizerParamGroup(std::move(params))}, options) {}
+  /// Several groups; a group without options takes `defaults`.
+  SGD(std::vector<OptimizerParamGroup> groups, const SGDOptions& defaults)
+      : Optimizer("SGD", std::move(groups), defaults) {}
+  void step() override;  ///< one update of every parameter that has a gradient
+
+ protected:
+  std::vector<std::string> state_names(const OptimizerOptions& options) const override;
+};
+
+}  // namespace strata::optim

@@ -1,0 +1,402 @@
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "strata/nn/safetensors.h"
+#include "../helpers.h"
+#include "checkpoint_test.h"
+
+namespace strata::nn {
+namespace {
+
+using strata::testing::same_state;
+
+class Safetensors : public strata::testing::TempFolderTest {};
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::string le64(uint64_t n) { return std::string(reinterpret_cast<const char*>(&n), 8); }
+
+// A hand-made file: the header length (the true one unless given), the header text, the data bytes.
+std::string raw_file(const std::string& header, const std::string& data = "", std::optional<uint64_t> length = {}) {
+  return le64(length.value_or(header.size())) + header + data;
+}
+
+// The start of every load_file error about one tensor.
+std::string at(const std::string& path, const std::string& key) {
+  return "load_file: '" + path + "': tensor '" + key + "': ";
+}
+
+// The tensors tests/nn/safetensors_interop.py checks and writes (its TENSORS), some built non-contiguous.
+StateDict interop_tensors() {
+  return {{"f32", (arange(6, kFloat) * 0.5 - 1).reshape({2, 3}).t().contiguous().t()},  // non-contiguous
+          {"f64", tensor({1.0 / 3, -2.5, 1e300}, kFloat64)},
+          {"scalar", scalar_tensor(2.75, kFloat64)},
+          {"i64", tensor({-(int64_t(1) << 40), int64_t(-1), int64_t(0), (int64_t(1) << 62) + 5}).reshape({2, 2})},
+          {"mask", tensor({true, false, false, true})},
+          {"empty", zeros({0, 3})}};
+}
+
+TEST_F(Safetensors, RoundTripsEveryDtypeShapeAndLayout) {
+  manual_seed(0);
+  Tensor wide = randn({4, 6}, kFloat64);
+  const StateDict saved = {
+      {"bool", tensor({true, false, true, true, false})},
+      {"long", arange(-3, 9, 1, kLong).reshape({3, 4})},
+      {"float", randn({2, 3, 4})},
+      {"double", randn({5}, kFloat64)},
+      {"scalar_float", scalar_tensor(-1.5)},
+      {"scalar_long", scalar_tensor(7, kLong)},
+      {"scalar_bool", tensor({true}).reshape({})},
+      {"empty", zeros({0})},
+      {"empty_3d", zeros({2, 0, 3}, kLong)},
+      {"transposed", randn({3, 4}).t()},
+      {"strided", wide.slice(1, 0, 6, 2)},
+      {"offset_row", wide[2]},
+      {"expanded", tensor({1.0, 2.0}).unsqueeze(0).expand({3, 2})},
+      {"requires_grad", randn({3, 2}, requires_grad()).t()},
+  };
+  const std::string path = file("all.safetensors");
+  save_file(saved, path);
+  const StateDict loaded = load_file(path);
+  EXPECT_TRUE(same_state(saved, loaded));
+  for (const auto& [name, t] : loaded) {
+    EXPECT_TRUE(t.is_contiguous()) << name;
+    EXPECT_FALSE(t.requires_grad()) << name;
+  }
+  EXPECT_EQ(folder_contents(), std::vector<std::string>{"all.safetensors"});  // no temporary file left
+
+  save_file({}, path);
+  EXPECT_TRUE(load_file(path).empty());
+}
+
+TEST_F(Safetensors, MetadataRoundTrips) {
+  const std::string path = file("meta.safetensors");
+  const std::map<std::string, std::string> metadata = {
+      {"epoch", "3"}, {"format", "pt"}, {"empty", ""}, {"quote\"and\\slash", "line\nbreak \xc3\xa9"}};
+  save_file({{"w", ones({2})}}, path, metadata);
+  std::map<std::string, std::string> read{{"stale", "entry"}};
+  EXPECT_TRUE(same_state(load_file(path, &read), {{"w", ones({2})}}));
+  EXPECT_EQ(read, metadata);
+
+  save_file({{"w", ones({2})}}, path);
+  load_file(path, &read);
+  EXPECT_TRUE(read.empty());
+  EXPECT_EQ(read_bytes(path).find("__metadata__"), std::string::npos);  // none written, as the reference writer
+}
+
+// Byte-exact against the reference implementation's own serialization tests.
+TEST_F(Safetensors, WritesWhatTheReferenceWriterWrites) {
+  const std::string path = file("ref.safetensors");
+  save_file({}, path);
+  EXPECT_EQ(read_bytes(path), le64(8) + "{}      ");
+
+  save_file({}, path, {{"framework", "pt"}});
+  EXPECT_EQ(read_bytes(path), le64(40) + R"({"__metadata__":{"framework":"pt"}})" + "     ");
+
+  save_file({{"attn0", arange(6, kFloat).reshape({1, 1, 2, 3})}}, path);
+  std::string data(24, '\0');
+  std::memcpy(data.data(), arange(6, kFloat).data_ptr(), 24);
+  EXPECT_EQ(read_bytes(path),
+            le64(72) + R"({"attn0":{"dtype":"F32","shape":[1,1,2,3],"data_offsets":[0,24]}})" + "       " + data);
+
+  // Laid out by dtype alignment (the reference order I64, F64, F32, BOOL), then by name.
+  save_file({{"b", ones({1})}, {"a", tensor({true})}, {"c", ones({1}, kLong)}, {"d", ones({1}, kFloat64)},
+             {"a2", ones({1})}},
+            path);
+  const std::string bytes = read_bytes(path);
+  EXPECT_EQ(bytes.substr(8, bytes.find("}}") + 2 - 8),
+            R"({"c":{"dtype":"I64","shape":[1],"data_offsets":[0,8]},)"
+            R"("d":{"dtype":"F64","shape":[1],"data_offsets":[8,16]},)"
+            R"("a2":{"dtype":"F32","shape":[1],"data_offsets":[16,20]},)"
+            R"("b":{"dtype":"F32","shape":[1],"data_offsets":[20,24]},)"
+            R"("a":{"dtype":"BOOL","shape":[1],"data_offsets":[24,25]}})");
+}
+
+TEST_F(Safetensors, SaveChecksItsArguments) {
+  const std::string path = file("bad.safetensors");
+  EXPECT_THROW_MSG(save_file({{"__metadata__", ones({1})}}, path),
+                   "save_file: '" + path + "': __metadata__: the name is reserved");
+  EXPECT_THROW_MSG(save_file({{"w", Tensor()}}, path), "save_file: '" + path + "': tensor 'w': the tensor is undefined");
+  EXPECT_THROW_MSG(save_file({{"w\xff", ones({1})}}, path), "save_file: '" + path + "': a tensor name or metadata");
+  EXPECT_THROW_MSG(save_file({}, path, {{"k", "\xc3"}}), "is not valid UTF-8");
+  const std::string nowhere = file("missing/x.safetensors");
+  EXPECT_THROW_MSG(save_file({{"w", ones({1})}}, nowhere),
+                   "save_file: '" + nowhere + "': cannot create the temporary file '" + nowhere + ".tmp.");
+  EXPECT_TRUE(folder_contents().empty());
+}
+
+TEST_F(Safetensors, EveryTruncationThrows) {
+  const std::string whole = file("whole.safetensors"), cut = file("cut.safetensors");
+  save_file(interop_tensors(), whole, {{"epoch", "1"}});
+  const std::string bytes = read_bytes(whole);
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    write_bytes(cut, bytes.substr(0, n));
+    SCOPED_TRACE("truncated to " + std::to_string(n) + " bytes");
+    EXPECT_THROW_MSG(load_file(cut), "load_file: '" + cut + "': ");
+  }
+}
+
+// A damaged file either loads or throws strata::Error; a crash, another exception or (under ASan) a read out of
+// bounds fails the test.
+TEST_F(Safetensors, BitFlipsLoadOrThrow) {
+  const std::string whole = file("whole.safetensors"), bad = file("bad.safetensors");
+  save_file(interop_tensors(), whole, {{"epoch", "1"}});
+  const std::string bytes = read_bytes(whole);
+  int loaded = 0, rejected = 0;
+  auto attempt = [&](const std::string& damaged) {
+    write_bytes(bad, damaged);
+    try {
+      load_file(bad);
+      ++loaded;
+    } catch (const Error&) {
+      ++rejected;
+    }
+  };
+  for (size_t bit = 0; bit < bytes.size() * 8; ++bit) {  // every single-bit flip
+    std::string damaged = bytes;
+    damaged[bit / 8] = static_cast<char>(damaged[bit / 8] ^ (1 << (bit % 8)));
+    attempt(damaged);
+  }
+  for (unsigned seed = 0; seed < 500; ++seed) {  // several flips and overwritten bytes at once
+    std::mt19937 rng(seed);
+    std::string damaged = bytes;
+    const int flips = 2 + static_cast<int>(rng() % 8);
+    for (int i = 0; i < flips; ++i) {
+      const size_t at = rng() % damaged.size();
+      damaged[at] = static_cast<char>(seed % 2 ? rng() : damaged[at] ^ (1 << (rng() % 8)));
+    }
+    attempt(damaged);
+  }
+  EXPECT_GT(loaded, 0);    // flips in the data area only change values
+  EXPECT_GT(rejected, 0);  // flips in the header are caught
+}
+
+TEST_F(Safetensors, BadFilesNameTheFile) {
+  const std::string path = file("bad.safetensors");
+  const std::string prefix = "load_file: '" + path + "': ";
+  EXPECT_THROW_MSG(load_file(path), prefix + "cannot open the file: No such file or directory");
+  EXPECT_THROW_MSG(load_file(dir_.string()), "load_file: '" + dir_.string() + "': not a regular file");
+  write_bytes(path, "abc");
+  EXPECT_THROW_MSG(load_file(path), prefix + "the file has 3 bytes, fewer than the 8-byte header length");
+  write_bytes(path, raw_file("{}", "", 1000));
+  EXPECT_THROW_MSG(load_file(path), prefix + "the header length 1000 runs past the end of the file (10 bytes)");
+  write_bytes(path, raw_file("{}", "", 200'000'000));
+  EXPECT_THROW_MSG(load_file(path), prefix + "the header length 200000000 exceeds the limit of 100000000 bytes");
+  write_bytes(path, raw_file(R"({"w":)"));
+  EXPECT_THROW_MSG(load_file(path), prefix + "the header is not valid JSON: ");
+  write_bytes(path, raw_file("{\"w\xff\":1}"));
+  EXPECT_THROW_MSG(load_file(path), prefix + "the header is not valid JSON: ");
+  write_bytes(path, raw_file("[1,2]"));
+  EXPECT_THROW_MSG(load_file(path), prefix + "the header must be a JSON object, got an array of 2");
+  write_bytes(path, raw_file(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", "abcdefgh"));
+  EXPECT_THROW_MSG(load_file(path), prefix + "the last 4 of the 8 bytes of the data area belong to no tensor");
+}
+
+// One case per validation rule: the header (and data) and the message after "load_file: '<path>': tensor 'key': ".
+TEST_F(Safetensors, BadHeadersNameTheFileAndTheKey) {
+  struct Case {
+    std::string header, data, key, message;
+  };
+  const std::string f32x2 = R"("dtype":"F32","shape":[2],"data_offsets":[0,8])";
+  const std::vector<Case> cases = {
+      {R"({"w":3})", "", "w", "the entry must be an object with dtype, shape and data_offsets, got 3"},
+      {R"({"w":{"dtype":"F32","shape":[2]}})", "", "w", "missing field 'data_offsets'"},
+      {"{\"w\":{" + f32x2 + R"(,"offsets":[0,8]}})", "12345678", "w", "unknown field 'offsets'"},
+      {R"({"w":{"dtype":4,"shape":[2],"data_offsets":[0,8]}})", "12345678", "w", "dtype must be a string, got 4"},
+      {R"({"w":{"dtype":"Q7","shape":[2],"data_offsets":[0,8]}})", "12345678", "w", "unknown dtype 'Q7'"},
+      {R"({"w":{"dtype":"F16","shape":[4],"data_offsets":[0,8]}})", "12345678", "w",
+       "dtype F16 is not supported by strata"},
+      {R"({"w":{"dtype":"F32","shape":2,"data_offsets":[0,8]}})", "12345678", "w",
+       "shape must be an array of non-negative integers, got 2"},
+      {R"({"w":{"dtype":"F32","shape":[1,-2],"data_offsets":[0,8]}})", "12345678", "w",
+       "shape entry 1 must be a non-negative integer, got -2"},
+      {R"({"w":{"dtype":"F32","shape":[2.5],"data_offsets":[0,8]}})", "12345678", "w",
+       "shape entry 0 must be a non-negative integer, got 2.5"},
+      {R"({"w":{"dtype":"F32","shape":[0,4294967296,4294967296],"data_offsets":[0,0]}})", "", "w",
+       "shape [0,4294967296,4294967296] has too many elements (overflows int64)"},
+      {R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", "12345678", "w",
+       "data_offsets must be two non-negative integers [begin, end], got [0]"},
+      {R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[-8,0]}})", "12345678", "w",
+       "data_offsets must be two non-negative integers [begin, end], got [-8,0]"},
+      {R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", "12345678", "w",
+       "data_offsets [8, 0] end before they begin"},
+      {R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", "12345678", "w",
+       "data_offsets [0, 8] span 8 bytes but shape [3] of F32 needs 12"},
+      {R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", "12345678", "w",
+       "data_offsets [0, 16] run past the end of the data area (8 bytes)"},
+      {"{\"a\":{" + f32x2 + R"(},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", "123456789012", "b",
+       "data_offsets [4, 12] overlap tensor 'a', which ends at 8"},
+      {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+       "123456789012", "b", "bytes 4 to 8 of the data area, before this tensor, belong to no tensor"},
+      {"{\"w\":{" + f32x2 + "},\"w\":{" + f32x2 + "}}", "12345678", "w", "the name appears twice in the header"},
+      {R"({"w":{"dtype":"F32","dtype":"F32","shape":[2],"data_offsets":[0,8]}})", "12345678", "w",
+       "duplicate key 'dtype'"},
+      {R"({"m":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]}})", std::string("\x01\x00\x02", 3), "m",
+       "BOOL element 2 holds the byte 2 (only 0 and 1 are booleans)"},
+  };
+  const std::string path = file("bad.safetensors");
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.header);
+    write_bytes(path, raw_file(c.header, c.data));
+    EXPECT_THROW_MSG(load_file(path), at(path, c.key) + c.message);
+  }
+
+  // __metadata__ problems name it instead of a tensor.
+  const std::string meta = "load_file: '" + path + "': __metadata__: ";
+  write_bytes(path, raw_file(R"({"__metadata__":[1]})"));
+  EXPECT_THROW_MSG(load_file(path), meta + "must be an object of strings, got an array of 1");
+  write_bytes(path, raw_file(R"({"__metadata__":{"epoch":3}})"));
+  EXPECT_THROW_MSG(load_file(path), meta + "the value of 'epoch' must be a string, got 3");
+  write_bytes(path, raw_file(R"({"__metadata__":{"epoch":"3","epoch":"4"}})"));
+  EXPECT_THROW_MSG(load_file(path), meta + "duplicate key 'epoch'");
+}
+
+TEST_F(Safetensors, ReadsFilesLaidOutInAnyOrder) {
+  // Offsets need not follow the header's order or alignment: only the tiling of the data area matters.
+  const std::string path = file("any.safetensors");
+  std::string data(13, '\0');
+  const float f = 1.5f;
+  const int64_t l = -7;
+  data[0] = 1;
+  std::memcpy(&data[1], &f, 4);
+  std::memcpy(&data[5], &l, 8);
+  write_bytes(path, raw_file(R"({"l":{"dtype":"I64","shape":[],"data_offsets":[5,13]},)"
+                             R"("e":{"dtype":"F64","shape":[0],"data_offsets":[5,5]},)"
+                             R"("b":{"dtype":"BOOL","shape":[1,1],"data_offsets":[0,1]},)"
+                             R"("f":{"dtype":"F32","shape":[1],"data_offsets":[1,5]}})",
+                             data));
+  EXPECT_TRUE(same_state(load_file(path), {{"l", scalar_tensor(-7, kLong)},
+                                          {"e", zeros({0}, kFloat64)},
+                                          {"b", tensor({true}).reshape({1, 1})},
+                                          {"f", tensor({1.5})}}));
+}
+
+// Note [killed writer]: a child saves one of three complete versions after another until it is killed at a
+// random moment. Whatever the moment, the checkpoint loads and is one complete version. A kill mid-save leaves
+// the child's temporary file behind: save_file's documented behaviour (no later save may remove a file that
+// could belong to a live writer); load_file never reads it.
+TEST_F(Safetensors, KilledWriterNeverDestroysTheCheckpoint) {
+  constexpr int kVersions = 3;
+  std::vector<StateDict> versions(kVersions);
+  for (int v = 0; v < kVersions; ++v)
+    for (int i = 0; i < 4; ++i) versions[v][std::string{'t', char('0' + i)}] = full({1 << 20}, v + 10.0 * i);  // 16 MB
+  const std::string target = file("ckpt.safetensors");
+  save_file(versions[0], target, {{"version", "0"}});
+
+  std::mt19937 rng(2024);
+  for (int round = 0; round < 8; ++round) {
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {  // only save_file of ready tensors here: no threads, no gtest
+      for (int k = 1;; ++k) {
+        try {
+          save_file(versions[k % kVersions], target, {{"version", std::to_string(k % kVersions)}});
+        } catch (...) {
+          ::_exit(3);
+        }
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5 + rng() % 150));
+    ::kill(child, SIGKILL);
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "the writer failed: status " << status;
+
+    std::map<std::string, std::string> metadata;
+    const StateDict loaded = load_file(target, &metadata);
+    const int version = std::stoi(metadata.at("version"));
+    ASSERT_TRUE(version >= 0 && version < kVersions);
+    EXPECT_TRUE(same_state(loaded, versions[version])) << "round " << round;
+  }
+  int interrupted = 0;
+  for (const std::string& name : folder_contents()) {
+    if (name == "ckpt.safetensors") continue;
+    EXPECT_EQ(name.rfind("ckpt.safetensors.tmp.", 0), 0u) << name;
+    ++interrupted;
+  }
+  EXPECT_GT(interrupted, 0);  // some kills did land mid-save (saving is nearly all the child does)
+}
+
+// A write that fails midway (the file size limit here) throws, removes its temporary file and leaves the old
+// checkpoint as it was. Run in a child so that the limit stays there.
+TEST_F(Safetensors, FailedWriteLeavesTheOldFile) {
+  const std::string target = file("ckpt.safetensors");
+  const StateDict old = {{"w", full({8}, 1.0)}};
+  save_file(old, target);
+  const StateDict big = {{"w", ones({1 << 16})}};
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);  // over the limit, write() then fails with EFBIG instead of killing us
+    const rlimit limit{4096, 4096};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    try {
+      save_file(big, target);
+    } catch (const Error& e) {
+      ::_exit(std::strstr(e.what(), ("save_file: '" + target + "': write failed: File too large").c_str()) ? 0 : 2);
+    }
+    ::_exit(1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  EXPECT_TRUE(same_state(load_file(target), old));
+  EXPECT_EQ(folder_contents(), std::vector<std::string>{"ckpt.safetensors"});
+}
+
+#if defined(STRATA_PYTHON3) && defined(STRATA_SAFETENSORS_INTEROP)
+// Runs the interop script; the result is its exit status and what it printed.
+std::pair<int, std::string> run_interop(const std::string& mode, const std::string& path) {
+  const std::string command =
+      std::string("'") + STRATA_PYTHON3 + "' '" + STRATA_SAFETENSORS_INTEROP + "' " + mode + " '" + path + "' 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return {-1, "popen failed"};
+  std::string output;
+  char buffer[256];
+  while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) output.append(buffer, n);
+  return {::pclose(pipe), output};
+}
+#endif
+
+TEST_F(Safetensors, PythonReadsStrataFilesAndStrataReadsPythonFiles) {
+#if defined(STRATA_PYTHON3) && defined(STRATA_SAFETENSORS_INTEROP)
+  const std::map<std::string, std::string> metadata = {{"source", "strata"}, {"note", "gr\xc3\xb6\xc3\x9f" "e \xe2\x9c\x93"}};
+  const std::string from_strata = file("from_strata.safetensors");
+  save_file(interop_tensors(), from_strata, metadata);
+  auto [status, output] = run_interop("read", from_strata);
+  EXPECT_EQ(status, 0) << output;
+
+  const std::string from_python = file("from_python.safetensors");
+  std::tie(status, output) = run_interop("write", from_python);
+  ASSERT_EQ(status, 0) << output;
+  std::map<std::string, std::string> read;
+  EXPECT_TRUE(same_state(load_file(from_python, &read), interop_tensors()));
+  auto expected = metadata;
+  expected["source"] = "python";
+  EXPECT_EQ(read, expected);
+  // The script writes as the reference writer does, and so does strata: the same tensors give the same bytes.
+  save_file(interop_tensors(), from_strata, expected);
+  EXPECT_EQ(read_bytes(from_strata), read_bytes(from_python));
+#else
+  GTEST_SKIP() << "python3 was not found when CMake configured the tests";
+#endif
+}
+
+}  // namespace
+}  // namespace strata::nn
