@@ -257,7 +257,7 @@ struct DistributedDataParallel::Reducer {
                  " got a second gradient in one backward (a backward started from a hook?)");
     p.ready = true;
     if (--buckets[p.bucket].pending == 0)
-      while (launched < buckets.size() && buckets[launched].pending == 0) launch(launched++);
+      while (launched < buckets.size() && buckets[launched].pending == 0) launch_next();
   }
 
   // The first gradient of a synchronized backward: resets the counts and queues finish() for the pass's end.
@@ -274,9 +274,9 @@ struct DistributedDataParallel::Reducer {
     pass_open = true;
   }
 
-  // Note [abandoned pass]: a backward that threw part-way never ran its finish(): some all_reduces
-  // may be in flight and grad() holds local gradients. The next backward notices (the queued
-  // callback died with the pass), waits for the started all_reduces (ranks that failed alike
+  // Note [abandoned pass]: a backward that threw part-way, finish() included, left pass_open set:
+  // some all_reduces may be in flight and grad() holds local gradients. The next backward notices
+  // (the queued callback died with the pass), waits for the started all_reduces (ranks that failed alike
   // started the same ones) so no buffer is written behind its back, and throws.
   void abandon_pass() {
     pass_open = false;
@@ -287,9 +287,10 @@ struct DistributedDataParallel::Reducer {
                  "every rank");
   }
 
-  // Copies the bucket's gradients into its buffer (zeros where there is none) and starts the all_reduce.
-  void launch(size_t index) {
-    Bucket& b = buckets[index];
+  // Copies bucket `launched`'s gradients into its buffer (zeros where there is none) and starts its all_reduce.
+  // `launched` counts it only once its work exists: abandon_pass() waits for exactly those.
+  void launch_next() {
+    Bucket& b = buckets[launched];
     NoGradGuard no_grad;
     for (size_t i : b.params) {
       Param& p = params[i];
@@ -302,13 +303,14 @@ struct DistributedDataParallel::Reducer {
       b.flags[static_cast<int64_t>(p.slot)].fill_(grad.defined() ? 1 : 0);
     }
     b.work = dist::all_reduce(b.buffer, dist::ReduceOp::AVG, group, /*async_op=*/true);
+    ++launched;
     progress.add(b.work);
   }
 
   // The queued callback: starts what no gradient started, waits for every bucket and hands out the averages.
+  // The pass stays open until the end, so that a throw here leaves the next backward to abandon it.
   void finish() {
-    pass_open = false;
-    while (launched < buckets.size()) launch(launched++);
+    while (launched < buckets.size()) launch_next();
     progress.take_back();
     for (Bucket& b : buckets) {
       b.work->wait();
@@ -318,6 +320,7 @@ struct DistributedDataParallel::Reducer {
         if (b.flags[static_cast<int64_t>(p.slot)].item<double>() > 0 && !is_bucket_view(grad, p)) grad = p.view;
       }
     }
+    pass_open = false;
   }
 
   static bool is_bucket_view(const Tensor& grad, const Param& p) {

@@ -264,6 +264,34 @@ TEST(DDP, AFailedBackwardIsReportedByTheNextOne) {
   EXPECT_LE(max_relative_error(grads(*model), grads(*reference)), 1e-12);
 }
 
+// Every rank changes its module alike after making the DDP; buckets {b}, {a}.
+TEST(DDP, AParameterChangedAfterConstructionFailsTheBackwardAndTheNextOneAbandonsIt) {
+  const std::string stopped = "DistributedDataParallel: the previous backward stopped (threw)";
+  {  // b's check throws before its bucket's all_reduce is posted: the next backward has nothing to wait for
+    auto m = bare({{"a", ones({2}, kDouble)}, {"b", ones({2}, kDouble)}});
+    const auto p = m->parameters();
+    nn::DistributedDataParallel ddp(m, {.bucket_cap_mb = 1e-6});
+    m->to(kFloat);
+    EXPECT_THROW_MSG((p[0] * p[1]).sum().backward(),
+                     "DistributedDataParallel: parameter b is now Float [2] but was Double [2]");
+    EXPECT_EQ(ddp.buckets_launched(), 0);
+    EXPECT_THROW_MSG((p[0] * p[1]).sum().backward(), stopped);
+  }
+  {  // unused a's check throws at the end of backward, with {b}'s all_reduce in flight: the next backward waits
+     // for it instead of posting another one on the same buffer
+    auto m = bare({{"a", ones({2}, kDouble)}, {"b", ones({2}, kDouble)}});
+    const auto p = m->parameters();
+    nn::DistributedDataParallel ddp(m, {.bucket_cap_mb = 1e-6});
+    {
+      NoGradGuard no_grad;
+      p[0].set_data(p[0].to(kFloat));
+    }
+    EXPECT_THROW_MSG((p[1] * 2).sum().backward(), "DistributedDataParallel: parameter a is now Float [2]");
+    EXPECT_EQ(ddp.buckets_launched(), 1);
+    EXPECT_THROW_MSG((p[1] * 2).sum().backward(), stopped);
+  }
+}
+
 TEST(DDP, Errors) {
   EXPECT_THROW_MSG(nn::DistributedDataParallel(std::shared_ptr<nn::Module>()),
                    "DistributedDataParallel: the module is null");
