@@ -38,8 +38,8 @@ void BasicAdamOptions<kDecoupled>::check(const std::string& where) const {
 }
 
 template <bool kDecoupled>
-std::vector<std::string> BasicAdam<kDecoupled>::state_names(const OptimizerOptions& options) const {
-  if (static_cast<const Options&>(options).amsgrad()) return {"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+std::vector<std::string> BasicAdam<kDecoupled>::state_names(const OptimizerOptions&) const {
+  // max_exp_avg_sq is optional: amsgrad may be switched on or off between steps (see step()).
   return {"step", "exp_avg", "exp_avg_sq"};
 }
 

@@ -63,6 +63,7 @@ class BasicAdam : public Optimizer {
 
  protected:
   std::vector<std::string> state_names(const OptimizerOptions& options) const override;
+  std::vector<std::string> optional_state_names() const override { return {"max_exp_avg_sq"}; }
 };
 using Adam = BasicAdam<false>;  ///< Adam, with L2 weight decay
 using AdamW = BasicAdam<true>;  ///< AdamW: Adam with decoupled weight decay

@@ -1,5 +1,6 @@
 #include "strata/optim/optimizer.h"
 
+#include <algorithm>
 #include <set>
 #include <unordered_map>
 #include <typeinfo>
@@ -127,6 +128,8 @@ void Optimizer::load_state_dict(const StateDict& dict) {
   // swapped in at the end, so a bad dict leaves the optimizer as it was.
   std::vector<std::unique_ptr<OptimizerOptions>> options;
   std::vector<ParamState> state(state_.size());
+  const std::vector<std::string> optional_list = optional_state_names();
+  const std::set<std::string> optional(optional_list.begin(), optional_list.end());
   size_t first = 0;
   for (size_t g = 0; g < groups_.size(); ++g) {
     const OptimizerParamGroup& group = groups_[g];
@@ -149,7 +152,9 @@ void Optimizer::load_state_dict(const StateDict& dict) {
     options.back()->from_tensors(values);
     options.back()->check(where + ": \"" + prefix.substr(0, prefix.size() - 1) + "\"");
 
-    const std::vector<std::string> names = state_names(*options.back());
+    std::vector<std::string> names = state_names(*options.back());
+    for (const std::string& name : optional_list)
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
     for (size_t i = first; i < first + count; ++i) {
       const std::string state_key = state_prefix(i);
       bool any = false;
@@ -159,6 +164,7 @@ void Optimizer::load_state_dict(const StateDict& dict) {
       NoGradGuard no_grad;
       for (const std::string& name : names) {
         const std::string key = state_key + name;
+        if (!dict.contains(key) && optional.contains(name)) continue;
         const Tensor& value = name == "step" ? detail::state_entry(dict, key, {}, kLong, where)
                                              : detail::state_entry(dict, key, p.sizes(), p.dtype(), where);
         STRATA_CHECK(name != "step" || value.item<int64_t>() >= 0, where, ": \"", key,

@@ -112,6 +112,9 @@ class Optimizer {
   /// The state entries a parameter has after a step under `options` ("step", "exp_avg", ...). "step" is
   /// an int64 0-dim count; every other entry is shaped and typed as the parameter.
   virtual std::vector<std::string> state_names(const OptimizerOptions& options) const = 0;
+  /// State entries a parameter may or may not have (Adam's "max_exp_avg_sq" exists once a step ran with
+  /// amsgrad on); loaded and checked when present.
+  virtual std::vector<std::string> optional_state_names() const { return {}; }
   /// Throws when a gradient does not match its parameter's shape, dtype and device; step() calls it first,
   /// so that a bad gradient leaves every parameter as it was.
   void check_grads() const;

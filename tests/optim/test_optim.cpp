@@ -398,9 +398,34 @@ TEST(OptimState, BadDictsNameTheKey) {
                   "\"param_groups.0.params\" holds");
   expect_rejected([](StateDict& d) { d["param_groups.0.betas"] = tensor({1.5, 0.9}, kDouble); },
                   "Adam::load_state_dict: \"param_groups.0\": invalid beta1 1.5");
-  // amsgrad on in the dict needs v_max in every stepped parameter's state.
-  expect_rejected([](StateDict& d) { d["param_groups.0.amsgrad"] = scalar_tensor(1, kBool); },
-                  "missing key \"state.0.max_exp_avg_sq\"");
+  expect_rejected([](StateDict& d) { d["state.0.max_exp_avg_sq"] = zeros({3}); },
+                  "\"state.0.max_exp_avg_sq\"");
+}
+
+// amsgrad switched on (or off) between steps: the state dict round-trips either way, and the state
+// dict of a stepped optimizer loads into a fresh one that then steps identically.
+TEST(OptimState, AmsgradSwitchedBetweenStepsRoundTrips) {
+  for (bool on_first : {false, true}) {
+    Tensor p = param({1.0, -2.0});
+    Adam opt({p}, AdamOptions(0.1).amsgrad(on_first));
+    set_grad(p, {0.5, 0.25});
+    opt.step();
+    static_cast<AdamOptions&>(opt.param_groups()[0].options()).amsgrad(!on_first);
+    StateDict saved = opt.state_dict();
+    opt.load_state_dict(saved);
+    Tensor q = param({0.0, 0.0});
+    Adam fresh({q}, AdamOptions(0.1));
+    {
+      NoGradGuard g;
+      q.copy_(p);
+    }
+    fresh.load_state_dict(saved);
+    set_grad(p, {0.5, -1.0});
+    set_grad(q, {0.5, -1.0});
+    opt.step();
+    fresh.step();
+    EXPECT_EQ(values(p), values(q)) << "amsgrad first " << on_first;
+  }
 }
 
 TEST(OptimState, LoadCopiesTheDict) {
