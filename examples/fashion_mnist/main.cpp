@@ -225,7 +225,7 @@ int main(int argc, char** argv) {
     }
     if (rank == 0) {
       std::cout << "metrics: " << args.out << "/metrics.csv, plot: " << args.out << "/metrics.svg\n";
-      std::cout << "test_accuracy=" << (rows.empty() ? 0.0 : rows.back().test_accuracy) << "\n";
+      std::cout << "test_accuracy=" << (rows.empty() ? 0.0 : rows.back().test_accuracy) << std::endl;
     }
   } catch (const std::exception& e) {
     // Alone, a clean exit; among several ranks the others may be waiting in a collective, and an
