@@ -67,6 +67,14 @@ void check_same(const Tensor& t, const Tensor& ref, const char* op, const char* 
                " but the tensor has shape ", ref.sizes());
 }
 
+// The output/input pair of one op: both defined, one dtype and one device.
+void check_pair(const Tensor& output, const Tensor& input, const char* op) {
+  check_defined(output, op, "output");
+  check_defined(input, op, "input");
+  STRATA_CHECK(output.dtype() == input.dtype() && output.device() == input.device(), op, ": output is ",
+               output.dtype(), " on ", output.device(), " but input is ", input.dtype(), " on ", input.device());
+}
+
 void check_list(const tensor_list& list, const Tensor& ref, const ProcessGroup& g, const char* op, const char* what) {
   STRATA_CHECK(static_cast<int>(list.size()) == g.size(), op, ": ", what, " has ", list.size(),
                " tensors but ", g.describe(), " has ", g.size(), " ranks");
@@ -169,11 +177,7 @@ std::shared_ptr<Work> all_gather(const tensor_list& tensor_list, const Tensor& t
 std::shared_ptr<Work> all_gather_into_tensor(const Tensor& output, const Tensor& input, const Group& group,
                                              bool async_op) {
   ProcessGroup& g = detail::resolve(group, "all_gather_into_tensor");
-  check_defined(output, "all_gather_into_tensor", "output");
-  check_defined(input, "all_gather_into_tensor", "input");
-  STRATA_CHECK(output.dtype() == input.dtype() && output.device() == input.device(),
-               "all_gather_into_tensor: output is ", output.dtype(), " on ", output.device(), " but input is ",
-               input.dtype(), " on ", input.device());
+  check_pair(output, input, "all_gather_into_tensor");
   STRATA_CHECK(output.numel() == input.numel() * g.size(), "all_gather_into_tensor: output has ", output.numel(),
                " elements (shape ", output.sizes(), "), expected ", g.size(), " x ", input.numel(), " (input shape ",
                input.sizes(), ")");
@@ -201,11 +205,7 @@ std::shared_ptr<Work> reduce_scatter(const Tensor& output, const tensor_list& in
 std::shared_ptr<Work> reduce_scatter_tensor(const Tensor& output, const Tensor& input, ReduceOp op,
                                             const Group& group, bool async_op) {
   ProcessGroup& g = detail::resolve(group, "reduce_scatter_tensor");
-  check_defined(output, "reduce_scatter_tensor", "output");
-  check_defined(input, "reduce_scatter_tensor", "input");
-  STRATA_CHECK(output.dtype() == input.dtype() && output.device() == input.device(),
-               "reduce_scatter_tensor: output is ", output.dtype(), " on ", output.device(), " but input is ",
-               input.dtype(), " on ", input.device());
+  check_pair(output, input, "reduce_scatter_tensor");
   STRATA_CHECK(input.numel() == output.numel() * g.size(), "reduce_scatter_tensor: input has ", input.numel(),
                " elements (shape ", input.sizes(), "), expected ", g.size(), " x ", output.numel(), " (output shape ",
                output.sizes(), ")");
@@ -294,10 +294,7 @@ std::shared_ptr<Work> all_to_all_single(const Tensor& output, const Tensor& inpu
                                         bool async_op) {
   const char* op = "all_to_all_single";
   ProcessGroup& g = detail::resolve(group, op);
-  check_defined(output, op, "output");
-  check_defined(input, op, "input");
-  STRATA_CHECK(output.dtype() == input.dtype() && output.device() == input.device(), op, ": output is ",
-               output.dtype(), " on ", output.device(), " but input is ", input.dtype(), " on ", input.device());
+  check_pair(output, input, op);
   STRATA_CHECK(input.dim() >= 1 && output.dim() >= 1, op, ": input and output need at least one dim, got shapes ",
                input.sizes(), " and ", output.sizes());
   const IntArrayRef row_shape(input.sizes().data() + 1, input.dim() - 1);

@@ -17,30 +17,19 @@ namespace {
 using strata::testing::values;
 using Bytes = std::vector<unsigned char>;
 
-/// A fresh folder for this test's files, removed at the end of the test.
-class DataFiles : public ::testing::Test {
+/// A fresh folder for this test's files (TempFolderTest) and writers of plain and gzipped files in it.
+class DataFiles : public strata::testing::TempFolderTest {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("strata_data_" + std::to_string(getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
   std::string write_plain(const std::string& name, const Bytes& bytes) const {
-    std::ofstream(path(name), std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-    return path(name);
+    std::ofstream(file(name), std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    return file(name);
   }
   std::string write_gzip(const std::string& name, const Bytes& bytes) const {
-    gzFile f = gzopen(path(name).c_str(), "wb");
+    gzFile f = gzopen(file(name).c_str(), "wb");
     EXPECT_EQ(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())), static_cast<int>(bytes.size()));
     gzclose(f);
-    return path(name);
+    return file(name);
   }
-
-  std::filesystem::path dir_;
 };
 
 /// An IDX file: the magic number for `type` and dims.size() dims, big-endian sizes, then `payload`.
@@ -79,7 +68,7 @@ TEST_F(DataFiles, IdxReadsEveryElementTypeBigEndian) {
 }
 
 TEST_F(DataFiles, IdxRejectsBadFilesNamingThem) {
-  const std::string missing = path("missing.idx");
+  const std::string missing = file("missing.idx");
   EXPECT_THROW_MSG(read_idx(missing), "read_idx: cannot open " + missing + ": No such file or directory");
   const std::string short_magic = write_plain("short_magic", {0, 0});
   EXPECT_THROW_MSG(read_idx(short_magic),
@@ -110,9 +99,9 @@ TEST_F(DataFiles, IdxRejectsTruncatedAndCorruptGzipStreams) {
   Bytes payload(4000);
   for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<unsigned char>(i * 7919 % 251);
   write_gzip("whole.gz", idx(0x08, {4000}, payload));
-  std::ifstream in(path("whole.gz"), std::ios::binary);
+  std::ifstream in(file("whole.gz"), std::ios::binary);
   const Bytes gz((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  ASSERT_EQ(read_idx(path("whole.gz")).sizes(), IntArrayRef({4000}));
+  ASSERT_EQ(read_idx(file("whole.gz")).sizes(), IntArrayRef({4000}));
   for (size_t cut : {4, 8, 40}) {  // the length field, then the checksum, then compressed data
     const std::string p = write_plain("cut" + std::to_string(cut) + ".gz", Bytes(gz.begin(), gz.end() - cut));
     EXPECT_THROW_MSG(read_idx(p), "read_idx: " + p + ": unexpected end of file (the gzip stream is truncated)");
@@ -129,7 +118,7 @@ TEST_F(DataFiles, IdxRejectsTruncatedAndCorruptGzipStreams) {
 // ---- Fashion-MNIST ----
 
 TEST_F(DataFiles, FashionMNISTMissingFileNamesThePackage) {
-  const std::string root = path("nowhere");
+  const std::string root = file("nowhere");
   EXPECT_THROW_MSG(FashionMNIST(root, FashionMNIST::Mode::kTest),
                    "FashionMNIST: missing " + root + "/t10k-images-idx3-ubyte.gz (or " + root +
                        "/t10k-images-idx3-ubyte); the Debian package dataset-fashion-mnist provides the Fashion-MNIST "

@@ -12,7 +12,6 @@
 
 #include "strata/nn/safetensors.h"
 #include "../helpers.h"
-#include "checkpoint_test.h"
 
 namespace strata::nn {
 namespace {

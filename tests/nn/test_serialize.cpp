@@ -4,7 +4,6 @@
 #include "strata/optim/adam.h"
 #include "strata/optim/sgd.h"
 #include "../helpers.h"
-#include "checkpoint_test.h"
 
 namespace strata::nn {
 namespace {

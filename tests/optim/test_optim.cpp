@@ -266,14 +266,6 @@ StateDict saved(const StateDict& dict) {
   return copy;
 }
 
-void expect_same_dict(const StateDict& a, const StateDict& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (auto ia = a.begin(), ib = b.begin(); ia != a.end(); ++ia, ++ib) {
-    EXPECT_EQ(ia->first, ib->first);
-    EXPECT_EQ(ia->second.dtype(), ib->second.dtype()) << ia->first;
-    EXPECT_EQ(values(ia->second), values(ib->second)) << ia->first;
-  }
-}
 
 // Five uninterrupted steps against three steps, a checkpoint, a fresh optimizer (made with other
 // hyperparameters, which the state dict replaces) and scheduler, and two more steps: bit-identical.
@@ -308,7 +300,7 @@ void expect_resume_is_bit_exact(Make make) {
   for (int i = 0; i < 2; ++i) train_step(resumed, *opt2, &sched2);
 
   for (size_t i = 0; i < straight.size(); ++i) EXPECT_EQ(values(resumed[i]), values(straight[i])) << "param " << i;
-  expect_same_dict(opt2->state_dict(), opt->state_dict());
+  EXPECT_TRUE(strata::testing::same_state(opt2->state_dict(), opt->state_dict()));
   EXPECT_EQ(sched2.get_last_lr(), sched.get_last_lr());
 }
 
@@ -375,7 +367,7 @@ TEST(OptimState, BadDictsNameTheKey) {
     StateDict bad = saved(good);
     spoil(bad);
     EXPECT_THROW_MSG(opt.load_state_dict(bad), message);
-    expect_same_dict(opt.state_dict(), good);
+    EXPECT_TRUE(strata::testing::same_state(opt.state_dict(), good));
   };
   expect_rejected([](StateDict& d) { d.erase("state.0.exp_avg_sq"); },
                   "Adam::load_state_dict: missing key \"state.0.exp_avg_sq\"");
