@@ -3,10 +3,12 @@
 // Note [engine scratch]: each Node carries the scratch of one pass (epoch_, pending_, buffer_)
 // instead of the engine keeping hash maps: discovery stamps nodes with this pass's epoch,
 // pending_ counts the edges still to deliver a gradient, buffer_ sums the incoming gradients.
-// One backward pass runs at a time on a given graph.
+// One backward pass runs at a time on a given graph, except a pass nested inside a node's backward
+// (Note [nested passes]).
 
 #include "strata/autograd/engine.h"
 
+#include <algorithm>
 #include <atomic>
 #include <queue>
 #include <utility>
@@ -32,6 +34,9 @@ thread_local std::vector<std::shared_ptr<Node>> next_backward_nodes;
 // Callbacks of the backward pass running on this thread (see queue_callback); null outside one.
 thread_local std::vector<std::function<void()>>* pass_callbacks = nullptr;
 
+// Epochs of the passes running on this thread, innermost last (a node's backward may run a pass of its own).
+thread_local std::vector<uint64_t> running_epochs;
+
 // Where autograd::grad() takes a gradient instead of passing it on.
 struct Capture {
   Node* node;
@@ -49,21 +54,46 @@ void accumulate(Tensor& slot, Tensor&& g, const Node& from) {
   slot = slot + g;
 }
 
-// Clears every discovered node's scratch when the pass ends, also when a node or hook throws:
-// a gradient left in a buffer could keep a create_graph graph alive.
-struct ScratchGuard {
-  std::vector<Node*>& nodes;
-  ~ScratchGuard() {
+// Note [nested passes]: a pass started from inside a node's backward (autograd::checkpoint recomputes and
+// calls grad()) can reach nodes that the pass outside it discovered, such as the AccumulateGrad of a
+// parameter both graphs use. That scratch belongs to the outer pass: the inner pass sets it aside when it
+// discovers such a node and puts it back when it ends, so the outer pass goes on with its counts and
+// buffered gradients intact.
+struct OuterScratch {
+  Node* node;
+  uint64_t epoch;
+  uint32_t pending;
+  tensor_list buffer;
+};
+
+// One pass's scratch. When the pass ends, also when a node or hook throws, it clears every discovered
+// node's buffer (a gradient left there could keep a create_graph graph alive) and restores what it set aside.
+struct PassScratch {
+  explicit PassScratch(uint64_t e) : epoch(e) { running_epochs.push_back(e); }
+  ~PassScratch() {
     for (Node* n : nodes) n->buffer_.clear();
+    for (OuterScratch& s : outer) {
+      s.node->epoch_ = s.epoch;
+      s.node->pending_ = s.pending;
+      s.node->buffer_ = std::move(s.buffer);
+    }
+    running_epochs.pop_back();
   }
+  PassScratch(const PassScratch&) = delete;
+  PassScratch& operator=(const PassScratch&) = delete;
+  uint64_t epoch;
+  std::vector<Node*> nodes;
+  std::vector<OuterScratch> outer;
 };
 
 // Stamps every node reachable from the roots with this pass's epoch and counts its incoming edges.
-std::vector<Node*> discover(const std::vector<Edge>& roots, uint64_t epoch) {
-  std::vector<Node*> nodes;
+void discover(const std::vector<Edge>& roots, PassScratch& pass) {
+  std::vector<Node*>& nodes = pass.nodes;
   auto visit = [&](Node* n) {
-    if (n->epoch_ == epoch) return;
-    n->epoch_ = epoch;
+    if (n->epoch_ == pass.epoch) return;
+    if (std::find(running_epochs.begin(), running_epochs.end(), n->epoch_) != running_epochs.end())
+      pass.outer.push_back({n, n->epoch_, n->pending_, std::move(n->buffer_)});
+    n->epoch_ = pass.epoch;
     n->pending_ = 0;
     n->buffer_.assign(n->num_outputs, Tensor());
     nodes.push_back(n);
@@ -77,7 +107,6 @@ std::vector<Node*> discover(const std::vector<Edge>& roots, uint64_t epoch) {
       ++e.fn->pending_;
     }
   }
-  return nodes;
 }
 
 void run(const std::vector<Edge>& roots, tensor_list&& root_grads, bool keep_graph, bool create_graph,
@@ -90,15 +119,14 @@ void run(const std::vector<Edge>& roots, tensor_list&& root_grads, bool keep_gra
     std::vector<std::function<void()>>* outer;
     ~Restore() { pass_callbacks = outer; }
   } restore{outer_callbacks};
-  const uint64_t epoch = current_epoch.fetch_add(1, std::memory_order_relaxed) + 1;
-  std::vector<Node*> nodes = discover(roots, epoch);
-  ScratchGuard guard{nodes};
+  PassScratch pass(current_epoch.fetch_add(1, std::memory_order_relaxed) + 1);
+  discover(roots, pass);
   for (size_t i = 0; i < roots.size(); ++i)
     if (roots[i].valid())
       accumulate(roots[i].fn->buffer_[roots[i].input_nr], std::move(root_grads[i]), *roots[i].fn);
 
   std::priority_queue<Node*, std::vector<Node*>, LaterFirst> ready;
-  for (Node* n : nodes)
+  for (Node* n : pass.nodes)
     if (n->pending_ == 0) ready.push(n);
 
   while (!ready.empty()) {

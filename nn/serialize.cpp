@@ -25,9 +25,9 @@ void naming_the_file(const char* op, const std::string& path, std::string_view p
 
 void save(const Module& module, const std::string& path) { save_file(module.state_dict(), path); }
 
-void load(Module& module, const std::string& path) {
+void load(Module& module, const std::string& path, bool strict) {
   const StateDict dict = load_file(path);
-  naming_the_file("load", path, "", [&] { module.load_state_dict(dict); });
+  naming_the_file("load", path, "", [&] { module.load_state_dict(dict, strict); });
 }
 
 void save_checkpoint(const std::string& path, const Module& module, const optim::Optimizer* optimizer,

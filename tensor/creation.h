@@ -25,10 +25,29 @@ class Generator {
   /// Reserves n values of the stream and returns the offset of the first; kernels hash (seed, offset + i).
   /// Safe to call from several threads (each call gets its own range).
   uint64_t advance(uint64_t n) { return offset_.fetch_add(n, std::memory_order_relaxed); }
+  /// The stream's position: the offset the next draw starts at (values handed out since the seed was set).
+  uint64_t get_offset() const { return offset_.load(std::memory_order_relaxed); }
+  /// Moves the stream to a position, e.g. one saved with get_offset() to draw the same values again.
+  void set_offset(uint64_t offset) { offset_.store(offset, std::memory_order_relaxed); }
 
  private:
   uint64_t seed_;
   std::atomic<uint64_t> offset_{0};
+};
+/// Saves a generator's seed and position and puts them back when the scope ends (torch.random.fork_rng).
+class GeneratorStateGuard {
+ public:
+  explicit GeneratorStateGuard(Generator& gen) : gen_(gen), seed_(gen.seed()), offset_(gen.get_offset()) {}
+  ~GeneratorStateGuard() {
+    gen_.manual_seed(seed_);
+    gen_.set_offset(offset_);
+  }
+  GeneratorStateGuard(const GeneratorStateGuard&) = delete;
+  GeneratorStateGuard& operator=(const GeneratorStateGuard&) = delete;
+
+ private:
+  Generator& gen_;
+  uint64_t seed_, offset_;
 };
 /// The process-wide generator used when a factory gets no generator.
 Generator& default_generator();

@@ -12,7 +12,6 @@
 
 #include <strata/strata.h>
 
-#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +19,7 @@
 #include <iostream>
 #include <string>
 
+#include "cli.h"
 #include "report.h"
 
 using namespace strata;
@@ -51,15 +51,12 @@ const char* kUsage =
   std::exit(2);
 }
 
-// The whole of `value` as a T: "1e4" or "5x" for an integer, or "-1" for an unsigned one, is an error (std::stoi
-// would read 1 and 5, std::stoull a huge seed).
+// `value` as a whole T, or the run ends naming the flag.
 template <class T>
 T number(const std::string& flag, const std::string& value) {
-  T out{};
-  const char* end = value.data() + value.size();
-  const auto [stop, error] = std::from_chars(value.data(), end, out);
-  if (error != std::errc() || stop != end) fail("bad value for " + flag + ": " + value);
-  return out;
+  const std::optional<T> out = cli::parse_number<T>(value);
+  if (!out) fail("bad value for " + flag + ": " + value);
+  return *out;
 }
 
 Args parse(int argc, char** argv) {

@@ -34,6 +34,14 @@ foreach(f include/strata/autograd/ops/common.h include/strata/tensor/cpu)
     message(FATAL_ERROR "consumer: internal ${f} was installed")
   endif()
 endforeach()
+# A build with the tools installs strata-pipe, which runs from the prefix.
+load_cache(${STRATA_BUILD_DIR} READ_WITH_PREFIX build_ STRATA_BUILD_TOOLS)
+if(build_STRATA_BUILD_TOOLS)
+  if(NOT EXISTS ${prefix}/bin/strata-pipe)
+    message(FATAL_ERROR "consumer: bin/strata-pipe was not installed")
+  endif()
+  step(${prefix}/bin/strata-pipe --help)
+endif()
 
 step(${CMAKE_COMMAND} -S ${CMAKE_CURRENT_LIST_DIR} -B ${WORK_DIR}/build -DCMAKE_BUILD_TYPE=${CONFIG}
      -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)

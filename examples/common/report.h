@@ -1,6 +1,6 @@
 #pragma once
-// What the Fashion-MNIST example shows a person: a progress bar per epoch, a CSV of metrics and
-// an SVG plot of loss and accuracy. Plain C++; nothing here depends on strata.
+// What the examples show a person: a progress bar per epoch, a CSV of metrics and an SVG plot of
+// loss and accuracy. Plain C++; nothing here depends on strata.
 
 #include <chrono>
 #include <cstdint>

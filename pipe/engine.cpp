@@ -1,0 +1,436 @@
+// The pipeline engine: runs a schedule's instructions on this rank, one buffer op at a time.
+#include "strata/pipe/engine.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <iomanip>
+#include <sstream>
+#include <map>
+#include <unordered_set>
+#include <utility>
+
+#include "strata/autograd/engine.h"
+#include "strata/autograd/grad_mode.h"
+#include "strata/nn/safetensors.h"
+#include "strata/tensor/creation.h"
+
+namespace strata::pipe {
+namespace dist = strata::distributed;
+
+namespace {
+
+// Note [activation metadata]: each SendActivation first sends a one-element int64 header: 0 when the
+// tensors have the same dtypes, shapes and requires_grad flags as the previous transfer in this mode
+// (training or evaluation), n > 0 when n words of new metadata follow. The receiver allocates from it,
+// and both sides decide from it which tensors get a gradient back (those that required grad when sent,
+// in training), never from what kind of tensor it is. Without dynamic_shapes a change after the first
+// transfer is an error raised on both sides: the sender still sends the new metadata, so the receiver
+// is not left waiting, and then both throw the same message.
+struct TensorMeta {
+  ScalarType dtype;
+  bool requires_grad;
+  DimVector sizes;
+  bool operator==(const TensorMeta&) const = default;
+};
+using Meta = std::vector<TensorMeta>;
+
+constexpr int kTrain = 0, kEval = 1;  // the two modes keep their own metadata
+
+Meta meta_of(const tensor_list& tensors, bool training) {
+  Meta meta;
+  for (const Tensor& t : tensors) meta.push_back({t.dtype(), training && t.requires_grad(), DimVector(t.sizes())});
+  return meta;
+}
+
+std::string describe(const Meta& meta) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < meta.size(); ++i)
+    os << (i ? ", " : "") << meta[i].dtype << " " << IntArrayRef(meta[i].sizes) << (meta[i].requires_grad ? " grad" : "");
+  os << "]";
+  return os.str();
+}
+
+Tensor encode(const Meta& meta) {
+  std::vector<int64_t> words{static_cast<int64_t>(meta.size())};
+  for (const TensorMeta& m : meta) {
+    words.insert(words.end(), {static_cast<int64_t>(m.dtype), m.requires_grad, static_cast<int64_t>(m.sizes.size())});
+    words.insert(words.end(), m.sizes.begin(), m.sizes.end());
+  }
+  Tensor t = empty({static_cast<int64_t>(words.size())}, kLong);
+  std::memcpy(t.data_ptr(), words.data(), words.size() * sizeof(int64_t));
+  return t;
+}
+
+Meta decode(const Tensor& t, const std::string& where) {
+  const auto* w = t.data_ptr<int64_t>();
+  const int64_t n = t.numel();
+  int64_t i = 0;
+  auto next = [&] {
+    STRATA_CHECK(i < n, where, ": truncated activation metadata (", n, " words)");
+    return w[i++];
+  };
+  Meta meta(static_cast<size_t>(next()));
+  for (TensorMeta& m : meta) {
+    const int64_t dtype = next();
+    STRATA_CHECK(dtype >= 0 && dtype <= static_cast<int64_t>(ScalarType::Double), where, ": bad dtype code ", dtype,
+                 " in activation metadata");
+    m.dtype = static_cast<ScalarType>(dtype);
+    m.requires_grad = next() != 0;
+    const int64_t dims = next();
+    STRATA_CHECK(dims >= 0 && dims <= 64, where, ": bad rank ", dims, " in activation metadata");
+    for (int64_t d = 0; d < dims; ++d) m.sizes.push_back(next());
+  }
+  STRATA_CHECK(i == n, where, ": ", n - i, " extra words after the activation metadata");
+  return meta;
+}
+
+// A parameter's gradient, zero-filled first when backward never reached it (every rank must contribute).
+Tensor grad_or_zeros(Tensor param) {
+  Tensor& g = param.mutable_grad();
+  if (!g.defined()) g = zeros_like(param);
+  return g;
+}
+
+std::string shape_change_message(int from_stage, const Meta& before, const Meta& after, int micro_batch) {
+  std::ostringstream os;
+  os << "PipelineEngine: the activations stage " << from_stage << " sends to stage " << from_stage + 1
+     << " changed from " << describe(before) << " to " << describe(after) << " at micro-batch " << micro_batch
+     << "; set PipelineEngineOptions::dynamic_shapes = true to let them change";
+  return os.str();
+}
+
+std::string optimizer_path(const std::string& dir, const PipelineParallelGrid& grid) {
+  std::ostringstream os;
+  os << dir << "/optim_states-stage_" << std::setw(2) << std::setfill('0') << grid.get_stage_id() << "_of_"
+     << std::setw(2) << grid.get_pipe_parallel_world_size() << ".safetensors";
+  return os.str();
+}
+
+}  // namespace
+
+double PipelineTimings::compute() const {
+  return seconds[PipeInstruction::ForwardPass] + seconds[PipeInstruction::BackwardPass];
+}
+
+struct PipelineEngine::State {
+  State(const PipelineParallelGrid& grid, bool dynamic_shapes) : grid(grid), dynamic_shapes(dynamic_shapes), p2p(grid) {}
+
+  void send_meta(const Meta& meta, int micro_batch);
+  Meta recv_meta(int micro_batch);
+
+  struct Buffer {
+    tensor_list inputs, outputs, labels, output_grads;
+    Meta in_meta, out_meta;  // what was received into inputs / sent from outputs
+    Tensor loss;             // last stage, training: this micro-batch's loss until its backward
+    int micro_batch = -1;
+  };
+  struct Tie {
+    std::vector<Tensor> params;
+    dist::Group group;
+    int root;  // global rank of the lowest stage holding the key
+  };
+
+  const PipelineParallelGrid& grid;
+  const bool dynamic_shapes;
+  P2P p2p;
+  std::vector<Tie> ties;
+  std::optional<Meta> sent[2], received[2];
+  std::vector<Buffer> buffers;
+  // Per batch:
+  int mode = kTrain;
+  const DataIterator* data_iter = nullptr;
+  std::vector<tensor_list>* eval_outputs = nullptr;
+  int loaded = 0, received_count = 0;
+  double loss_sum = 0;
+};
+
+PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, const PipelineParallelGrid& grid,
+                               std::shared_ptr<optim::Optimizer> optimizer, PipelineEngineOptions options)
+    : module_(std::move(module)), grid_(grid), optimizer_(std::move(optimizer)), options_(std::move(options)) {
+  STRATA_CHECK(module_ != nullptr, "PipelineEngine: got no module");
+  STRATA_CHECK(optimizer_ != nullptr, "PipelineEngine: got no optimizer");
+  STRATA_CHECK(module_->num_stages() == grid_.get_pipe_parallel_world_size() &&
+                   module_->stage_id() == grid_.get_stage_id(),
+               "PipelineEngine: the module was built as stage ", module_->stage_id(), " of ", module_->num_stages(),
+               " stages, but this rank is stage ", grid_.get_stage_id(), " of ", grid_.get_pipe_parallel_world_size());
+  STRATA_CHECK(options_.micro_batches >= 1, "PipelineEngine: micro_batches must be at least 1, got ",
+               options_.micro_batches);
+  STRATA_CHECK(options_.schedule == "train" || options_.schedule == "gpipe",
+               "PipelineEngine: schedule must be \"train\" or \"gpipe\", got \"", options_.schedule, "\"");
+  std::unordered_set<const TensorImpl*> own;
+  for (const Tensor& p : module_->parameters()) own.insert(p.impl_ptr().get());
+  for (const auto& group : optimizer_->param_groups())
+    for (const Tensor& p : group.params())
+      STRATA_CHECK(own.count(p.impl_ptr().get()), "PipelineEngine: the optimizer holds a tensor of shape ",
+                   p.sizes(), " that is not a parameter of stage ", grid_.get_stage_id(), "'s module");
+  state_ = std::make_unique<State>(grid_, options_.dynamic_shapes);
+
+  // Replicas start from data-parallel rank 0's values; then each tie group from its lowest stage.
+  if (grid_.get_data_parallel_world_size() > 1) {
+    const auto& dp = grid_.get_data_parallel_group();
+    const int src = dist::get_global_rank(dp, 0);
+    for (const Tensor& t : module_->parameters()) dist::broadcast(t, src, dp);
+    for (const Tensor& t : module_->buffers()) dist::broadcast(t, src, dp);
+  }
+  // Every rank makes every tie group (new_group is collective over WORLD), keys sorted, replicas in rank order.
+  const ProcessTopology& topo = grid_.topology();
+  for (const std::string& key : module_->tied_keys()) {
+    const std::vector<int> stages = module_->tied_stages(key);
+    if (stages.size() < 2) continue;
+    for (int first : topo.filter_match({{"pipe", stages[0]}})) {
+      ProcessCoord coord = topo.get_coord(first);
+      std::vector<int> ranks;
+      for (int s : stages) {
+        coord["pipe"] = s;
+        ranks.push_back(topo.get_rank(coord));
+      }
+      dist::Group group = dist::new_group(ranks);
+      if (group->is_member()) state_->ties.push_back({module_->tied_parameters(key), group, ranks[0]});
+    }
+  }
+  for (const State::Tie& tie : state_->ties)
+    for (const Tensor& p : tie.params) dist::broadcast(p, tie.root, tie.group);
+}
+
+PipelineEngine::~PipelineEngine() = default;
+
+double PipelineEngine::train_batch(const DataIterator& data_iter) {
+  STRATA_CHECK(static_cast<bool>(data_iter), "train_batch: got an empty data iterator");
+  STRATA_CHECK(!grid_.is_last_stage() || module_->options().loss_fn,
+               "train_batch: the PipelineModule has no loss_fn; set PipelineModuleOptions::loss_fn");
+  module_->train();
+  module_->zero_grad();  // a batch that threw half-way leaves partial gradients behind
+  std::unique_ptr<PipeSchedule> schedule =
+      make_schedule(options_.schedule, options_.micro_batches, grid_.get_pipe_parallel_world_size(), grid_.get_stage_id());
+  return run(*schedule, data_iter, nullptr);
+}
+
+double PipelineEngine::eval_batch(const DataIterator& data_iter, std::vector<tensor_list>* outputs) {
+  STRATA_CHECK(static_cast<bool>(data_iter), "eval_batch: got an empty data iterator");
+  module_->eval();
+  NoGradGuard no_grad;
+  InferenceSchedule schedule(options_.micro_batches, grid_.get_pipe_parallel_world_size(), grid_.get_stage_id());
+  return run(schedule, data_iter, outputs);
+}
+
+double PipelineEngine::run(const PipeSchedule& schedule, const DataIterator& data_iter,
+                           std::vector<tensor_list>* outputs) {
+  State& st = *state_;
+  st.mode = schedule.is_training() ? kTrain : kEval;
+  st.data_iter = &data_iter;
+  st.eval_outputs = outputs;
+  st.loaded = st.received_count = 0;
+  st.loss_sum = 0;
+  st.buffers.assign(schedule.num_pipe_buffers(), {});
+  timings_ = {};
+  using Clock = std::chrono::steady_clock;
+  const auto batch_start = Clock::now();
+  for (int t = 0; t < schedule.num_steps(); ++t) {
+    for (const PipeInstruction& ins : schedule.step(t)) {
+      const auto start = Clock::now();
+      execute(ins);
+      timings_.seconds[ins.kind] += std::chrono::duration<double>(Clock::now() - start).count();
+      ++timings_.instructions;
+    }
+  }
+  st.buffers.clear();
+
+  // The mean loss over micro-batches, averaged over replicas on the last stage, then sent up the pipe.
+  const bool has_loss = static_cast<bool>(module_->options().loss_fn);
+  Tensor loss = full({1}, grid_.is_last_stage() && has_loss ? st.loss_sum / options_.micro_batches : NAN, kDouble);
+  if (grid_.is_last_stage() && grid_.get_data_parallel_world_size() > 1)
+    dist::all_reduce(loss, dist::ReduceOp::AVG, grid_.get_data_parallel_group());
+  if (grid_.get_pipe_parallel_world_size() > 1)
+    dist::broadcast(loss, grid_.stage_to_global(grid_.get_pipe_parallel_world_size() - 1),
+                    grid_.get_pipe_parallel_group());
+  timings_.total = std::chrono::duration<double>(Clock::now() - batch_start).count();
+  return loss.item<double>();
+}
+
+std::string PipelineEngine::where(const char* op) const {
+  std::ostringstream os;
+  os << "PipelineEngine " << op << " (stage " << grid_.get_stage_id() << " of " << grid_.get_pipe_parallel_world_size()
+     << ")";
+  return os.str();
+}
+
+void PipelineEngine::execute(const PipeInstruction& ins) {
+  State& st = *state_;
+  const int stage = grid_.get_stage_id();
+  const bool training = st.mode == kTrain;
+  switch (ins.kind) {
+    case PipeInstruction::LoadMicroBatch: {
+      State::Buffer& buf = st.buffers.at(ins.buffer_id);
+      std::optional<MicroBatch> mb = (*st.data_iter)();
+      STRATA_CHECK(mb.has_value(), where(training ? "train_batch" : "eval_batch"), ": the data iterator ran dry after ",
+                   st.loaded, " of ", options_.micro_batches, " micro-batches");
+      if (grid_.is_first_stage()) {
+        STRATA_CHECK(!mb->inputs.empty(), where("LoadMicroBatch"), ": micro-batch ", st.loaded, " has no inputs");
+        buf.inputs = std::move(mb->inputs);
+        buf.micro_batch = st.loaded;
+      }
+      if (grid_.is_last_stage()) buf.labels = std::move(mb->labels);
+      ++st.loaded;
+      break;
+    }
+    case PipeInstruction::ForwardPass: {
+      State::Buffer& buf = st.buffers.at(ins.buffer_id);
+      tensor_list outs = module_->forward(buf.inputs);
+      STRATA_CHECK(!outs.empty(), where("ForwardPass"), ": the stage's layers returned no tensors");
+      if (!grid_.is_last_stage()) {
+        buf.outputs = std::move(outs);
+      } else {
+        if (module_->options().loss_fn) {
+          Tensor loss = module_->compute_loss(outs, buf.labels);
+          STRATA_CHECK(loss.numel() == 1, where("ForwardPass"), ": the loss must have one element, got shape ",
+                       loss.sizes());
+          st.loss_sum += loss.item<double>();
+          if (training) buf.loss = loss;
+        }
+        if (st.eval_outputs) {
+          for (Tensor& t : outs) t = t.detach();
+          st.eval_outputs->push_back(std::move(outs));
+        }
+        buf.labels.clear();
+      }
+      if (!training) buf.inputs.clear();
+      break;
+    }
+    case PipeInstruction::BackwardPass: {
+      State::Buffer& buf = st.buffers.at(ins.buffer_id);
+      if (grid_.is_last_stage()) {
+        // The only place the loss is scaled: the batch loss is the mean over micro-batches.
+        autograd::backward({buf.loss}, {full_like(buf.loss, 1.0 / options_.micro_batches)});
+        buf.loss = {};
+      } else {
+        tensor_list outs, grads;
+        for (size_t i = 0; i < buf.out_meta.size(); ++i) {
+          if (!buf.out_meta[i].requires_grad) continue;
+          outs.push_back(buf.outputs[i]);
+          grads.push_back(buf.output_grads[i]);
+        }
+        if (!outs.empty()) autograd::backward(outs, grads);
+      }
+      buf.outputs.clear();
+      buf.output_grads.clear();
+      if (grid_.is_first_stage()) buf.inputs.clear();  // no SendGrad follows
+      break;
+    }
+    case PipeInstruction::SendActivation: {
+      State::Buffer& buf = st.buffers.at(ins.buffer_id);
+      buf.out_meta = meta_of(buf.outputs, training);
+      st.send_meta(buf.out_meta, buf.micro_batch);
+      for (const Tensor& t : buf.outputs) st.p2p.send(t.detach(), stage + 1, /*async_op=*/true);
+      st.p2p.wait();
+      if (!training) buf.outputs.clear();
+      break;
+    }
+    case PipeInstruction::RecvActivation: {
+      State::Buffer& buf = st.buffers.at(ins.buffer_id);
+      buf.micro_batch = st.received_count++;
+      buf.in_meta = st.recv_meta(buf.micro_batch);
+      buf.inputs.clear();
+      for (const TensorMeta& m : buf.in_meta) {
+        Tensor t = empty(m.sizes, m.dtype);
+        st.p2p.recv(t, stage - 1, /*async_op=*/true);
+        buf.inputs.push_back(t);
+      }
+      st.p2p.wait();
+      for (size_t i = 0; i < buf.inputs.size(); ++i)
+        if (training && buf.in_meta[i].requires_grad) buf.inputs[i].requires_grad_(true);
+      break;
+    }
+    case PipeInstruction::SendGrad: {
+      State::Buffer& buf = st.buffers.at(ins.buffer_id);
+      for (size_t i = 0; i < buf.in_meta.size(); ++i) {
+        if (!buf.in_meta[i].requires_grad) continue;
+        // An input the stage did not use has no gradient; its sender still waits for one.
+        Tensor g = buf.inputs[i].grad();
+        st.p2p.send(g.defined() ? g : zeros_like(buf.inputs[i]), stage - 1, /*async_op=*/true);
+      }
+      st.p2p.wait();
+      buf.inputs.clear();
+      break;
+    }
+    case PipeInstruction::RecvGrad: {
+      State::Buffer& buf = st.buffers.at(ins.buffer_id);
+      buf.output_grads.assign(buf.out_meta.size(), Tensor());
+      for (size_t i = 0; i < buf.out_meta.size(); ++i) {
+        if (!buf.out_meta[i].requires_grad) continue;
+        buf.output_grads[i] = empty(buf.out_meta[i].sizes, buf.out_meta[i].dtype);
+        st.p2p.recv(buf.output_grads[i], stage + 1, /*async_op=*/true);
+      }
+      st.p2p.wait();
+      break;
+    }
+    case PipeInstruction::ReduceTiedGrads:
+      for (const State::Tie& tie : st.ties)
+        for (const Tensor& p : tie.params) dist::all_reduce(grad_or_zeros(p), dist::ReduceOp::SUM, tie.group);
+      break;
+    case PipeInstruction::ReduceGrads:
+      reduce_grads();
+      break;
+    case PipeInstruction::OptimizerStep:
+      optimizer_->step();
+      module_->zero_grad();
+      break;
+  }
+}
+
+void PipelineEngine::reduce_grads() {
+  if (grid_.get_data_parallel_world_size() == 1) return;
+  // One flattened all-reduce per dtype; every replica lists the same parameters in the same order.
+  std::map<ScalarType, tensor_list> by_dtype;
+  for (const Tensor& p : module_->parameters())
+    if (p.requires_grad()) by_dtype[p.dtype()].push_back(grad_or_zeros(p));
+  for (auto& [dtype, grads] : by_dtype)
+    dist::all_reduce_coalesced(grads, dist::ReduceOp::AVG, grid_.get_data_parallel_group());
+}
+
+void PipelineEngine::State::send_meta(const Meta& meta, int micro_batch) {
+  std::optional<Meta>& last = sent[mode];
+  const bool changed = !last || *last != meta;
+  const int next = grid.get_stage_id() + 1;
+  Tensor words = changed ? encode(meta) : Tensor();
+  p2p.send(full({1}, changed ? static_cast<double>(words.numel()) : 0.0, kLong), next);
+  if (changed) p2p.send(words, next);
+  const std::optional<Meta> before = std::exchange(last, meta);
+  STRATA_CHECK(!changed || !before || dynamic_shapes, shape_change_message(next - 1, *before, meta, micro_batch));
+}
+
+Meta PipelineEngine::State::recv_meta(int micro_batch) {
+  std::optional<Meta>& last = received[mode];
+  const int prev = grid.get_stage_id() - 1;
+  Tensor header = empty({1}, kLong);
+  p2p.recv(header, prev);
+  const int64_t n = header.item<int64_t>();
+  const std::string where = "PipelineEngine RecvActivation (stage " + std::to_string(prev + 1) + ")";
+  if (n == 0) {
+    STRATA_CHECK(last.has_value(), where, ": stage ", prev, " announced unchanged metadata before sending any");
+    return *last;
+  }
+  STRATA_CHECK(n > 0 && n < (1 << 20), where, ": bad metadata length ", n, " from stage ", prev);
+  Tensor words = empty({n}, kLong);
+  p2p.recv(words, prev);
+  Meta meta = decode(words, where);
+  const std::optional<Meta> before = std::exchange(last, meta);
+  STRATA_CHECK(!before || dynamic_shapes, shape_change_message(prev, *before, meta, micro_batch));
+  return meta;
+}
+
+void PipelineEngine::save_checkpoint(const std::string& dir) {
+  if (grid_.get_data_parallel_id() == 0) {
+    module_->save_state_dict(dir);
+    nn::save_file(optimizer_->state_dict(), optimizer_path(dir, grid_));
+  }
+  dist::barrier();  // every file is complete before any rank goes on (and perhaps loads it)
+}
+
+void PipelineEngine::load_checkpoint(const std::string& dir, bool load_optimizer_states) {
+  module_->load_state_dir(dir);
+  if (load_optimizer_states) optimizer_->load_state_dict(nn::load_file(optimizer_path(dir, grid_)));
+}
+
+}  // namespace strata::pipe

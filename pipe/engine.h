@@ -1,0 +1,101 @@
+#pragma once
+// Runs a PipelineModule's schedule on every rank (DeepSpeed's PipelineEngine).
+//
+//   pipe::PipelineParallelGrid grid(/*num_stages=*/2);              // mpirun -np 4: 2 stages x 2 replicas
+//   auto model = std::make_shared<pipe::PipelineModule>(layers, grid, pipe::PipelineModuleOptions{
+//       .loss_fn = pipe::cross_entropy_loss, .seed_layers = true});
+//   auto sgd = std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions(0.1));
+//   pipe::PipelineEngine engine(model, grid, sgd, {.micro_batches = 4});
+//   double loss = engine.train_batch([&]() -> std::optional<pipe::MicroBatch> {
+//     auto b = loader.next(); if (!b) return std::nullopt;
+//     return pipe::MicroBatch{{b->data}, {b->target}};   // inputs for stage 0, labels for the last stage
+//   });                                                   // the same loss on every rank
+//
+// One train_batch is one optimizer step over micro_batches micro-batches on each data-parallel replica.
+// The first and last stages each draw micro_batches items from their iterator; the others never call it.
+
+#include <array>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "strata/optim/optimizer.h"
+#include "strata/pipe/module.h"
+#include "strata/pipe/p2p.h"
+#include "strata/pipe/schedule.h"
+
+namespace strata::pipe {
+
+/// One micro-batch: the first stage's inputs and the last stage's labels (one tensor or several).
+struct MicroBatch {
+  tensor_list inputs;  ///< fed to the first layer
+  tensor_list labels;  ///< given to the loss function with the last layer's outputs
+};
+/// Yields the next micro-batch, or std::nullopt when there is none left.
+using DataIterator = std::function<std::optional<MicroBatch>()>;
+
+/// How the engine runs.
+struct PipelineEngineOptions {
+  int micro_batches = 1;            ///< micro-batches per train_batch (DeepSpeed's gradient_accumulation_steps)
+  std::string schedule = "train";   ///< "train" (1F1B) or "gpipe"
+  /// Let activation shapes and dtypes change between micro-batches (variable sequence lengths): the metadata
+  /// then travels again whenever it changes. Off, it travels once, and a change is an error.
+  bool dynamic_shapes = false;
+};
+
+/// Seconds this rank spent in each instruction kind during the last train_batch or eval_batch.
+struct PipelineTimings {
+  std::array<double, PipeInstruction::OptimizerStep + 1> seconds{};  ///< indexed by PipeInstruction::Kind
+  double total = 0;        ///< the whole batch on this rank
+  int64_t instructions = 0;  ///< instructions executed
+  double compute() const;  ///< ForwardPass + BackwardPass seconds
+};
+
+/// Executes pipeline schedules for a module over its grid.
+class PipelineEngine {
+ public:
+  /// Every rank of the grid constructs it together: it checks that the module matches the grid, makes one
+  /// group per tie key and replica (sorted keys), broadcasts tied weights from their lowest stage, and
+  /// broadcasts every parameter from data-parallel rank 0. The optimizer holds the module's parameters.
+  PipelineEngine(std::shared_ptr<PipelineModule> module, const PipelineParallelGrid& grid,
+                 std::shared_ptr<optim::Optimizer> optimizer, PipelineEngineOptions options = {});
+  ~PipelineEngine();
+
+  /// One training step: forward and backward of micro_batches micro-batches, grads reduced across tied
+  /// stages and averaged across replicas, one optimizer step. Returns the loss averaged over micro-batches
+  /// and replicas, on every rank.
+  double train_batch(const DataIterator& data_iter);
+  /// Forward only (InferenceSchedule) in eval mode without grad; returns the mean loss as train_batch does.
+  /// With `outputs`, the last stage appends each micro-batch's outputs to it (other stages leave it empty).
+  double eval_batch(const DataIterator& data_iter, std::vector<tensor_list>* outputs = nullptr);
+
+  /// Writes the module's layer files (data-parallel rank 0 of each stage) and the optimizer state of each
+  /// stage, then waits for every rank.
+  void save_checkpoint(const std::string& dir);
+  /// Loads what save_checkpoint wrote (layer files from any number of stages; optimizer state needs the same).
+  void load_checkpoint(const std::string& dir, bool load_optimizer_states = true);
+
+  const PipelineTimings& timings() const { return timings_; }  ///< of the last batch on this rank
+  PipelineModule& module() const { return *module_; }          ///< the model
+  const PipelineParallelGrid& grid() const { return grid_; }   ///< the grid
+  optim::Optimizer& optimizer() const { return *optimizer_; }  ///< the optimizer
+  const PipelineEngineOptions& options() const { return options_; }  ///< as given
+
+ private:
+  struct State;
+  double run(const PipeSchedule& schedule, const DataIterator& data_iter, std::vector<tensor_list>* outputs);
+  void execute(const PipeInstruction& instruction);
+  void reduce_grads();
+  std::string where(const char* op) const;
+
+  std::shared_ptr<PipelineModule> module_;
+  const PipelineParallelGrid& grid_;
+  std::shared_ptr<optim::Optimizer> optimizer_;
+  PipelineEngineOptions options_;
+  PipelineTimings timings_;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace strata::pipe

@@ -1,0 +1,209 @@
+#pragma once
+// A model described as a list of layers, split into pipeline stages (DeepSpeed's PipelineModule).
+// Each rank builds only the layers of its own stage.
+//
+//   std::vector<pipe::Layer> layers = {
+//       [](const Tensor& x) { return x.flatten(1); },               // a parameterless function
+//       pipe::LayerSpec::of<nn::Linear>(784, 256), pipe::LayerSpec::of<nn::ReLU>(),
+//       pipe::LayerSpec::of<nn::Linear>(256, 10)};
+//   pipe::PipelineParallelGrid grid(/*num_stages=*/2);
+//   auto model = std::make_shared<pipe::PipelineModule>(layers, grid, pipe::PipelineModuleOptions{
+//       .partition_method = "parameters", .loss_fn = pipe::cross_entropy_loss, .seed_layers = true});
+//   model->parts();                          // {0, 2, 4}: layer boundaries of the stages
+//   tensor_list y = model->forward({x});     // this stage's layers only
+//
+// Tied layers share one module per stage, e.g. an embedding reused as the output projection:
+//   pipe::TiedLayerSpec("embed", pipe::LayerSpec::of<nn::Embedding>(vocab, dim));
+//   pipe::TiedLayerSpec("embed", pipe::LayerSpec::of<nn::Embedding>(vocab, dim),
+//       [](nn::Module& m, const tensor_list& x) {
+//         return tensor_list{matmul(x[0], m.named_parameters()[0].second.t())}; });
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <variant>
+#include <vector>
+
+#include "strata/autograd/function.h"
+#include "strata/nn/embedding.h"
+#include "strata/nn/linear.h"
+#include "strata/nn/module.h"
+#include "strata/nn/normalization.h"
+#include "strata/pipe/topology.h"
+
+namespace strata::pipe {
+
+/// A layer's forward: the tensors it receives to the tensors it passes on (one, or a tuple).
+using LayerForward = std::function<tensor_list(const tensor_list&)>;
+
+/// What a LayerSpec builds: the module (null for a plain function) and the function that runs it.
+struct BuiltLayer {
+  std::shared_ptr<nn::Module> module;  ///< holds the parameters; null when there are none
+  LayerForward forward;                ///< runs the layer
+};
+
+/// A layer described without building it (DeepSpeed's LayerSpec): only the stage that owns it builds it.
+class LayerSpec {
+ public:
+  /// A layer of type `type_name` (what "type:REGEX" partitioning matches) made by `build`; num_parameters,
+  /// when given, is its trainable parameter count, so "parameters" partitioning need not build it.
+  LayerSpec(std::string type_name, std::function<BuiltLayer()> build, std::optional<int64_t> num_parameters = {});
+
+  /// A module holder built from args, e.g. LayerSpec::of<nn::Linear>(784, 256); its forward maps one tensor to one.
+  /// Linear, Embedding and LayerNorm report their parameter count from the arguments.
+  template <class Holder, class... Args>
+  static LayerSpec of(Args... args) {
+    return LayerSpec(
+        holder_type_name(typeid(Holder).name()),
+        [args...] {
+          Holder holder(args...);
+          return BuiltLayer{holder.ptr(), [holder](const tensor_list& x) { return tensor_list{holder(x.at(0))}; }};
+        },
+        parameter_count<Holder>(args...));
+  }
+
+  BuiltLayer build() const;                                  ///< makes the layer
+  const std::string& type_name() const { return type_name_; }  ///< e.g. "Linear"
+  /// The trainable parameter count: the reported one, else counted by building the layer once (with the
+  /// default generator's position restored afterwards, so counting does not change later initialisation).
+  int64_t num_parameters() const;
+
+ private:
+  static std::string holder_type_name(const char* mangled);  // "strata::nn::Linear" -> "Linear"
+  template <class Holder, class... Args>
+  static std::optional<int64_t> parameter_count(const Args&... args);
+  std::string type_name_;
+  std::function<BuiltLayer()> build_;
+  std::optional<int64_t> num_parameters_;
+};
+
+// Counted from the size arguments of Linear(in, out[, bias]), Embedding(n, dim) and LayerNorm(size[, eps,
+// affine]); other layers and constructors (options, a shape vector) are built once to be counted.
+template <class Holder, class... Args>
+std::optional<int64_t> LayerSpec::parameter_count(const Args&... args) {
+  constexpr size_t n = sizeof...(Args);
+  if constexpr (n > 0) {
+    if constexpr (std::is_integral_v<std::tuple_element_t<0, std::tuple<Args...>>>) {
+      [[maybe_unused]] const std::tuple<const Args&...> a(args...);
+      if constexpr (std::is_same_v<Holder, nn::Linear> && n >= 2) {
+        const int64_t in = std::get<0>(a), out = std::get<1>(a);
+        bool bias = true;
+        if constexpr (n == 3) bias = static_cast<bool>(std::get<2>(a));
+        return in * out + (bias ? out : 0);
+      } else if constexpr (std::is_same_v<Holder, nn::Embedding> && n == 2) {
+        return static_cast<int64_t>(std::get<0>(a)) * static_cast<int64_t>(std::get<1>(a));
+      } else if constexpr (std::is_same_v<Holder, nn::LayerNorm>) {
+        bool affine = true;
+        if constexpr (n == 3) affine = static_cast<bool>(std::get<2>(a));
+        return affine ? 2 * static_cast<int64_t>(std::get<0>(a)) : 0;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+/// Layers with the same key share one module on each stage; the stages holding the key keep its
+/// tied_weight_attrs equal (broadcast from the lowest stage at start, grads summed across them each step).
+class TiedLayerSpec {
+ public:
+  /// `spec` builds the shared module (on the first occurrence on a stage); `forward_fn` runs it at this
+  /// occurrence (default: the spec's own forward); tied_weight_attrs are parameter names of the module.
+  TiedLayerSpec(std::string key, LayerSpec spec,
+                std::function<tensor_list(nn::Module&, const tensor_list&)> forward_fn = {},
+                std::vector<std::string> tied_weight_attrs = {"weight"});
+  const std::string& key() const { return key_; }                        ///< the sharing key
+  const LayerSpec& spec() const { return spec_; }                          ///< builds the shared module
+  const std::function<tensor_list(nn::Module&, const tensor_list&)>& forward_fn() const { return forward_fn_; }  ///< may be empty
+  const std::vector<std::string>& tied_weight_attrs() const { return tied_weight_attrs_; }  ///< the shared parameter names
+
+ private:
+  std::string key_;
+  LayerSpec spec_;
+  std::function<tensor_list(nn::Module&, const tensor_list&)> forward_fn_;
+  std::vector<std::string> tied_weight_attrs_;
+};
+
+/// One entry of the layer list: a LayerSpec, a TiedLayerSpec, or a parameterless one-tensor function.
+class Layer {
+ public:
+  Layer(LayerSpec spec) : v_(std::move(spec)) {}        ///< a layer built on its stage
+  Layer(TiedLayerSpec spec) : v_(std::move(spec)) {}    ///< a shared layer
+  /// A function such as a reshape or an activation; `type_name` is what "type:REGEX" matches.
+  template <class F>
+    requires std::is_invocable_r_v<Tensor, F, const Tensor&>
+  Layer(F f, std::string type_name = "Function")
+      : v_(LayerSpec(std::move(type_name), [f] {
+          return BuiltLayer{nullptr, [f](const tensor_list& x) { return tensor_list{f(x.at(0))}; }};
+        }, 0)) {}
+  const std::variant<LayerSpec, TiedLayerSpec>& get() const { return v_; }  ///< the spec
+  const LayerSpec& spec() const;          ///< the LayerSpec, or the TiedLayerSpec's spec
+  const std::string* tied_key() const;    ///< the tie key, null for untied layers
+
+ private:
+  std::variant<LayerSpec, TiedLayerSpec> v_;
+};
+
+/// The loss on the last stage: outputs of the last layer and the micro-batch's labels to a scalar.
+using LossFn = std::function<Tensor(const tensor_list& outputs, const tensor_list& labels)>;
+/// cross_entropy(outputs[0], labels[0]): mean over the micro-batch.
+Tensor cross_entropy_loss(const tensor_list& outputs, const tensor_list& labels);
+
+/// How a PipelineModule is split and run.
+struct PipelineModuleOptions {
+  std::string partition_method = "parameters";  ///< "uniform", "parameters" or "type:REGEX" (pipe/partition.h)
+  std::vector<int> partition = {};  ///< explicit boundaries (num_stages + 1), used instead of the method when set
+  LossFn loss_fn = {};              ///< the last stage's loss; required for training
+  bool seed_layers = false;        ///< seed the default generator with base_seed + layer index before each build
+  uint64_t base_seed = 1234;       ///< see seed_layers
+  int activation_checkpoint_interval = 0;  ///< > 0: recompute every chunk of this many layers during backward
+};
+
+/// This stage's part of a layer list. The parameters are registered as "<layer index>.<name>" (global layer
+/// indices) and tied modules as "tied_modules.<key>.<name>".
+class PipelineModule : public nn::Module {
+ public:
+  /// This rank's stage of `grid` (grid.get_stage_id() of grid.get_pipe_parallel_world_size() stages).
+  PipelineModule(std::vector<Layer> layers, const PipelineParallelGrid& grid, PipelineModuleOptions options = {});
+  /// Stage stage_id of num_stages, with no processes involved (a single process uses 1 and 0).
+  PipelineModule(std::vector<Layer> layers, int num_stages, int stage_id, PipelineModuleOptions options = {});
+
+  /// Runs this stage's layers (in chunks under autograd::checkpoint when activation checkpointing is on,
+  /// in training mode with grad enabled).
+  tensor_list forward(const tensor_list& inputs);
+  /// options().loss_fn on outputs and labels; throws when there is none.
+  Tensor compute_loss(const tensor_list& outputs, const tensor_list& labels) const;
+
+  int num_stages() const { return num_stages_; }        ///< stages in the pipeline
+  int stage_id() const { return stage_id_; }            ///< this module's stage
+  int num_layers() const { return static_cast<int>(layers_.size()); }  ///< layers of the whole model
+  const std::vector<int>& parts() const { return parts_; }  ///< S + 1 boundaries: stage s has [parts[s], parts[s+1])
+  int local_start() const { return parts_[stage_id_]; }     ///< first layer of this stage
+  int local_stop() const { return parts_[stage_id_ + 1]; }  ///< one past this stage's last layer
+  const PipelineModuleOptions& options() const { return options_; }  ///< as given
+
+  /// Every tie key of the whole model, sorted (the order groups are made in on every rank).
+  std::vector<std::string> tied_keys() const;
+  /// The stages holding an occurrence of `key`, ascending.
+  std::vector<int> tied_stages(const std::string& key) const;
+  /// This stage's tied parameters of `key` (its tied_weight_attrs, in order); empty when the stage has none.
+  std::vector<Tensor> tied_parameters(const std::string& key) const;
+
+  /// Writes one safetensors file per layer of this stage that has parameters, named by the global layer
+  /// index (ckpt_layer_path); a tied module goes in the file of its key's first layer.
+  void save_state_dict(const std::string& dir) const;
+  /// Loads this stage's layers from files save_state_dict wrote with any number of stages.
+  void load_state_dir(const std::string& dir, bool strict = true);
+  /// dir + "/layer_07-model_states.safetensors" for layer 7.
+  static std::string ckpt_layer_path(const std::string& dir, int layer_idx);
+
+ private:
+  std::vector<Layer> layers_;
+  PipelineModuleOptions options_;
+  int num_stages_ = 1, stage_id_ = 0;
+  std::vector<int> parts_;
+  std::vector<BuiltLayer> local_;  // local_[i] runs layer local_start() + i
+};
+
+}  // namespace strata::pipe

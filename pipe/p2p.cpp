@@ -1,0 +1,60 @@
+#include "strata/pipe/p2p.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <exception>
+
+#include "strata/tensor/error.h"
+
+namespace strata::pipe {
+
+namespace dist = strata::distributed;
+
+P2P::P2P(const PipelineParallelGrid& grid) : grid_(grid) {}
+
+int P2P::peer_rank(const char* op, int peer_stage) const {
+  const int stage = grid_.get_stage_id(), stages = grid_.get_pipe_parallel_world_size();
+  STRATA_CHECK(peer_stage >= 0 && peer_stage < stages, op, ": stage ", peer_stage, " is out of range for ", stages,
+               " stages");
+  STRATA_CHECK(peer_stage != stage, op, ": stage ", stage, " cannot talk to itself");
+  const bool adjacent = std::abs(peer_stage - stage) == 1;
+  const bool first_and_last = std::min(stage, peer_stage) == 0 && std::max(stage, peer_stage) == stages - 1;
+  STRATA_CHECK(adjacent || first_and_last, op, ": stage ", stage,
+               " may only talk to adjacent stages or between the first and the last stage, not to stage ", peer_stage,
+               " (", stages, " stages)");
+  return grid_.stage_to_global(peer_stage);
+}
+
+void P2P::send(const Tensor& tensor, int dest_stage, bool async_op) {
+  const int dst = peer_rank("P2P::send", dest_stage);
+  if (async_op) pending_.push_back(dist::isend(tensor, dst));
+  else dist::send(tensor, dst);
+}
+
+void P2P::recv(const Tensor& tensor, int src_stage, bool async_op) {
+  const int src = peer_rank("P2P::recv", src_stage);
+  if (async_op) pending_.push_back(dist::irecv(tensor, src));
+  else dist::recv(tensor, src);
+}
+
+void P2P::wait() {
+  // Every op is waited for even when one fails, so no request is left posted; the first error is rethrown.
+  std::exception_ptr first_error;
+  for (const auto& work : pending_) {
+    try {
+      work->wait();
+    } catch (...) {
+      if (!first_error) first_error = std::current_exception();
+    }
+  }
+  pending_.clear();
+  if (first_error) std::rethrow_exception(first_error);
+}
+
+void P2P::send_obj(const std::string& bytes, int dest_stage) {
+  dist::send_object(bytes, peer_rank("P2P::send_obj", dest_stage));
+}
+
+std::string P2P::recv_obj(int src_stage) { return dist::recv_object(peer_rank("P2P::recv_obj", src_stage)); }
+
+}  // namespace strata::pipe

@@ -1,0 +1,62 @@
+#pragma once
+// Stage-to-stage point-to-point transfers through a pipeline grid (DeepSpeed's pipe p2p layer).
+//
+//   pipe::PipelineParallelGrid grid(pipe::PipeDataParallelTopology(2, 2));
+//   pipe::P2P p2p(grid);
+//   if (grid.is_first_stage()) p2p.send(activation, /*dest_stage=*/1);
+//   else p2p.recv(activation, /*src_stage=*/0);              // the same shape and dtype as sent
+//   p2p.send(grad, 0, /*async_op=*/true); p2p.wait();          // async ops finish in wait()
+//   p2p.send_obj(std::vector<int64_t>{4, 8}, 1);               // small metadata
+//
+// Stages are pipeline stage ids; the peer is the rank of that stage with this rank's data (and model) index.
+// Only adjacent stages, or the first and the last stage, may talk; anything else is an error naming both.
+
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "strata/distributed/collectives.h"
+#include "strata/pipe/topology.h"
+
+namespace strata::pipe {
+
+/// Sends and receives between this rank's stage and another stage of its pipeline.
+class P2P {
+ public:
+  /// Transfers within `grid`, which must outlive this object.
+  explicit P2P(const PipelineParallelGrid& grid);
+
+  /// Sends `tensor` to dest_stage; with async_op it returns at once and wait() finishes it.
+  void send(const Tensor& tensor, int dest_stage, bool async_op = false);
+  /// Receives into `tensor` from src_stage; with async_op it returns at once and wait() finishes it.
+  void recv(const Tensor& tensor, int src_stage, bool async_op = false);
+  /// Finishes every outstanding async send and receive, in the order they were posted.
+  void wait();
+  /// Number of async ops not yet finished by wait().
+  size_t num_pending() const { return pending_.size(); }
+
+  /// Sends bytes to dest_stage (blocking); the receiver needs no size in advance.
+  void send_obj(const std::string& bytes, int dest_stage);
+  /// Receives the bytes src_stage sent with send_obj.
+  std::string recv_obj(int src_stage);
+  /// Sends a plain struct or a vector of them (a string literal goes as bytes, without its NUL).
+  template <distributed::Serializable T>
+    requires(!std::is_array_v<T>)
+  void send_obj(const T& obj, int dest_stage) {
+    send_obj(distributed::detail::to_bytes(obj), dest_stage);
+  }
+  /// Receives a struct or vector sent with send_obj.
+  template <distributed::Serializable T>
+  T recv_obj(int src_stage) {
+    return distributed::detail::from_bytes<T>(recv_obj(src_stage), "P2P::recv_obj");
+  }
+
+ private:
+  /// The global rank of `peer_stage`, after checking that this stage may talk to it.
+  int peer_rank(const char* op, int peer_stage) const;
+  const PipelineParallelGrid& grid_;
+  std::vector<std::shared_ptr<distributed::Work>> pending_;
+};
+
+}  // namespace strata::pipe

@@ -1,0 +1,193 @@
+#include "strata/pipe/schedule.h"
+
+#include <algorithm>
+#include <array>
+
+#include "strata/tensor/error.h"
+
+namespace strata::pipe {
+
+using Instr = PipeInstruction;
+
+std::string_view name(PipeInstruction::Kind kind) {
+  static constexpr std::array<std::string_view, 10> kNames = {
+      "LoadMicroBatch", "ForwardPass", "BackwardPass",    "SendActivation", "RecvActivation",
+      "SendGrad",       "RecvGrad",    "ReduceTiedGrads", "ReduceGrads",    "OptimizerStep"};
+  STRATA_CHECK(kind < kNames.size(), "PipeInstruction: invalid kind ", static_cast<int>(kind));
+  return kNames[kind];
+}
+
+std::ostream& operator<<(std::ostream& os, const PipeInstruction& instruction) {
+  os << name(instruction.kind) << '(';
+  if (instruction.has_buffer()) os << instruction.buffer_id;
+  return os << ')';
+}
+
+void PipeStep::push_back(PipeInstruction instruction) {
+  STRATA_CHECK(size_ < kCapacity, "PipeStep: more than ", kCapacity, " instructions in one step");
+  items_[size_++] = instruction;
+}
+
+bool PipeStep::operator==(const PipeStep& other) const {
+  return std::equal(begin(), end(), other.begin(), other.end());
+}
+
+std::ostream& operator<<(std::ostream& os, const PipeStep& step) {
+  for (int i = 0; i < step.size(); ++i) os << (i ? " " : "") << step[i];
+  return os;
+}
+
+PipeSchedule::PipeSchedule(int micro_batches, int stages, int stage_id)
+    : micro_batches_(micro_batches), stages_(stages), stage_id_(stage_id) {
+  STRATA_CHECK(micro_batches >= 1, "PipeSchedule: micro_batches must be at least 1, got ", micro_batches);
+  STRATA_CHECK(stages >= 1, "PipeSchedule: stages must be at least 1, got ", stages);
+  STRATA_CHECK(0 <= stage_id && stage_id < stages, "PipeSchedule: stage_id ", stage_id, " is out of range for ",
+               stages, " stages");
+}
+
+std::vector<PipeStep> PipeSchedule::steps() const {
+  std::vector<PipeStep> out;
+  out.reserve(num_steps());
+  for (int t = 0; t < num_steps(); ++t) out.push_back(step(t));
+  return out;
+}
+
+namespace {
+
+void check_step(const PipeSchedule& schedule, int step_id) {
+  STRATA_CHECK(0 <= step_id && step_id < schedule.num_steps(), schedule.name(), " schedule: step ", step_id,
+               " is out of range [0, ", schedule.num_steps(), ")");
+}
+
+void append_end_of_batch(PipeStep& step, bool reduce_tied_grads) {
+  if (reduce_tied_grads) step.push_back({Instr::ReduceTiedGrads});
+  step.push_back({Instr::ReduceGrads});
+  step.push_back({Instr::OptimizerStep});
+}
+
+// DeepSpeed's TrainSchedule._step_to_micro_batch: a stage alternates forward and backward steps, with
+// odd stages shifted by one step so that a send on one stage meets a receive on its neighbour.
+struct TrainSlot {
+  int micro_batch;
+  bool is_forward;
+};
+TrainSlot train_slot(int step_id, int stages, int stage_id) {
+  const bool even_step = step_id % 2 == 0, even_stage = stage_id % 2 == 0;
+  if (even_step && even_stage) return {step_id / 2 - stage_id / 2, true};
+  if (!even_step && !even_stage) return {(step_id - 1) / 2 - stage_id / 2, true};
+  if (even_step) return {step_id / 2 - stages + (stage_id + 1) / 2, false};
+  return {(step_id - 1) / 2 - stages + 1 + stage_id / 2, false};
+}
+
+}  // namespace
+
+int TrainSchedule::num_steps() const { return 2 * (micro_batches() + stages() - 1); }
+
+int TrainSchedule::num_pipe_buffers() const { return std::max(2, std::min(stages() - stage_id(), micro_batches())); }
+
+PipeStep TrainSchedule::step(int step_id) const {
+  check_step(*this, step_id);
+  const int s = stage_id();
+  const auto [micro_batch, is_forward] = train_slot(step_id, stages(), s);
+  const int prev_micro_batch = step_id == 0 ? -1 : train_slot(step_id - 1, stages(), s).micro_batch;
+  const bool valid = valid_micro_batch(micro_batch), prev_valid = valid_micro_batch(prev_micro_batch);
+  const int buffer = valid ? micro_batch % num_pipe_buffers() : -1;
+  const int prev_buffer = prev_valid ? prev_micro_batch % num_pipe_buffers() : -1;
+
+  PipeStep out;
+  // The previous step's result goes out in the same step as this one's input comes in.
+  if (is_forward) {
+    if (prev_valid && valid_stage(s - 1)) out.push_back({Instr::SendGrad, prev_buffer});
+    if (valid && valid_stage(s - 1)) out.push_back({Instr::RecvActivation, buffer});
+  } else {
+    if (valid && valid_stage(s + 1)) out.push_back({Instr::RecvGrad, buffer});
+    if (prev_valid && valid_stage(s + 1)) out.push_back({Instr::SendActivation, prev_buffer});
+  }
+  if ((is_first_stage() || is_last_stage()) && is_forward && valid) out.push_back({Instr::LoadMicroBatch, buffer});
+  if (valid) out.push_back({is_forward ? Instr::ForwardPass : Instr::BackwardPass, buffer});
+  if (step_id == num_steps() - 1) append_end_of_batch(out, /*reduce_tied_grads=*/true);
+  return out;
+}
+
+int InferenceSchedule::num_steps() const { return micro_batches() + stages() - 1; }
+
+PipeStep InferenceSchedule::step(int step_id) const {
+  check_step(*this, step_id);
+  const int s = stage_id(), micro_batch = step_id - s;
+  // Two buffers alternate, out of phase on neighbouring stages: one receives while the other sends.
+  const bool even_stage = s % 2 == 0;
+  const int recv_buffer = even_stage ? step_id % 2 : (step_id + 1) % 2;
+  const int send_buffer = even_stage ? (step_id + 1) % 2 : step_id % 2;
+  const bool send = valid_stage(s + 1) && valid_micro_batch(micro_batch - 1);
+  const bool recv = valid_stage(s - 1) && valid_micro_batch(micro_batch);
+
+  PipeStep out;
+  if ((is_first_stage() || is_last_stage()) && valid_micro_batch(micro_batch))
+    out.push_back({Instr::LoadMicroBatch, recv_buffer});
+  // Even stages send first and odd stages receive first, so every pair meets without deadlock.
+  if (even_stage) {
+    if (send) out.push_back({Instr::SendActivation, send_buffer});
+    if (recv) out.push_back({Instr::RecvActivation, recv_buffer});
+  } else {
+    if (recv) out.push_back({Instr::RecvActivation, recv_buffer});
+    if (send) out.push_back({Instr::SendActivation, send_buffer});
+  }
+  if (valid_micro_batch(micro_batch)) out.push_back({Instr::ForwardPass, recv_buffer});
+  return out;
+}
+
+PipeStep DataParallelSchedule::step(int step_id) const {
+  check_step(*this, step_id);
+  PipeStep out;
+  out.push_back({Instr::LoadMicroBatch, 0});
+  out.push_back({Instr::ForwardPass, 0});
+  out.push_back({Instr::BackwardPass, 0});
+  if (step_id == num_steps() - 1) append_end_of_batch(out, /*reduce_tied_grads=*/false);
+  return out;
+}
+
+int GPipeSchedule::num_steps() const { return 2 * (micro_batches() + stages() - 1); }
+
+PipeStep GPipeSchedule::step(int step_id) const {
+  check_step(*this, step_id);
+  const int s = stage_id(), half = num_steps() / 2;
+  PipeStep out;
+  if (step_id < half) {
+    // Forward of m at step m + s. A stage receives before it sends, so the chain of sends resolves
+    // from stage 0 (which receives nothing) towards the last stage.
+    const int m = step_id - s;
+    if (valid_stage(s - 1) && valid_micro_batch(m)) out.push_back({Instr::RecvActivation, m});
+    if (valid_stage(s + 1) && valid_micro_batch(m - 1)) out.push_back({Instr::SendActivation, m - 1});
+    if ((is_first_stage() || is_last_stage()) && valid_micro_batch(m)) out.push_back({Instr::LoadMicroBatch, m});
+    if (valid_micro_batch(m)) out.push_back({Instr::ForwardPass, m});
+  } else {
+    // Backward of m at step half + (M - 1 - m) + (S - 1 - s); the chain resolves from the last stage down.
+    const int m = 2 * half - 1 - s - step_id;
+    if (valid_stage(s + 1) && valid_micro_batch(m)) out.push_back({Instr::RecvGrad, m});
+    if (valid_stage(s - 1) && valid_micro_batch(m + 1)) out.push_back({Instr::SendGrad, m + 1});
+    if (valid_micro_batch(m)) out.push_back({Instr::BackwardPass, m});
+  }
+  if (step_id == num_steps() - 1) append_end_of_batch(out, /*reduce_tied_grads=*/true);
+  return out;
+}
+
+std::unique_ptr<PipeSchedule> make_schedule(std::string_view name, int micro_batches, int stages, int stage_id) {
+  if (name == "train") return std::make_unique<TrainSchedule>(micro_batches, stages, stage_id);
+  if (name == "inference") return std::make_unique<InferenceSchedule>(micro_batches, stages, stage_id);
+  if (name == "dataparallel") return std::make_unique<DataParallelSchedule>(micro_batches, stages, stage_id);
+  STRATA_CHECK(name == "gpipe", "make_schedule: unknown schedule \"", name,
+               "\"; expected train, inference, dataparallel or gpipe");
+  return std::make_unique<GPipeSchedule>(micro_batches, stages, stage_id);
+}
+
+std::ostream& operator<<(std::ostream& os, const PipeSchedule& schedule) {
+  for (int t = 0; t < schedule.num_steps(); ++t) {
+    const PipeStep step = schedule.step(t);
+    os << t << ':';
+    if (!step.empty()) os << ' ' << step;
+    os << '\n';
+  }
+  return os;
+}
+
+}  // namespace strata::pipe

@@ -1,0 +1,233 @@
+# The strata-pipe command, one group of cases per CTest test:
+#   cmake -DEXE=<strata-pipe> -DGROUP=<group> -DWORK_DIR=<scratch dir> [-DPYTHON=<python3>] -P cli.cmake
+# GROUP is schedule, partition, topology, validate, trace or usage. Each case checks the exit status and
+# either the exact stdout or the first line of stderr; every failing case is reported, then the script fails.
+
+foreach(var EXE GROUP WORK_DIR)
+  if(NOT DEFINED ${var})
+    message(FATAL_ERROR "cli.cmake: -D${var}=... is required")
+  endif()
+endforeach()
+set(failures "")
+
+# expect(<name> EXIT <status> [STDOUT <exact text>] [STDERR_FIRST_LINE <exact line>] [STDERR_HAS <text>]
+#        [STDERR_USAGE] ARGS <arg>...)
+# A case that exits non-zero must print nothing on stdout; STDERR_USAGE: the usage follows the message.
+function(expect name)
+  cmake_parse_arguments(PARSE_ARGV 1 case "STDERR_USAGE" "EXIT;STDOUT;STDERR_FIRST_LINE;STDERR_HAS" "ARGS")
+  execute_process(COMMAND ${EXE} ${case_ARGS} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err
+                  TIMEOUT 60)
+  set(why "")
+  if(NOT rc STREQUAL case_EXIT)
+    string(APPEND why "  exit status ${rc}, expected ${case_EXIT}\n")
+  endif()
+  if(DEFINED case_STDOUT AND NOT out STREQUAL case_STDOUT)
+    string(APPEND why "  stdout differs; expected:\n${case_STDOUT}")
+  elseif(NOT case_EXIT EQUAL 0 AND NOT out STREQUAL "")
+    string(APPEND why "  a failing run printed on stdout\n")
+  endif()
+  string(FIND "${err}" "\n" newline)
+  string(SUBSTRING "${err}" 0 ${newline} first_line)
+  if(DEFINED case_STDERR_FIRST_LINE AND NOT first_line STREQUAL case_STDERR_FIRST_LINE)
+    string(APPEND why "  stderr's first line is not '${case_STDERR_FIRST_LINE}'\n")
+  endif()
+  if(DEFINED case_STDERR_HAS)
+    string(FIND "${err}" "${case_STDERR_HAS}" at)
+    if(at EQUAL -1)
+      string(APPEND why "  stderr does not contain '${case_STDERR_HAS}'\n")
+    endif()
+  endif()
+  if(case_STDERR_USAGE AND NOT err MATCHES "\nusage: strata-pipe ")
+    string(APPEND why "  stderr does not end with the usage\n")
+  endif()
+  if(why)
+    list(JOIN case_ARGS " " command)
+    set(failures "${failures}${name}: strata-pipe ${command}\n${why}--- stdout ---\n${out}--- stderr ---\n${err}\n"
+        PARENT_SCOPE)
+  endif()
+endfunction()
+
+# A bad command line: exit status 2, the message, then the usage, all on stderr.
+function(expect_usage_error name message)
+  expect(${name} EXIT 2 STDERR_FIRST_LINE "strata-pipe: ${message}" STDERR_USAGE ARGS ${ARGN})
+  set(failures "${failures}" PARENT_SCOPE)
+endfunction()
+
+if(GROUP STREQUAL "schedule")
+  # 1F1B with S = 2, M = 4 (TrainSchedule in pipe/schedule.h): stage s forwards micro-batch m at step 2m + s and
+  # backwards it at step 2m + 3 - s; buffer m % 2; sends go out one step after the pass; the last step reduces and
+  # steps the optimizer.
+  expect(train_stage0 EXIT 0 ARGS schedule --schedule train --stages 2 --micro-batches 4 --stage 0 STDOUT [[
+0: LoadMicroBatch(0) ForwardPass(0)
+1: SendActivation(0)
+2: LoadMicroBatch(1) ForwardPass(1)
+3: RecvGrad(0) SendActivation(1) BackwardPass(0)
+4: LoadMicroBatch(0) ForwardPass(0)
+5: RecvGrad(1) SendActivation(0) BackwardPass(1)
+6: LoadMicroBatch(1) ForwardPass(1)
+7: RecvGrad(0) SendActivation(1) BackwardPass(0)
+8:
+9: RecvGrad(1) BackwardPass(1) ReduceTiedGrads() ReduceGrads() OptimizerStep()
+]])
+  expect(train_all_stages EXIT 0 ARGS schedule --schedule train --stages 2 --micro-batches 4 STDOUT [[
+stage 0
+0: LoadMicroBatch(0) ForwardPass(0)
+1: SendActivation(0)
+2: LoadMicroBatch(1) ForwardPass(1)
+3: RecvGrad(0) SendActivation(1) BackwardPass(0)
+4: LoadMicroBatch(0) ForwardPass(0)
+5: RecvGrad(1) SendActivation(0) BackwardPass(1)
+6: LoadMicroBatch(1) ForwardPass(1)
+7: RecvGrad(0) SendActivation(1) BackwardPass(0)
+8:
+9: RecvGrad(1) BackwardPass(1) ReduceTiedGrads() ReduceGrads() OptimizerStep()
+stage 1
+0:
+1: RecvActivation(0) LoadMicroBatch(0) ForwardPass(0)
+2: BackwardPass(0)
+3: SendGrad(0) RecvActivation(1) LoadMicroBatch(1) ForwardPass(1)
+4: BackwardPass(1)
+5: SendGrad(1) RecvActivation(0) LoadMicroBatch(0) ForwardPass(0)
+6: BackwardPass(0)
+7: SendGrad(0) RecvActivation(1) LoadMicroBatch(1) ForwardPass(1)
+8: BackwardPass(1)
+9: SendGrad(1) ReduceTiedGrads() ReduceGrads() OptimizerStep()
+]])
+  # Forward only, over two alternating buffers; stage 0 sends each micro-batch one step after its forward.
+  expect(inference EXIT 0 ARGS schedule --schedule inference --stages 2 --micro-batches 2 STDOUT [[
+stage 0
+0: LoadMicroBatch(0) ForwardPass(0)
+1: LoadMicroBatch(1) SendActivation(0) ForwardPass(1)
+2: SendActivation(1)
+stage 1
+0:
+1: LoadMicroBatch(0) RecvActivation(0) ForwardPass(0)
+2: LoadMicroBatch(1) RecvActivation(1) ForwardPass(1)
+]])
+  # Every stage loads, forwards and backwards each micro-batch; the last one ends the batch.
+  expect(dataparallel EXIT 0 ARGS schedule --schedule dataparallel --stages 1 --micro-batches 2 --stage 0
+    STDOUT [[
+0: LoadMicroBatch(0) ForwardPass(0) BackwardPass(0)
+1: LoadMicroBatch(0) ForwardPass(0) BackwardPass(0) ReduceGrads() OptimizerStep()
+]])
+  expect(stage_out_of_range EXIT 1 STDERR_HAS "strata-pipe: PipeSchedule: stage_id 2 is out of range for 2 stages"
+    ARGS schedule --schedule train --stages 2 --micro-batches 4 --stage 2)
+  expect(unknown_schedule EXIT 1 STDERR_HAS "strata-pipe: make_schedule: unknown schedule \"zigzag\""
+    ARGS schedule --schedule zigzag --stages 2 --micro-batches 4)
+
+elseif(GROUP STREQUAL "partition")
+  # The heaviest stage weighs 6, and no split does better.
+  expect(parameters EXIT 0 ARGS partition --method parameters --weights 5,1,1,1,4,4 --stages 3 STDOUT [[
+0 2 5 6
+6 6 4
+]])
+  # Layer counts: 10 layers into 4 stages, the larger stages first.
+  expect(uniform EXIT 0 ARGS partition --method uniform --weights 1,1,1,1,1,1,1,1,1,1 --stages 4 STDOUT [[
+0 3 6 8 10
+3 3 2 2
+]])
+  # Only the Linear layers count (the match ignores case): two of them per stage.
+  expect(type_regex EXIT 0 ARGS partition --method type:linear --weights 10,0,10,0,10,10
+    --names Linear,ReLU,Linear,ReLU,Linear,Linear --stages 2 STDOUT [[
+0 3 6
+2 2
+]])
+  expect_usage_error(type_without_names "--method type:Linear needs --names"
+    partition --method type:Linear --weights 1,2 --stages 2)
+  expect_usage_error(names_count "expected one --names entry per --weights entry, got 1 and 2"
+    partition --method type:Linear --weights 1,2 --names Linear --stages 2)
+  expect_usage_error(negative_weight "--weights must be at least 0, got -1"
+    partition --method parameters --weights 3,-1 --stages 2)
+  expect_usage_error(empty_weight "--weights has an empty entry: '3,,1'"
+    partition --method parameters --weights 3,,1 --stages 2)
+  expect(unknown_method EXIT 1 STDERR_HAS "strata-pipe: method_weights: unknown partition method 'layers'"
+    ARGS partition --method layers --weights 1,2 --stages 2)
+
+elseif(GROUP STREQUAL "topology")
+  expect(pipe_data EXIT 0 ARGS topology --axes pipe,data --dims 2,2 STDOUT [[
+rank 0: pipe=0 data=0
+rank 1: pipe=0 data=1
+rank 2: pipe=1 data=0
+rank 3: pipe=1 data=1
+]])
+  expect_usage_error(zero_dim "--dims must be at least 1, got 0" topology --axes pipe,data --dims 2,0)
+  expect(axes_dims_mismatch EXIT 1 STDERR_HAS "strata-pipe: ProcessTopology: 2 axes but 1 dims"
+    ARGS topology --axes pipe,data --dims 2)
+
+elseif(GROUP STREQUAL "validate")
+  # Bubble: (S - 1) / (M + S - 1) = 1 / 5.
+  execute_process(COMMAND ${EXE} validate --schedule train --stages 2 --micro-batches 4
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0 OR NOT out MATCHES "^schedule train[^\n]*steps 10[^0-9][^\n]*bubble[^\n0-9]*0\\.20*[^0-9]")
+    string(APPEND failures "validate train S=2 M=4: exit status ${rc}, expected 0 and a report with steps 10 and "
+                           "bubble fraction 0.2\n--- stdout ---\n${out}--- stderr ---\n${err}\n")
+  endif()
+  expect(unknown_schedule EXIT 1 STDERR_HAS "unknown schedule \"zigzag\""
+    ARGS validate --schedule zigzag --stages 2 --micro-batches 4)
+
+elseif(GROUP STREQUAL "trace")
+  file(REMOVE_RECURSE ${WORK_DIR})
+  file(MAKE_DIRECTORY ${WORK_DIR})
+  set(trace ${WORK_DIR}/train.json)
+  expect(trace EXIT 0 ARGS trace --schedule train --stages 2 --micro-batches 4 --out ${trace}
+    STDOUT "wrote the train schedule (2 stages, 4 micro-batches) to ${trace}\n")
+  if(NOT EXISTS ${trace})
+    string(APPEND failures "trace: ${trace} was not written\n")
+  elseif(PYTHON)
+    execute_process(COMMAND ${PYTHON} -c "import json,sys; json.load(open(sys.argv[1]))" ${trace}
+                    RESULT_VARIABLE rc ERROR_VARIABLE err)
+    if(NOT rc EQUAL 0)
+      string(APPEND failures "trace: ${trace} is not valid JSON:\n${err}\n")
+    endif()
+  else()
+    file(READ ${trace} head LIMIT 1)
+    if(NOT head STREQUAL "{")
+      string(APPEND failures "trace: ${trace} does not start with '{'\n")
+    endif()
+  endif()
+  expect(unwritable EXIT 1 STDERR_HAS "strata-pipe: cannot open ${WORK_DIR}/missing/train.json"
+    ARGS trace --schedule train --stages 2 --micro-batches 4 --out ${WORK_DIR}/missing/train.json)
+  # A rejected schedule leaves no file behind.
+  expect(unknown_schedule EXIT 1 STDERR_HAS "unknown schedule \"zigzag\""
+    ARGS trace --schedule zigzag --stages 2 --micro-batches 4 --out ${WORK_DIR}/zigzag.json)
+  if(EXISTS ${WORK_DIR}/zigzag.json)
+    string(APPEND failures "trace: a rejected schedule left ${WORK_DIR}/zigzag.json behind\n")
+  endif()
+
+elseif(GROUP STREQUAL "usage")
+  foreach(help help --help -h "schedule --stages 2 --help")
+    separate_arguments(args UNIX_COMMAND "${help}")
+    execute_process(COMMAND ${EXE} ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+    if(NOT rc EQUAL 0 OR NOT out MATCHES "^usage: strata-pipe " OR NOT err STREQUAL "")
+      string(APPEND failures "strata-pipe ${help}: exit status ${rc}, expected 0 and the usage on stdout only:\n"
+                             "--- stdout ---\n${out}--- stderr ---\n${err}\n")
+    endif()
+  endforeach()
+  expect_usage_error(no_command "no command given")
+  expect_usage_error(unknown_command "unknown command 'plan'" plan --stages 2)
+  expect_usage_error(unknown_option "schedule has no option --out" schedule --schedule train --stages 2 --out x)
+  expect_usage_error(missing_value "--micro-batches needs a value"
+    schedule --schedule train --stages 2 --micro-batches)
+  expect_usage_error(option_as_value "--stages needs a value" schedule --schedule train --stages --micro-batches 4)
+  expect_usage_error(missing_option "missing --micro-batches" schedule --schedule train --stages 2)
+  expect_usage_error(zero_stages "--stages must be at least 1, got 0"
+    schedule --schedule train --stages 0 --micro-batches 4)
+  expect_usage_error(not_a_number "--stages expects an integer, got 'x'"
+    schedule --schedule train --stages x --micro-batches 4)
+  expect_usage_error(trailing_junk "--micro-batches expects an integer, got '4x'"
+    validate --schedule train --stages 2 --micro-batches 4x)
+  expect_usage_error(too_large "--stages is out of range: '99999999999'"
+    validate --schedule train --stages 99999999999 --micro-batches 4)
+  expect_usage_error(negative_stage "--stage must be at least 0, got -1"
+    schedule --schedule train --stages 2 --micro-batches 4 --stage -1)
+  expect_usage_error(twice "--stages is given twice"
+    schedule --schedule train --stages 2 --stages 3 --micro-batches 4)
+  expect_usage_error(positional "unexpected argument 'extra'" topology --axes pipe --dims 2 extra)
+
+else()
+  message(FATAL_ERROR "cli.cmake: unknown GROUP '${GROUP}'")
+endif()
+
+if(failures)
+  message(FATAL_ERROR "strata-pipe ${GROUP}:\n${failures}")
+endif()

@@ -1,0 +1,568 @@
+// Pipeline schedules against listings worked out by hand from DeepSpeed's rules, their timing properties
+// for every small shape, and the validator on every schedule and on hand-broken ones.
+
+#include <algorithm>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "strata/pipe/schedule.h"
+#include "../helpers.h"
+
+namespace strata::pipe {
+namespace {
+
+using Instr = PipeInstruction;
+
+std::string listing(std::string_view name, int micro_batches, int stages, int stage_id) {
+  std::ostringstream os;
+  os << *make_schedule(name, micro_batches, stages, stage_id);
+  return os.str();
+}
+
+std::string text(const auto& printable) {
+  std::ostringstream os;
+  os << printable;
+  return os.str();
+}
+
+PipeStep make_step(std::initializer_list<Instr> instructions) {
+  PipeStep step;
+  for (const Instr& in : instructions) step.push_back(in);
+  return step;
+}
+
+// ---- listings ---------------------------------------------------------------------------------
+
+TEST(PipeSchedule, PrintsInstructionsAndSteps) {
+  EXPECT_EQ(text(Instr{Instr::RecvGrad, 0}), "RecvGrad(0)");
+  EXPECT_EQ(text(Instr{Instr::OptimizerStep}), "OptimizerStep()");
+  EXPECT_EQ(text(make_step({{Instr::RecvGrad, 0}, {Instr::SendActivation, 2}, {Instr::BackwardPass, 0}})),
+            "RecvGrad(0) SendActivation(2) BackwardPass(0)");
+  EXPECT_EQ(text(PipeStep{}), "");
+  EXPECT_EQ(name(Instr::ReduceTiedGrads), "ReduceTiedGrads");
+  EXPECT_TRUE(Instr{Instr::LoadMicroBatch}.has_buffer());
+  EXPECT_FALSE(Instr{Instr::ReduceGrads}.has_buffer());
+}
+
+TEST(PipeScheduleTrain, GoldenFourMicroBatchesTwoStages) {
+  EXPECT_EQ(listing("train", 4, 2, 0),
+            "0: LoadMicroBatch(0) ForwardPass(0)\n"
+            "1: SendActivation(0)\n"
+            "2: LoadMicroBatch(1) ForwardPass(1)\n"
+            "3: RecvGrad(0) SendActivation(1) BackwardPass(0)\n"
+            "4: LoadMicroBatch(0) ForwardPass(0)\n"
+            "5: RecvGrad(1) SendActivation(0) BackwardPass(1)\n"
+            "6: LoadMicroBatch(1) ForwardPass(1)\n"
+            "7: RecvGrad(0) SendActivation(1) BackwardPass(0)\n"
+            "8:\n"
+            "9: RecvGrad(1) BackwardPass(1) ReduceTiedGrads() ReduceGrads() OptimizerStep()\n");
+  EXPECT_EQ(listing("train", 4, 2, 1),
+            "0:\n"
+            "1: RecvActivation(0) LoadMicroBatch(0) ForwardPass(0)\n"
+            "2: BackwardPass(0)\n"
+            "3: SendGrad(0) RecvActivation(1) LoadMicroBatch(1) ForwardPass(1)\n"
+            "4: BackwardPass(1)\n"
+            "5: SendGrad(1) RecvActivation(0) LoadMicroBatch(0) ForwardPass(0)\n"
+            "6: BackwardPass(0)\n"
+            "7: SendGrad(0) RecvActivation(1) LoadMicroBatch(1) ForwardPass(1)\n"
+            "8: BackwardPass(1)\n"
+            "9: SendGrad(1) ReduceTiedGrads() ReduceGrads() OptimizerStep()\n");
+}
+
+TEST(PipeScheduleTrain, GoldenTwoMicroBatchesThreeStages) {
+  EXPECT_EQ(listing("train", 2, 3, 0),
+            "0: LoadMicroBatch(0) ForwardPass(0)\n"
+            "1: SendActivation(0)\n"
+            "2: LoadMicroBatch(1) ForwardPass(1)\n"
+            "3: SendActivation(1)\n"
+            "4:\n"
+            "5: RecvGrad(0) BackwardPass(0)\n"
+            "6:\n"
+            "7: RecvGrad(1) BackwardPass(1) ReduceTiedGrads() ReduceGrads() OptimizerStep()\n");
+  EXPECT_EQ(listing("train", 2, 3, 1),
+            "0:\n"
+            "1: RecvActivation(0) ForwardPass(0)\n"
+            "2: SendActivation(0)\n"
+            "3: RecvActivation(1) ForwardPass(1)\n"
+            "4: RecvGrad(0) SendActivation(1) BackwardPass(0)\n"
+            "5: SendGrad(0)\n"
+            "6: RecvGrad(1) BackwardPass(1)\n"
+            "7: SendGrad(1) ReduceTiedGrads() ReduceGrads() OptimizerStep()\n");
+  EXPECT_EQ(listing("train", 2, 3, 2),
+            "0:\n"
+            "1:\n"
+            "2: RecvActivation(0) LoadMicroBatch(0) ForwardPass(0)\n"
+            "3: BackwardPass(0)\n"
+            "4: SendGrad(0) RecvActivation(1) LoadMicroBatch(1) ForwardPass(1)\n"
+            "5: BackwardPass(1)\n"
+            "6: SendGrad(1)\n"
+            "7: ReduceTiedGrads() ReduceGrads() OptimizerStep()\n");
+}
+
+TEST(PipeScheduleTrain, GoldenSingleStage) {
+  EXPECT_EQ(listing("train", 1, 1, 0),
+            "0: LoadMicroBatch(0) ForwardPass(0)\n"
+            "1: BackwardPass(0) ReduceTiedGrads() ReduceGrads() OptimizerStep()\n");
+  EXPECT_EQ(TrainSchedule(1, 1, 0).num_pipe_buffers(), 2);
+}
+
+TEST(PipeScheduleInference, GoldenTwoMicroBatchesThreeStages) {
+  EXPECT_EQ(listing("inference", 2, 3, 0),
+            "0: LoadMicroBatch(0) ForwardPass(0)\n"
+            "1: LoadMicroBatch(1) SendActivation(0) ForwardPass(1)\n"
+            "2: SendActivation(1)\n"
+            "3:\n");
+  EXPECT_EQ(listing("inference", 2, 3, 1),
+            "0:\n"
+            "1: RecvActivation(0) ForwardPass(0)\n"
+            "2: RecvActivation(1) SendActivation(0) ForwardPass(1)\n"
+            "3: SendActivation(1)\n");
+  EXPECT_EQ(listing("inference", 2, 3, 2),
+            "0:\n"
+            "1:\n"
+            "2: LoadMicroBatch(0) RecvActivation(0) ForwardPass(0)\n"
+            "3: LoadMicroBatch(1) RecvActivation(1) ForwardPass(1)\n");
+  const InferenceSchedule sched(2, 3, 1);
+  EXPECT_FALSE(sched.is_training());
+  EXPECT_EQ(sched.num_pipe_buffers(), 2);
+}
+
+TEST(PipeScheduleDataParallel, GoldenEveryStageRunsTheWholeBatch) {
+  const std::string expected =
+      "0: LoadMicroBatch(0) ForwardPass(0) BackwardPass(0)\n"
+      "1: LoadMicroBatch(0) ForwardPass(0) BackwardPass(0) ReduceGrads() OptimizerStep()\n";
+  EXPECT_EQ(listing("dataparallel", 2, 2, 0), expected);
+  EXPECT_EQ(listing("dataparallel", 2, 2, 1), expected);
+  EXPECT_FALSE(DataParallelSchedule(2, 2, 1).is_pipelined());
+}
+
+TEST(PipeScheduleGPipe, GoldenTwoMicroBatchesThreeStages) {
+  EXPECT_EQ(listing("gpipe", 2, 3, 0),
+            "0: LoadMicroBatch(0) ForwardPass(0)\n"
+            "1: SendActivation(0) LoadMicroBatch(1) ForwardPass(1)\n"
+            "2: SendActivation(1)\n"
+            "3:\n"
+            "4:\n"
+            "5:\n"
+            "6: RecvGrad(1) BackwardPass(1)\n"
+            "7: RecvGrad(0) BackwardPass(0) ReduceTiedGrads() ReduceGrads() OptimizerStep()\n");
+  EXPECT_EQ(listing("gpipe", 2, 3, 1),
+            "0:\n"
+            "1: RecvActivation(0) ForwardPass(0)\n"
+            "2: RecvActivation(1) SendActivation(0) ForwardPass(1)\n"
+            "3: SendActivation(1)\n"
+            "4:\n"
+            "5: RecvGrad(1) BackwardPass(1)\n"
+            "6: RecvGrad(0) SendGrad(1) BackwardPass(0)\n"
+            "7: SendGrad(0) ReduceTiedGrads() ReduceGrads() OptimizerStep()\n");
+  EXPECT_EQ(listing("gpipe", 2, 3, 2),
+            "0:\n"
+            "1:\n"
+            "2: RecvActivation(0) LoadMicroBatch(0) ForwardPass(0)\n"
+            "3: RecvActivation(1) LoadMicroBatch(1) ForwardPass(1)\n"
+            "4: BackwardPass(1)\n"
+            "5: SendGrad(1) BackwardPass(0)\n"
+            "6: SendGrad(0)\n"
+            "7: ReduceTiedGrads() ReduceGrads() OptimizerStep()\n");
+}
+
+// ---- properties over every small shape --------------------------------------------------------
+
+// Checks that stage s forwards micro-batch m exactly at forward_step(m) and backwards it exactly at
+// backward_step(m), in buffer buffer_of(m), and nowhere else.
+void expect_compute_timing(const PipeSchedule& sched, auto forward_step, auto backward_step, auto buffer_of) {
+  const int M = sched.micro_batches();
+  std::vector<int> forward_at(sched.num_steps(), -1), backward_at(sched.num_steps(), -1);
+  for (int m = 0; m < M; ++m) {
+    forward_at.at(forward_step(m)) = m;
+    backward_at.at(backward_step(m)) = m;
+  }
+  for (int t = 0; t < sched.num_steps(); ++t) {
+    int forwards = 0, backwards = 0;
+    for (const Instr& in : sched.step(t)) {
+      if (in.kind == Instr::ForwardPass) {
+        ++forwards;
+        EXPECT_EQ(in.buffer_id, buffer_of(forward_at[t])) << "step " << t;
+      }
+      if (in.kind == Instr::BackwardPass) {
+        ++backwards;
+        EXPECT_EQ(in.buffer_id, buffer_of(backward_at[t])) << "step " << t;
+      }
+    }
+    ASSERT_EQ(forwards, forward_at[t] >= 0) << sched.name() << " M " << M << " S " << sched.stages() << " stage "
+                                            << sched.stage_id() << " step " << t;
+    ASSERT_EQ(backwards, backward_at[t] >= 0) << sched.name() << " M " << M << " S " << sched.stages()
+                                              << " stage " << sched.stage_id() << " step " << t;
+  }
+}
+
+TEST(PipeScheduleTrain, ForwardAndBackwardStepsForEveryShape) {
+  for (int S = 1; S <= 16; ++S)
+    for (int M = 1; M <= 64; ++M)
+      for (int s = 0; s < S; ++s) {
+        const TrainSchedule sched(M, S, s);
+        ASSERT_EQ(sched.num_steps(), 2 * (M + S - 1));
+        const int buffers = std::max(2, std::min(S - s, M));
+        ASSERT_EQ(sched.num_pipe_buffers(), buffers);
+        expect_compute_timing(
+            sched, [&](int m) { return 2 * m + s; }, [&](int m) { return 2 * m + 2 * S - 1 - s; },
+            [&](int m) { return m % buffers; });
+      }
+}
+
+TEST(PipeScheduleGPipe, ForwardAndBackwardStepsForEveryShape) {
+  for (int S = 1; S <= 16; ++S)
+    for (int M = 1; M <= 64; ++M)
+      for (int s = 0; s < S; ++s) {
+        const GPipeSchedule sched(M, S, s);
+        ASSERT_EQ(sched.num_steps(), 2 * (M + S - 1));
+        ASSERT_EQ(sched.num_pipe_buffers(), M);
+        expect_compute_timing(
+            sched, [&](int m) { return m + s; }, [&](int m) { return (M + S - 1) + (M - 1 - m) + (S - 1 - s); },
+            [](int m) { return m; });
+      }
+}
+
+TEST(PipeScheduleTrain, StepsAreComputedIndependently) {
+  const TrainSchedule sched(5, 3, 1);
+  const std::vector<PipeStep> forward = sched.steps();
+  for (int t = sched.num_steps() - 1; t >= 0; --t) EXPECT_EQ(sched.step(t), forward[t]) << "step " << t;
+}
+
+// ---- the validator on every schedule ----------------------------------------------------------
+
+TEST(ScheduleValidator, EveryScheduleForEveryShape) {
+  for (const char* name : {"train", "inference", "dataparallel", "gpipe"})
+    for (int S = 1; S <= 16; ++S)
+      for (int M = 1; M <= 64; ++M) {
+        const std::string where = std::string(name) + " M " + std::to_string(M) + " S " + std::to_string(S);
+        ScheduleReport report;
+        try {
+          report = validate_schedule(name, M, S);
+        } catch (const Error& e) {
+          FAIL() << where << ": " << e.what();
+        }
+        const std::string_view kind = name;
+        ASSERT_EQ(report.schedule, kind);
+        ASSERT_EQ(report.micro_batches, M);
+        ASSERT_EQ(report.stages, S);
+        ASSERT_EQ(report.steps, kind == "dataparallel" ? M : kind == "inference" ? M + S - 1 : 2 * (M + S - 1));
+        ASSERT_NEAR(report.bubble_fraction, kind == "dataparallel" ? 0.0 : (S - 1.0) / (M + S - 1), 1e-12) << where;
+        ASSERT_EQ(report.per_stage.size(), static_cast<size_t>(S));
+        for (int s = 0; s < S; ++s) {
+          const StageReport& stage = report.per_stage[s];
+          ASSERT_EQ(stage.compute_steps, kind == "train" || kind == "gpipe" ? 2 * M : M) << where;
+          ASSERT_EQ(stage.num_pipe_buffers, make_schedule(name, M, S, s)->num_pipe_buffers());
+          ASSERT_LE(stage.peak_live_buffers, stage.num_pipe_buffers) << where << " stage " << s;
+          // 1F1B keeps S - s micro-batches in flight on stage s, GPipe all of them, the others one or two.
+          const int peak = kind == "train" ? std::min(S - s, M) : kind == "gpipe" ? M : -1;
+          if (peak > 0) {
+            ASSERT_EQ(stage.peak_live_buffers, peak) << where << " stage " << s;
+          } else {
+            ASSERT_GE(stage.peak_live_buffers, 1) << where << " stage " << s;
+          }
+        }
+      }
+}
+
+TEST(ScheduleValidator, MicroBatchIdsTravelWithTheMessages) {
+  for (int S = 1; S <= 6; ++S)
+    for (int M = 1; M <= 12; ++M) {
+      int forwards = 0, backwards = 0, receives = 0;
+      validate_schedule("train", M, S, [&](const TraceEvent& e) {
+        const Instr::Kind kind = e.instruction.kind;
+        forwards += kind == Instr::ForwardPass;
+        backwards += kind == Instr::BackwardPass;
+        receives += kind == Instr::RecvActivation;
+        if (kind == Instr::ForwardPass || kind == Instr::RecvActivation) {
+          EXPECT_EQ(e.step, 2 * e.micro_batch + e.stage);
+        } else if (kind == Instr::BackwardPass) {
+          EXPECT_EQ(e.step, 2 * e.micro_batch + 2 * S - 1 - e.stage);
+        }
+        if (e.instruction.has_buffer()) {
+          EXPECT_EQ(e.instruction.buffer_id, e.micro_batch % std::max(2, std::min(S - e.stage, M)));
+        } else {
+          EXPECT_EQ(e.micro_batch, -1);
+        }
+      });
+      EXPECT_EQ(forwards, M * S);
+      EXPECT_EQ(backwards, M * S);
+      EXPECT_EQ(receives, M * (S - 1));
+    }
+}
+
+TEST(ScheduleValidator, ReportText) {
+  EXPECT_EQ(text(validate_schedule("train", 8, 4)),
+            "schedule train  stages 4  micro-batches 8  steps 22  bubble 0.2727\n"
+            "stage 0: compute 16 steps, peak live buffers 4 of 4\n"
+            "stage 1: compute 16 steps, peak live buffers 3 of 3\n"
+            "stage 2: compute 16 steps, peak live buffers 2 of 2\n"
+            "stage 3: compute 16 steps, peak live buffers 1 of 2\n");
+}
+
+// ---- the validator on hand-broken schedules ----------------------------------------------------
+
+// A schedule whose steps pass through `edit` (stage id, step id, the original step) and that may declare
+// another number of buffers.
+using Edit = std::function<PipeStep(int stage_id, int step_id, PipeStep step)>;
+template <class Base>
+class Edited : public Base {
+ public:
+  Edited(int micro_batches, int stages, int stage_id, Edit edit, int buffers)
+      : Base(micro_batches, stages, stage_id), edit_(std::move(edit)), buffers_(buffers) {}
+  PipeStep step(int step_id) const override { return edit_(this->stage_id(), step_id, Base::step(step_id)); }
+  int num_pipe_buffers() const override { return buffers_ >= 0 ? buffers_ : Base::num_pipe_buffers(); }
+
+ private:
+  Edit edit_;
+  int buffers_;
+};
+
+// Validates the edited schedule; buffers(s) < 0 keeps stage s's own number of buffers.
+template <class Base = TrainSchedule>
+ScheduleReport validate_edited(int micro_batches, int stages, const Edit& edit,
+                               std::function<int(int stage_id)> buffers = [](int) { return -1; }) {
+  return validate_schedule(
+      [&](int s) { return std::make_unique<Edited<Base>>(micro_batches, stages, s, edit, buffers(s)); }, stages);
+}
+
+// Replaces step `step_id` of stage `stage_id` and leaves every other step as it is.
+Edit replace(int stage_id, int step_id, PipeStep with) {
+  return [=](int s, int t, PipeStep step) { return s == stage_id && t == step_id ? with : step; };
+}
+
+Edit unedited() {
+  return [](int, int, PipeStep step) { return step; };
+}
+
+TEST(ScheduleValidator, UneditedScheduleValidates) {
+  EXPECT_EQ(validate_edited(4, 2, unedited()).steps, 10);
+}
+
+TEST(ScheduleValidator, BothStagesSendingFirstDeadlocks) {
+  // Stage 1's step 3 is SendGrad(0) RecvActivation(1) ...; stage 0 now also sends before it receives.
+  EXPECT_THROW_MSG(
+      validate_edited(4, 2, replace(0, 3, make_step({{Instr::SendActivation, 1}, {Instr::RecvGrad, 0},
+                                                     {Instr::BackwardPass, 0}}))),
+      "validate_schedule: train schedule deadlocks at step 3: stage 0 waits in SendActivation(1) for stage 1; "
+      "stage 1 waits in SendGrad(0) for stage 0");
+}
+
+TEST(ScheduleValidator, MissingBackward) {
+  EXPECT_THROW_MSG(validate_edited(2, 1, replace(0, 1, PipeStep{})),
+                   "validate_schedule: train schedule, stage 0, step 3, ReduceTiedGrads(): comes before every "
+                   "micro-batch is backwarded (1 of 2)");
+  // On the last of two stages, the grad of the micro-batch that was never backwarded cannot be sent.
+  EXPECT_THROW_MSG(validate_edited(4, 2, replace(1, 2, PipeStep{})),
+                   "validate_schedule: train schedule, stage 1, step 3, SendGrad(0) (micro-batch 0): micro-batch 0 "
+                   "is not backwarded yet");
+}
+
+TEST(ScheduleValidator, BufferOverwrittenWhileNeeded) {
+  // With one buffer, stage 0 loads micro-batch 1 over micro-batch 0 before backwarding it.
+  EXPECT_THROW_MSG(
+      validate_edited(4, 2, unedited(), [](int s) { return s == 0 ? 1 : -1; }),
+      "validate_schedule: train schedule, stage 0, step 2, LoadMicroBatch(0) (micro-batch 1): overwrites "
+      "micro-batch 0, which is not yet backwarded");
+  // One buffer is enough for the last stage, but only because it sends a grad before receiving the next
+  // activation: swapped (on both sides, so the pair still meets), the receive overwrites the unsent grad.
+  const auto swapped = [](int s, int t, PipeStep step) {
+    if (t != 3) return step;
+    return s == 0 ? make_step({{Instr::SendActivation, 1}, {Instr::RecvGrad, 0}, {Instr::BackwardPass, 0}})
+                  : make_step({{Instr::RecvActivation, 0}, {Instr::SendGrad, 0}, {Instr::LoadMicroBatch, 0},
+                               {Instr::ForwardPass, 0}});
+  };
+  const auto one_on_last = [](int s) { return s == 1 ? 1 : -1; };
+  EXPECT_EQ(validate_edited(4, 2, unedited(), one_on_last).per_stage[1].num_pipe_buffers, 1);
+  EXPECT_THROW_MSG(validate_edited(4, 2, swapped, one_on_last),
+                   "validate_schedule: train schedule, stage 1, step 3, RecvActivation(0) (micro-batch 1): "
+                   "overwrites micro-batch 0, which is backwarded but its grad is not yet sent");
+}
+
+TEST(ScheduleValidator, SendOfUnforwardedBuffer) {
+  EXPECT_THROW_MSG(validate_edited(4, 2, replace(0, 0, make_step({{Instr::LoadMicroBatch, 0}}))),
+                   "validate_schedule: train schedule, stage 0, step 1, SendActivation(0) (micro-batch 0): "
+                   "micro-batch 0 is not forwarded yet");
+  EXPECT_THROW_MSG(validate_edited(4, 2, replace(0, 1, make_step({{Instr::SendActivation, 1}}))),
+                   "validate_schedule: train schedule, stage 0, step 1, SendActivation(1): buffer 1 holds no "
+                   "micro-batch");
+}
+
+TEST(ScheduleValidator, OptimizerStepOutOfPlace) {
+  // Stage 0 of M = 2, S = 2 ends with RecvGrad(1) BackwardPass(1) ReduceTiedGrads() ReduceGrads() OptimizerStep().
+  const auto last_step = [](std::initializer_list<Instr> instructions) {
+    return replace(0, 5, make_step(instructions));
+  };
+  EXPECT_THROW_MSG(
+      validate_edited(2, 2, last_step({{Instr::RecvGrad, 1}, {Instr::OptimizerStep}, {Instr::BackwardPass, 1},
+                                       {Instr::ReduceTiedGrads}, {Instr::ReduceGrads}})),
+      "validate_schedule: train schedule, stage 0, step 5, OptimizerStep(): comes before every micro-batch is "
+      "backwarded (1 of 2)");
+  EXPECT_THROW_MSG(
+      validate_edited(2, 2, last_step({{Instr::RecvGrad, 1}, {Instr::BackwardPass, 1}, {Instr::OptimizerStep},
+                                       {Instr::ReduceGrads}})),
+      "stage 0, step 5, OptimizerStep(): comes before ReduceGrads");
+  EXPECT_THROW_MSG(
+      validate_edited(2, 2, last_step({{Instr::RecvGrad, 1}, {Instr::BackwardPass, 1}, {Instr::ReduceGrads},
+                                       {Instr::OptimizerStep}, {Instr::OptimizerStep}})),
+      "stage 0, step 5, OptimizerStep(): comes after the optimizer step");
+  EXPECT_THROW_MSG(validate_edited(2, 2, last_step({{Instr::RecvGrad, 1}, {Instr::BackwardPass, 1}})),
+                   "validate_schedule: train schedule, stage 0 never runs OptimizerStep");
+}
+
+TEST(ScheduleValidator, EveryOtherViolationIsNamed) {
+  // Edits of train M = 4, S = 2 (listed in GoldenFourMicroBatchesTwoStages) unless the case says otherwise.
+  const auto train = [](Edit edit) { return [edit] { validate_edited(4, 2, edit); }; };
+  const auto step = [](std::initializer_list<Instr> instructions) { return make_step(instructions); };
+  const Instr load0{Instr::LoadMicroBatch, 0}, load1{Instr::LoadMicroBatch, 1}, forward0{Instr::ForwardPass, 0},
+      backward0{Instr::BackwardPass, 0}, recv0{Instr::RecvActivation, 0}, send0{Instr::SendActivation, 0};
+  const Instr tied{Instr::ReduceTiedGrads}, reduce{Instr::ReduceGrads}, optimizer_step{Instr::OptimizerStep};
+  const std::vector<std::pair<std::function<void()>, std::string>> cases = {
+      {train(replace(0, 0, step({{Instr::LoadMicroBatch, 2}}))),
+       "stage 0, step 0, LoadMicroBatch(2): buffer 2 is out of range for 2 pipe buffers"},
+      {[] { validate_edited(4, 2, unedited(), [](int) { return 0; }); },
+       "validate_schedule: stage 0 declares 0 pipe buffers"},
+      // Loads.
+      {[&] { validate_edited(2, 3, replace(1, 1, step({recv0, load0, forward0}))); },
+       "stage 1, step 1, LoadMicroBatch(0): only the first and the last stage load micro-batches"},
+      {[&] { validate_edited(1, 1, replace(0, 0, step({load0, load1, forward0}))); },
+       "stage 0, step 0, LoadMicroBatch(1) (micro-batch 1): the batch has only 1 micro-batches"},
+      {train(replace(1, 1, step({recv0, load0, load0, forward0}))),
+       "stage 1, step 1, LoadMicroBatch(0) (micro-batch 1): overwrites the labels of micro-batch 0, not yet used by "
+       "a forward pass"},
+      // Forward passes.
+      {train(replace(1, 1, step({recv0, forward0}))),
+       "stage 1, step 1, ForwardPass(0) (micro-batch 0): no labels loaded for the loss"},
+      {train(replace(1, 1, step({load1, recv0, load0, forward0}))),
+       "stage 1, step 1, ForwardPass(0) (micro-batch 0): the buffer holds the labels of micro-batch 1"},
+      {train(replace(1, 2, step({forward0}))),
+       "stage 1, step 2, ForwardPass(0) (micro-batch 0): micro-batch 0 was already forwarded"},
+      // Backward passes.
+      {[&] { validate_edited(1, 1, replace(0, 0, step({load0, backward0}))); },
+       "stage 0, step 0, BackwardPass(0) (micro-batch 0): micro-batch 0 is not forwarded yet"},
+      {[&] { validate_edited(1, 1, replace(0, 1, step({backward0, backward0, tied, reduce, optimizer_step}))); },
+       "stage 0, step 1, BackwardPass(0) (micro-batch 0): micro-batch 0 was already backwarded"},
+      {train(replace(0, 3, step({backward0, {Instr::RecvGrad, 0}, {Instr::SendActivation, 1}}))),
+       "stage 0, step 3, BackwardPass(0) (micro-batch 0): the grad of micro-batch 0 was not received"},
+      {[] { validate_edited(2, 1, replace(0, 3, PipeStep{})); },
+       "validate_schedule: train schedule, stage 0 backwarded 1 of 2 micro-batches"},
+      // Point-to-point.
+      {train(replace(1, 0, step({send0}))), "stage 1, step 0, SendActivation(0): stage 1 has no next stage"},
+      {train(replace(0, 3, step({{Instr::RecvGrad, 0}, send0, backward0}))),
+       "stage 0, step 3, SendActivation(0) (micro-batch 0): the output of micro-batch 0 was already sent"},
+      {train(replace(1, 5, step({{Instr::SendGrad, 0}, recv0, load0, forward0}))),
+       "stage 1, step 5, SendGrad(0) (micro-batch 0): the grad of micro-batch 0 was already sent"},
+      {train(replace(0, 3, step({{Instr::RecvGrad, 1}, {Instr::SendActivation, 1}, backward0}))),
+       "stage 0, step 3, RecvGrad(1) (micro-batch 0): buffer 1 holds micro-batch 1"},
+      // Schedules that do not train, or whose stages are replicas.
+      {[&] {
+         validate_edited<InferenceSchedule>(2, 2, replace(1, 1, step({load0, recv0, forward0, {Instr::SendGrad, 0}})));
+       },
+       "inference schedule, stage 1, step 1, SendGrad(0): gradients in a schedule that does not train"},
+      {[&] { validate_edited<InferenceSchedule>(2, 2, replace(0, 0, step({load0, forward0, backward0}))); },
+       "inference schedule, stage 0, step 0, BackwardPass(0) (micro-batch 0): a backward pass in a schedule that "
+       "does not train"},
+      {[&] { validate_edited<InferenceSchedule>(2, 2, replace(0, 0, step({load0, forward0, reduce}))); },
+       "inference schedule, stage 0, step 0, ReduceGrads(): end-of-batch instruction in a schedule that does not "
+       "train"},
+      {[&] {
+         validate_edited<DataParallelSchedule>(
+             1, 2, replace(0, 0, step({load0, forward0, send0, backward0, reduce, optimizer_step})));
+       },
+       "dataparallel schedule, stage 0, step 0, SendActivation(0): the stages of a dataparallel schedule are "
+       "replicas and exchange nothing"},
+      // Nothing else goes wrong, but stage 0 never forwards its micro-batch.
+      {[&] {
+         validate_edited(1, 1, [&](int, int t, PipeStep) { return t == 0 ? step({load0}) : PipeStep{}; });
+       },
+       "validate_schedule: train schedule, stage 0 forwarded 0 of 1 micro-batches"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE("case " + std::to_string(i));
+    EXPECT_THROW_MSG(cases[i].first(), cases[i].second);
+  }
+}
+
+// ---- bad arguments ----------------------------------------------------------------------------
+
+TEST(PipeSchedule, BadArguments) {
+  EXPECT_THROW_MSG(make_schedule("train", 0, 2, 0), "PipeSchedule: micro_batches must be at least 1, got 0");
+  EXPECT_THROW_MSG(make_schedule("gpipe", 4, 0, 0), "PipeSchedule: stages must be at least 1, got 0");
+  EXPECT_THROW_MSG(make_schedule("inference", 4, 2, 2), "PipeSchedule: stage_id 2 is out of range for 2 stages");
+  EXPECT_THROW_MSG(make_schedule("train", 4, 2, -1), "PipeSchedule: stage_id -1 is out of range for 2 stages");
+  EXPECT_THROW_MSG(make_schedule("1f1b", 4, 2, 0),
+                   "make_schedule: unknown schedule \"1f1b\"; expected train, inference, dataparallel or gpipe");
+  EXPECT_THROW_MSG(TrainSchedule(4, 2, 0).step(10), "train schedule: step 10 is out of range [0, 10)");
+  EXPECT_THROW_MSG(GPipeSchedule(4, 2, 0).step(-1), "gpipe schedule: step -1 is out of range [0, 10)");
+  PipeStep full = make_step({{Instr::ReduceGrads}, {Instr::ReduceGrads}, {Instr::ReduceGrads},
+                             {Instr::ReduceGrads}, {Instr::ReduceGrads}, {Instr::ReduceGrads}});
+  EXPECT_THROW_MSG(full.push_back({Instr::OptimizerStep}), "PipeStep: more than 6 instructions in one step");
+}
+
+TEST(ScheduleValidator, BadArguments) {
+  EXPECT_THROW_MSG(validate_schedule("train", 4, 0), "validate_schedule: stages must be at least 1, got 0");
+  EXPECT_THROW_MSG(validate_schedule("zero-bubble", 4, 2), "make_schedule: unknown schedule \"zero-bubble\"");
+  EXPECT_THROW_MSG(validate_schedule("train", 0, 2), "PipeSchedule: micro_batches must be at least 1, got 0");
+  EXPECT_THROW_MSG(validate_schedule([](int) { return std::make_unique<TrainSchedule>(4, 2, 0); }, 2),
+                   "validate_schedule: the factory's schedule for stage 1 of 2 is for stage 0 of 2");
+  EXPECT_THROW_MSG(validate_schedule([](int s) { return std::make_unique<TrainSchedule>(4 - s, 2, s); }, 2),
+                   "validate_schedule: stage 1's schedule (train, 3 micro-batches, 8 steps) does not match stage "
+                   "0's (train, 4 micro-batches, 10 steps)");
+  EXPECT_THROW_MSG(validate_schedule([](int) { return std::unique_ptr<PipeSchedule>(); }, 1),
+                   "validate_schedule: the factory gave no schedule for stage 0");
+}
+
+// ---- Chrome trace -----------------------------------------------------------------------------
+
+TEST(ScheduleValidator, ChromeTraceIsValidJson) {
+  std::ostringstream os;
+  write_chrome_trace(os, "train", 4, 2);
+  const nlohmann::json trace = nlohmann::json::parse(os.str());
+  const nlohmann::json& events = trace.at("traceEvents");
+  ASSERT_TRUE(events.is_array());
+  int threads = 0, slices = 0;
+  for (const nlohmann::json& e : events) {
+    if (e.at("ph") == "M") {
+      EXPECT_EQ(e.at("name"), "thread_name");
+      EXPECT_EQ(e.at("args").at("name"), "stage " + std::to_string(e.at("tid").get<int>()));
+      ++threads;
+      continue;
+    }
+    ASSERT_EQ(e.at("ph"), "X");
+    EXPECT_EQ(e.at("pid"), 0);
+    ++slices;
+  }
+  EXPECT_EQ(threads, 2);
+  int instructions = 0;
+  for (int s = 0; s < 2; ++s)
+    for (const PipeStep& step : TrainSchedule(4, 2, s).steps()) instructions += step.size();
+  EXPECT_EQ(slices, instructions);
+
+  const auto find = [&](int tid, int step, const std::string& name) {
+    for (const nlohmann::json& e : events)
+      if (e.at("ph") == "X" && e.at("tid") == tid && e.at("args").at("step") == step && e.at("name") == name) return e;
+    ADD_FAILURE() << "no " << name << " on stage " << tid << " at step " << step;
+    return nlohmann::json();
+  };
+  // Stage 0, step 0: LoadMicroBatch(0) ForwardPass(0), half a millisecond each.
+  const auto forward = nlohmann::json::parse(R"json({"name":"F0","ph":"X","pid":0,"tid":0,"ts":500,"dur":500,
+      "args":{"micro_batch":0,"buffer":0,"step":0}})json");
+  EXPECT_EQ(find(0, 0, "F0"), forward);
+  // Stage 1, step 5: SendGrad(1) RecvActivation(0) LoadMicroBatch(0) ForwardPass(0) on micro-batch 2.
+  const auto receive = nlohmann::json::parse(R"json({"name":"RecvActivation(0)","ph":"X","pid":0,"tid":1,"ts":5250,
+      "dur":250,"args":{"micro_batch":2,"buffer":0,"step":5}})json");
+  EXPECT_EQ(find(1, 5, "RecvActivation(0)"), receive);
+  const auto optimizer_step = nlohmann::json::parse(R"json({"name":"OptimizerStep()","ph":"X","pid":0,"tid":0,
+      "ts":9800,"dur":200,"args":{"step":9}})json");
+  EXPECT_EQ(find(0, 9, "OptimizerStep()"), optimizer_step);
+}
+
+TEST(ScheduleValidator, ChromeTraceOfAnUnknownScheduleWritesNothing) {
+  std::ostringstream os;
+  EXPECT_THROW_MSG(write_chrome_trace(os, "pipedream", 4, 2), "unknown schedule");
+  EXPECT_EQ(os.str(), "");
+}
+
+}  // namespace
+}  // namespace strata::pipe

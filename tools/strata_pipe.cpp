@@ -1,0 +1,234 @@
+// strata-pipe: plans a pipeline run without starting a process. It prints schedules, partitions and
+// topologies in their stable text form, validates schedules and writes Chrome traces of them.
+//
+//   strata-pipe schedule --schedule train --stages 2 --micro-batches 4 --stage 0
+//   0: LoadMicroBatch(0) ForwardPass(0)
+//   1: SendActivation(0)
+//   ...
+//   strata-pipe partition --method parameters --weights 5,1,1,1,4,4 --stages 3
+//   0 2 5 6
+//   6 6 4
+//
+// Exit status: 0 on success, 1 when the library rejects the request (the message says why), 2 for a bad
+// command line (the message and the usage go to stderr).
+
+#include <strata/pipe/partition.h>
+#include <strata/pipe/schedule.h>
+#include <strata/pipe/topology.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+using namespace strata;
+
+namespace {
+
+const char* kUsage =
+    "usage: strata-pipe <command> [options]\n"
+    "  schedule  --schedule train|inference|dataparallel|gpipe --stages S --micro-batches M [--stage s]\n"
+    "            the instructions of each step, for stage s or for every stage\n"
+    "  partition --method uniform|parameters|type:REGEX --weights w1,w2,... [--names n1,n2,...] --stages S\n"
+    "            the S + 1 stage boundaries, then each stage's weight (--names: the layer type names, for type:)\n"
+    "  topology  --axes a1,a2,... --dims d1,d2,...\n"
+    "            each rank's coordinate, the last axis varying fastest\n"
+    "  validate  --schedule NAME --stages S --micro-batches M\n"
+    "            runs every stage in lockstep; prints steps, bubble fraction and peak buffers per stage\n"
+    "  trace     --schedule NAME --stages S --micro-batches M --out FILE\n"
+    "            writes the simulated schedule as a Chrome trace (open it in ui.perfetto.dev)\n"
+    "  help      this message (also --help or -h)\n";
+
+// A bad command line: main prints the message and the usage, and exits with 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+bool is_help(std::string_view arg) { return arg == "help" || arg == "--help" || arg == "-h"; }
+
+// The whole of `text` as a T no less than `min`: "2x", "1e3" and "" are errors (std::stoi would take 2 and 1).
+template <class T>
+T parse_number(const std::string& what, const std::string& text, T min) {
+  T value{};
+  const char* end = text.data() + text.size();
+  const auto [stop, error] = std::from_chars(text.data(), end, value);
+  if (error == std::errc::result_out_of_range) throw UsageError(what + " is out of range: '" + text + "'");
+  if (error != std::errc() || stop != end) throw UsageError(what + " expects an integer, got '" + text + "'");
+  if (value < min) throw UsageError(what + " must be at least " + std::to_string(min) + ", got " + text);
+  return value;
+}
+
+// "a,b,c" as {"a", "b", "c"}; an empty entry is an error.
+std::vector<std::string> split_list(const std::string& what, const std::string& text) {
+  std::vector<std::string> items;
+  for (size_t start = 0;;) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    items.push_back(text.substr(start, comma - start));
+    if (items.back().empty()) throw UsageError(what + " has an empty entry: '" + text + "'");
+    if (comma == text.size()) return items;
+    start = comma + 1;
+  }
+}
+
+// One command's options, "--name value" pairs checked against the names the command accepts.
+class Options {
+ public:
+  Options(std::string_view command, const std::vector<std::string_view>& accepted,
+          std::span<const std::string> args) {
+    for (size_t i = 0; i < args.size(); ++i) {
+      const std::string& arg = args[i];
+      if (arg == "--help" || arg == "-h") {
+        help_ = true;
+        return;
+      }
+      if (!arg.starts_with("--")) throw UsageError("unexpected argument '" + arg + "'");
+      const std::string name = arg.substr(2);
+      if (std::ranges::find(accepted, name) == accepted.end())
+        throw UsageError(std::string(command) + " has no option " + arg);
+      if (i + 1 == args.size() || args[i + 1].starts_with("--")) throw UsageError(arg + " needs a value");
+      if (!values_.emplace(name, args[++i]).second) throw UsageError(arg + " is given twice");
+    }
+  }
+
+  bool help() const { return help_; }  // --help among the options: print the usage instead of running
+  std::optional<std::string> get(const std::string& name) const {
+    const auto it = values_.find(name);
+    return it == values_.end() ? std::nullopt : std::optional(it->second);
+  }
+  std::string required(const std::string& name) const {
+    if (const auto value = get(name)) return *value;
+    throw UsageError("missing --" + name);
+  }
+  int number(const std::string& name, int min) const { return parse_number("--" + name, required(name), min); }
+
+ private:
+  std::map<std::string, std::string> values_;
+  bool help_ = false;
+};
+
+// Prints `values` separated by single spaces, then a newline.
+template <class T>
+void print_line(const std::vector<T>& values) {
+  for (size_t i = 0; i < values.size(); ++i) std::cout << (i ? " " : "") << values[i];
+  std::cout << "\n";
+}
+
+void run_schedule(const Options& opt) {
+  const std::string name = opt.required("schedule");
+  const int stages = opt.number("stages", 1), micro_batches = opt.number("micro-batches", 1);
+  if (opt.get("stage")) {
+    std::cout << *pipe::make_schedule(name, micro_batches, stages, opt.number("stage", 0));
+    return;
+  }
+  for (int stage = 0; stage < stages; ++stage) {
+    const auto schedule = pipe::make_schedule(name, micro_batches, stages, stage);
+    std::cout << "stage " << stage << "\n" << *schedule;
+  }
+}
+
+void run_partition(const Options& opt) {
+  const std::string method = opt.required("method");
+  std::vector<int64_t> weights;
+  for (const std::string& w : split_list("--weights", opt.required("weights")))
+    weights.push_back(parse_number<int64_t>("--weights", w, 0));
+  std::vector<std::string> names;
+  if (const auto text = opt.get("names")) names = split_list("--names", *text);
+  else if (method.starts_with("type:")) throw UsageError("--method " + method + " needs --names");
+  if (!names.empty() && names.size() != weights.size())
+    throw UsageError("expected one --names entry per --weights entry, got " + std::to_string(names.size()) +
+                     " and " + std::to_string(weights.size()));
+  const int stages = opt.number("stages", 1);
+  const std::vector<int> parts = pipe::partition_by_method(method, weights, names, stages);
+  print_line(parts);
+  print_line(pipe::part_weights(pipe::method_weights(method, weights, names), parts));
+}
+
+void run_topology(const Options& opt) {
+  const std::vector<std::string> axes = split_list("--axes", opt.required("axes"));
+  std::vector<int> dims;
+  for (const std::string& d : split_list("--dims", opt.required("dims")))
+    dims.push_back(parse_number("--dims", d, 1));
+  std::cout << pipe::ProcessTopology(axes, dims);
+}
+
+void run_validate(const Options& opt) {
+  const std::string name = opt.required("schedule");
+  const int stages = opt.number("stages", 1), micro_batches = opt.number("micro-batches", 1);
+  std::cout << pipe::validate_schedule(name, micro_batches, stages);
+}
+
+void run_trace(const Options& opt) {
+  const std::string name = opt.required("schedule");
+  const int stages = opt.number("stages", 1), micro_batches = opt.number("micro-batches", 1);
+  const std::string path = opt.required("out");
+  std::ofstream file(path);
+  if (!file) throw std::runtime_error("cannot open " + path + " for writing");
+  try {
+    pipe::write_chrome_trace(file, name, micro_batches, stages);
+    file.close();
+    if (!file) throw std::runtime_error("could not write " + path);
+  } catch (...) {
+    // Leave no half-written trace behind for a viewer to choke on.
+    file.close();
+    std::error_code ignored;
+    std::filesystem::remove(path, ignored);
+    throw;
+  }
+  std::cout << "wrote the " << name << " schedule (" << stages << " stages, " << micro_batches
+            << " micro-batches) to " << path << "\n";
+}
+
+struct Command {
+  std::string_view name;
+  std::vector<std::string_view> options;  // the accepted --options, without the dashes
+  void (*run)(const Options&);
+};
+
+const Command kCommands[] = {
+    {"schedule", {"schedule", "stages", "micro-batches", "stage"}, run_schedule},
+    {"partition", {"method", "weights", "names", "stages"}, run_partition},
+    {"topology", {"axes", "dims"}, run_topology},
+    {"validate", {"schedule", "stages", "micro-batches"}, run_validate},
+    {"trace", {"schedule", "stages", "micro-batches", "out"}, run_trace},
+};
+
+void run(const std::vector<std::string>& args) {
+  if (args.empty()) throw UsageError("no command given");
+  if (is_help(args[0])) {
+    std::cout << kUsage;
+    return;
+  }
+  const auto command = std::ranges::find(kCommands, args[0], &Command::name);
+  if (command == std::end(kCommands)) throw UsageError("unknown command '" + args[0] + "'");
+  const Options options(command->name, command->options, std::span(args).subspan(1));
+  if (options.help()) std::cout << kUsage;
+  else command->run(options);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    run(std::vector<std::string>(argv + 1, argv + argc));
+    if (!std::cout.flush()) {
+      std::cerr << "strata-pipe: could not write the output\n";
+      return 1;
+    }
+    return 0;
+  } catch (const UsageError& e) {
+    std::cerr << "strata-pipe: " << e.what() << "\n" << kUsage;
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "strata-pipe: " << e.what() << "\n";
+    return 1;
+  }
+}
