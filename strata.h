@@ -1,6 +1,7 @@
 #pragma once
 // The umbrella header: #include <strata/strata.h> brings in the whole public API.
 
+#include "strata/autograd/checkpoint.h"
 #include "strata/autograd/engine.h"
 #include "strata/autograd/function.h"
 #include "strata/autograd/grad_mode.h"
@@ -33,5 +34,11 @@
 #include "strata/optim/lr_scheduler.h"
 #include "strata/optim/optimizer.h"
 #include "strata/optim/sgd.h"
+#include "strata/pipe/engine.h"
+#include "strata/pipe/module.h"
+#include "strata/pipe/p2p.h"
+#include "strata/pipe/partition.h"
+#include "strata/pipe/schedule.h"
+#include "strata/pipe/topology.h"
 #include "strata/tensor/creation.h"
 #include "strata/tensor/tensor.h"
