@@ -219,7 +219,9 @@ TEST(PipeEngine, EvalBatchMatchesSingleProcessAndReturnsOutputsOnTheLastStage) {
 // Trained in every layout, saved, then loaded into one process: the same parameters as training there.
 TEST(PipeEngine, CheckpointsLoadIntoAnyNumberOfStages) {
   std::string dir = (std::filesystem::temp_directory_path() / "strata_pipe_ckpt_XXXXXX").string();
-  if (dist::get_rank() == 0) ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  if (dist::get_rank() == 0) {
+    ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  }
   dist::broadcast_object(dir, 0);
   for (auto [stages, replicas] : layouts()) {
     pipe::PipelineParallelGrid grid(stages);
