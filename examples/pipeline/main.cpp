@@ -14,7 +14,6 @@
 // The last line is `test_accuracy=<value>`.
 
 #include <strata/strata.h>
-#include <strata/pipe/engine.h>
 
 #include <array>
 #include <cmath>
