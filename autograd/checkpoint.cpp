@@ -43,8 +43,7 @@ struct CheckpointNode final : Node {
     {
       Generator& gen = default_generator();
       GeneratorStateGuard restore(gen);
-      gen.manual_seed(seed);
-      gen.set_offset(offset);
+      gen = rng;
       AutoGradMode grad_on(true);
       outputs = fn(inputs);
     }
@@ -81,7 +80,7 @@ struct CheckpointNode final : Node {
 
   Fn fn;
   std::vector<SavedVariable> saved_inputs, saved_parameters;
-  uint64_t seed = 0, offset = 0;  // the default generator when forward ran
+  Generator rng;  // the default generator's state when forward ran
 };
 
 }  // namespace
@@ -97,8 +96,7 @@ tensor_list checkpoint(const std::function<tensor_list(const tensor_list&)>& fn,
     STRATA_CHECK(seen.insert(p.impl_ptr().get()).second, "checkpoint: parameter ", i,
                  " is given twice; its gradient would be counted twice");
   }
-  const Generator& gen = default_generator();
-  const uint64_t seed = gen.seed(), offset = gen.get_offset();
+  const Generator rng = default_generator();
   tensor_list outputs;
   {
     NoGradGuard no_grad;
@@ -113,8 +111,7 @@ tensor_list checkpoint(const std::function<tensor_list(const tensor_list&)>& fn,
   if (!any_requires_grad(all)) return outputs;
 
   auto node = std::make_shared<CheckpointNode>(fn, static_cast<uint32_t>(outputs.size()));
-  node->seed = seed;
-  node->offset = offset;
+  node->rng = rng;
   node->next_edges.reserve(all.size());
   for (const Tensor& t : all) node->next_edges.push_back(t.defined() ? gradient_edge(t) : Edge{});
   for (const Tensor& x : inputs) node->saved_inputs.emplace_back(x.defined() ? x.detach() : x);

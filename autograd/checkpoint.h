@@ -18,7 +18,10 @@ namespace strata::autograd {
 /// Runs fn(inputs) without recording history and records one node in its place; the node's backward runs fn
 /// again with grad enabled (the default generator replayed, so dropout draws the same mask) and backpropagates
 /// through that. `parameters` are the leaves fn uses that need gradients (its modules' trainable parameters):
-/// they get them through the normal engine, hooks included. Integer outputs get no gradient.
+/// they get them through the normal engine, hooks included. Every other tensor fn uses must need no gradient:
+/// one fn reaches by capture is not recomputed, and its gradient would be lost. As in torch's reentrant
+/// checkpoint, every floating output requires grad (the forward ran without a graph, so it cannot tell);
+/// integer outputs, and inputs handed back unchanged that need none, get no gradient.
 tensor_list checkpoint(const std::function<tensor_list(const tensor_list&)>& fn, const tensor_list& inputs,
                        const tensor_list& parameters = {});
 

@@ -20,6 +20,12 @@ class Generator {
  public:
   explicit Generator(uint64_t seed = 67280421310721ULL) : seed_(seed) {}  ///< a stream starting at seed
   Generator(const Generator& o) : seed_(o.seed_), offset_(o.offset_.load()) {}  ///< a copy of the stream state
+  /// Takes o's seed and position: drawing continues exactly where o's stream stands.
+  Generator& operator=(const Generator& o) {
+    seed_ = o.seed_;
+    offset_ = o.offset_.load();
+    return *this;
+  }
   void manual_seed(uint64_t seed) { seed_ = seed; offset_ = 0; }  ///< restarts the stream at seed
   uint64_t seed() const { return seed_; }  ///< the current seed
   /// Reserves n values of the stream and returns the offset of the first; kernels hash (seed, offset + i).
@@ -27,8 +33,6 @@ class Generator {
   uint64_t advance(uint64_t n) { return offset_.fetch_add(n, std::memory_order_relaxed); }
   /// The stream's position: the offset the next draw starts at (values handed out since the seed was set).
   uint64_t get_offset() const { return offset_.load(std::memory_order_relaxed); }
-  /// Moves the stream to a position, e.g. one saved with get_offset() to draw the same values again.
-  void set_offset(uint64_t offset) { offset_.store(offset, std::memory_order_relaxed); }
 
  private:
   uint64_t seed_;
@@ -37,17 +41,14 @@ class Generator {
 /// Saves a generator's seed and position and puts them back when the scope ends (torch.random.fork_rng).
 class GeneratorStateGuard {
  public:
-  explicit GeneratorStateGuard(Generator& gen) : gen_(gen), seed_(gen.seed()), offset_(gen.get_offset()) {}
-  ~GeneratorStateGuard() {
-    gen_.manual_seed(seed_);
-    gen_.set_offset(offset_);
-  }
+  explicit GeneratorStateGuard(Generator& gen) : gen_(gen), saved_(gen) {}  ///< remembers gen's state
+  ~GeneratorStateGuard() { gen_ = saved_; }
   GeneratorStateGuard(const GeneratorStateGuard&) = delete;
   GeneratorStateGuard& operator=(const GeneratorStateGuard&) = delete;
 
  private:
   Generator& gen_;
-  uint64_t seed_, offset_;
+  const Generator saved_;
 };
 /// The process-wide generator used when a factory gets no generator.
 Generator& default_generator();
