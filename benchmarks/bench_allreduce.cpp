@@ -24,9 +24,13 @@
 #include <strata/distributed/comm_logger.h>
 #include <strata/strata.h>
 
+#include "bench_common.h"
+
 namespace dist = strata::distributed;
 
 namespace {
+
+using strata_bench::median;
 
 constexpr int64_t kMinBytes = 4;
 constexpr int64_t kMaxBytes = int64_t{64} << 20;
@@ -43,13 +47,8 @@ struct Options {
 
 Options parse_options(int argc, char** argv) {
   Options opt;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const bool has_value = i + 1 < argc;
-    if (arg == "--seconds" && has_value) opt.seconds = std::atof(argv[++i]);
-    else if (arg == "--reps" && has_value) opt.reps = std::atoi(argv[++i]);
-    else throw std::invalid_argument("usage: strata_bench_allreduce [--seconds S] [--reps R]; got " + arg);
-  }
+  strata_bench::parse_flags(argc, argv, "usage: strata_bench_allreduce [--seconds S] [--reps R]",
+                            {{"--seconds", &opt.seconds}, {"--reps", &opt.reps}});
   if (!(opt.seconds > 0) || opt.reps < 1)
     throw std::invalid_argument("strata_bench_allreduce: --seconds must be > 0 and --reps >= 1");
   return opt;
@@ -80,12 +79,6 @@ double warm_up(const Op& op, double block_s) {
     const double per_call = seconds_per_call(op, iters);
     if (per_call * iters >= block_s / 4) return per_call;
   }
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t mid = v.size() / 2;
-  return v.size() % 2 ? v[mid] : (v[mid - 1] + v[mid]) / 2;
 }
 
 struct Timing {

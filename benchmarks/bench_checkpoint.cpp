@@ -26,6 +26,8 @@
 #include <strata/nn/safetensors.h>
 #include <strata/strata.h>
 
+#include "bench_common.h"
+
 namespace {
 
 constexpr int kTensors = 25;
@@ -38,13 +40,8 @@ struct Options {
 
 Options parse_options(int argc, char** argv) {
   Options opt;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const bool has_value = i + 1 < argc;
-    if (arg == "--dir" && has_value) opt.dir = argv[++i];
-    else if (arg == "--reps" && has_value) opt.reps = std::atoi(argv[++i]);
-    else throw std::invalid_argument("usage: strata_bench_checkpoint [--dir D] [--reps R]; got " + arg);
-  }
+  strata_bench::parse_flags(argc, argv, "usage: strata_bench_checkpoint [--dir D] [--reps R]",
+                            {{"--dir", &opt.dir}, {"--reps", &opt.reps}});
   if (opt.reps < 1) throw std::invalid_argument("strata_bench_checkpoint: --reps must be >= 1");
   return opt;
 }
@@ -55,14 +52,9 @@ void check(bool ok, const std::string& what) {
 
 template <class F>
 double seconds(F&& f) {
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = strata_bench::Clock::now();
   f();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  return strata_bench::seconds_since(start);
 }
 
 void plain_write(const std::string& path, const std::string& bytes) {
@@ -117,9 +109,9 @@ int main(int argc, char** argv) {
                 static_cast<long long>(kRows), static_cast<long long>(kCols), mb, opt.dir.c_str(), opt.reps);
     std::printf("%-30s %8s %14s\n", "", "MB/s", "strata/this");
     auto row = [&](const char* name, const std::vector<double>& times, const std::vector<double>* strata_times) {
-      const double rate = mb / median(times);
+      const double rate = mb / strata_bench::median(times);
       std::printf("%-30s %8.0f", name, rate);
-      if (strata_times) std::printf(" %14.2f", mb / median(*strata_times) / rate);
+      if (strata_times) std::printf(" %14.2f", mb / strata_bench::median(*strata_times) / rate);
       std::printf("\n");
     };
     row("strata save_file", save_strata, nullptr);

@@ -1,10 +1,19 @@
 #pragma once
-// Sizes shared by the strata, Eigen and libtorch benchmarks, so every side runs the same step.
-// Benchmark names are "<case>/<impl>[/threads:N]" with impl one of strata, eigen, libtorch;
+// What the benchmark programs share: the MLP and matmul sizes (so the strata, Eigen and libtorch
+// sides run the same step), the step clock, medians and "--name value" options.
+// Google Benchmark names are "<case>/<impl>[/threads:N]" with impl one of strata, eigen, libtorch;
 // scripts/bench_ratios.py pairs them up by case.
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <variant>
+#include <vector>
+
+#include "cli.h"
 
 namespace strata_bench {
 
@@ -17,5 +26,46 @@ constexpr int64_t kMatmul = 1024; // matmul: n = k = m
 
 /// Which BLAS libtorch's matmul goes to, and its thread control (defined in bench_torch.cpp).
 std::string torch_blas_info();
+
+using Clock = std::chrono::steady_clock;
+/// Seconds from `start` to now.
+inline double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+/// The median (the mean of the middle two for an even count).
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t mid = v.size() / 2;
+  return v.size() % 2 ? v[mid] : (v[mid - 1] + v[mid]) / 2;
+}
+
+/// A "--name value" option of a benchmark program and the variable it sets.
+struct Flag {
+  const char* name;                                    ///< e.g. "--reps"
+  std::variant<int*, double*, std::string*> value;     ///< where the value goes
+};
+
+/// Sets the flags given as "--name value" (numbers must parse whole); anything else throws
+/// std::invalid_argument whose message starts with `usage`.
+inline void parse_flags(int argc, char** argv, const std::string& usage, const std::vector<Flag>& flags) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto flag = std::find_if(flags.begin(), flags.end(), [&](const Flag& f) { return arg == f.name; });
+    if (flag == flags.end() || i + 1 == argc) throw std::invalid_argument(usage + "; got " + arg);
+    const std::string value = argv[++i];
+    std::visit(
+        [&](auto* slot) {
+          if constexpr (std::is_same_v<decltype(slot), std::string*>) {
+            *slot = value;
+          } else {
+            const auto number = cli::parse_number<std::remove_pointer_t<decltype(slot)>>(value);
+            if (!number) throw std::invalid_argument(usage + "; bad value for " + arg + ": " + value);
+            *slot = *number;
+          }
+        },
+        flag->value);
+  }
+}
 
 }  // namespace strata_bench

@@ -40,6 +40,8 @@
 #include <strata/optim/sgd.h>
 #include <strata/strata.h>
 
+#include "bench_common.h"
+
 namespace dist = strata::distributed;
 namespace nn = strata::nn;
 using strata::Tensor;
@@ -47,11 +49,8 @@ using strata::Tensor;
 namespace {
 
 constexpr int64_t kBatchPerRank = 128;
-constexpr int64_t kIn = 784, kHidden = 256, kClasses = 10;
-constexpr double kLr = 0.01;
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+using strata_bench::Clock, strata_bench::kIn, strata_bench::kHidden, strata_bench::kClasses, strata_bench::kLr;
+using strata_bench::median, strata_bench::seconds_since;
 
 struct Options {
   int steps = 20;
@@ -60,13 +59,8 @@ struct Options {
 
 Options parse_options(int argc, char** argv) {
   Options opt;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const bool has_value = i + 1 < argc;
-    if (arg == "--steps" && has_value) opt.steps = std::atoi(argv[++i]);
-    else if (arg == "--reps" && has_value) opt.reps = std::atoi(argv[++i]);
-    else throw std::invalid_argument("usage: strata_bench_ddp [--steps S] [--reps R]; got " + arg);
-  }
+  strata_bench::parse_flags(argc, argv, "usage: strata_bench_ddp [--steps S] [--reps R]",
+                            {{"--steps", &opt.steps}, {"--reps", &opt.reps}});
   if (opt.steps < 1 || opt.reps < 1) throw std::invalid_argument("strata_bench_ddp: --steps and --reps must be >= 1");
   return opt;
 }
@@ -85,12 +79,6 @@ double seconds_per_call(const Op& op, int n) {
   const auto start = Clock::now();
   for (int i = 0; i < n; ++i) op();
   return across_ranks(seconds_since(start) / n, dist::ReduceOp::MAX);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t mid = v.size() / 2;
-  return v.size() % 2 ? v[mid] : (v[mid - 1] + v[mid]) / 2;
 }
 
 }  // namespace

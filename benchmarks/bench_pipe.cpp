@@ -55,6 +55,8 @@
 #include <strata/pipe/schedule.h>
 #include <strata/tensor/creation.h>
 
+#include "bench_common.h"
+
 // Inside namespace strata, `pipe` names strata::pipe rather than POSIX's pipe().
 namespace strata {
 namespace {
@@ -62,14 +64,7 @@ namespace {
 namespace dist = distributed;
 using Kind = pipe::PipeInstruction::Kind;
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t mid = v.size() / 2;
-  return v.size() % 2 ? v[mid] : (v[mid - 1] + v[mid]) / 2;
-}
+using strata_bench::Clock, strata_bench::median, strata_bench::seconds_since;
 
 double mean(const std::vector<double>& v) {
   double sum = 0;
@@ -112,13 +107,7 @@ struct Options {
 Options parse_options(int argc, char** argv) {
   const std::string usage = "usage: strata_bench_pipe --part schedule|partition|engine|bubble [--reps R]";
   Options opt;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const bool has_value = i + 1 < argc;
-    if (arg == "--part" && has_value) opt.part = argv[++i];
-    else if (arg == "--reps" && has_value) opt.reps = std::atoi(argv[++i]);
-    else throw std::invalid_argument(usage + "; got " + arg);
-  }
+  strata_bench::parse_flags(argc, argv, usage, {{"--part", &opt.part}, {"--reps", &opt.reps}});
   if (opt.part != "schedule" && opt.part != "partition" && opt.part != "engine" && opt.part != "bubble")
     throw std::invalid_argument(usage + "; got --part '" + opt.part + "'");
   if (opt.reps < 1) throw std::invalid_argument("strata_bench_pipe: --reps must be >= 1");

@@ -17,7 +17,6 @@
 #include <strata/pipe/topology.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -29,6 +28,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "cli.h"
 
 using namespace strata;
 
@@ -58,13 +59,12 @@ bool is_help(std::string_view arg) { return arg == "help" || arg == "--help" || 
 // The whole of `text` as a T no less than `min`: "2x", "1e3" and "" are errors (std::stoi would take 2 and 1).
 template <class T>
 T parse_number(const std::string& what, const std::string& text, T min) {
-  T value{};
-  const char* end = text.data() + text.size();
-  const auto [stop, error] = std::from_chars(text.data(), end, value);
-  if (error == std::errc::result_out_of_range) throw UsageError(what + " is out of range: '" + text + "'");
-  if (error != std::errc() || stop != end) throw UsageError(what + " expects an integer, got '" + text + "'");
-  if (value < min) throw UsageError(what + " must be at least " + std::to_string(min) + ", got " + text);
-  return value;
+  bool out_of_range = false;
+  const std::optional<T> value = cli::parse_number<T>(text, &out_of_range);
+  if (out_of_range) throw UsageError(what + " is out of range: '" + text + "'");
+  if (!value) throw UsageError(what + " expects an integer, got '" + text + "'");
+  if (*value < min) throw UsageError(what + " must be at least " + std::to_string(min) + ", got " + text);
+  return *value;
 }
 
 // "a,b,c" as {"a", "b", "c"}; an empty entry is an error.
