@@ -146,9 +146,10 @@ void send_object(const std::string& bytes, int dst, const Group& group = {}, int
 /// Receives the bytes global rank src sent with send_object.
 std::string recv_object(int src, const Group& group = {}, int tag = 0);
 
-/// A plain struct (trivially copyable) or a vector of them, which move as their bytes.
+/// A plain struct (trivially copyable, not an array: a string literal goes as std::string, without its NUL) or a
+/// vector of them, which move as their bytes.
 template <class T>
-concept Serializable = std::is_trivially_copyable_v<T> ||
+concept Serializable = (std::is_trivially_copyable_v<T> && !std::is_array_v<T>) ||
     (requires { typename T::value_type; } && std::is_same_v<T, std::vector<typename T::value_type>> &&
      std::is_trivially_copyable_v<typename T::value_type>);
 

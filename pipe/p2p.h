@@ -13,7 +13,6 @@
 
 #include <memory>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "strata/distributed/collectives.h"
@@ -26,6 +25,7 @@ class P2P {
  public:
   /// Transfers within `grid`, which must outlive this object.
   explicit P2P(const PipelineParallelGrid& grid);
+  explicit P2P(PipelineParallelGrid&&) = delete;  ///< a temporary grid would dangle
 
   /// Sends `tensor` to dest_stage; with async_op it returns at once and wait() finishes it.
   void send(const Tensor& tensor, int dest_stage, bool async_op = false);
@@ -40,9 +40,8 @@ class P2P {
   void send_obj(const std::string& bytes, int dest_stage);
   /// Receives the bytes src_stage sent with send_obj.
   std::string recv_obj(int src_stage);
-  /// Sends a plain struct or a vector of them (a string literal goes as bytes, without its NUL).
+  /// Sends a plain struct or a vector of them.
   template <distributed::Serializable T>
-    requires(!std::is_array_v<T>)
   void send_obj(const T& obj, int dest_stage) {
     send_obj(distributed::detail::to_bytes(obj), dest_stage);
   }

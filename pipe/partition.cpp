@@ -64,10 +64,7 @@ std::vector<int> partition_uniform(int num_items, int num_parts) {
   STRATA_CHECK(num_items >= 0, "partition_uniform: the number of items must be non-negative, got ", num_items);
   STRATA_CHECK(num_parts >= 1, "partition_uniform: expected at least 1 part, got ", num_parts);
   std::vector<int> parts(num_parts + 1);
-  if (num_items <= num_parts) {
-    for (int i = 0; i <= num_parts; ++i) parts[i] = std::min(i, num_items);
-    return parts;
-  }
+  // With fewer items than parts, chunk is 0 and residual num_items: part i < num_items gets one item.
   const int chunk = num_items / num_parts, residual = num_items - chunk * num_parts;
   for (int i = 0; i <= num_parts; ++i) parts[i] = i * chunk + std::min(i, residual);
   return parts;

@@ -153,7 +153,7 @@ std::ostream& operator<<(std::ostream& os, const PipeSchedule& schedule);
 /// What the validator found for one stage.
 struct StageReport {
   int compute_steps = 0;      ///< steps with a ForwardPass or BackwardPass
-  int peak_live_buffers = 0;  ///< the most buffers holding a micro-batch still needed, at any moment
+  int peak_live_buffers = 0;  ///< the most buffers at any moment holding a micro-batch still needed (or labels awaiting their forward)
   int num_pipe_buffers = 0;   ///< the buffers the schedule declares
 };
 /// What the validator found for a whole schedule.

@@ -394,13 +394,12 @@ std::ostream& operator<<(std::ostream& os, const ScheduleReport& report) {
 }
 
 void write_chrome_trace(std::ostream& os, std::string_view name, int micro_batches, int stages) {
-  // A schedule that fails validation throws before anything is written.
-  validate_schedule(name, micro_batches, stages);
+  // The events go to a buffer first, so a schedule that fails validation throws before anything is written.
   constexpr int kStepMicros = 1000;
-  os << "{\"traceEvents\":[";
+  std::ostringstream body;
   for (int s = 0; s < stages; ++s)
-    os << (s ? "," : "") << "\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":" << s
-       << ",\"args\":{\"name\":\"stage " << s << "\"}}";
+    body << (s ? "," : "") << "\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":" << s
+         << ",\"args\":{\"name\":\"stage " << s << "\"}}";
   // The events of one step arrive together (all stages finish step t before step t + 1 starts); they are
   // held until the step ends, when each stage's count of instructions is known.
   std::vector<TraceEvent> pending;
@@ -410,16 +409,16 @@ void write_chrome_trace(std::ostream& os, std::string_view name, int micro_batch
     for (const TraceEvent& e : pending) ++count[e.stage];
     for (const TraceEvent& e : pending) {
       const int dur = kStepMicros / count[e.stage];
-      os << ",\n{\"name\":\"";
+      body << ",\n{\"name\":\"";
       if (e.instruction.kind == Instr::ForwardPass || e.instruction.kind == Instr::BackwardPass)
-        os << (e.instruction.kind == Instr::ForwardPass ? 'F' : 'B') << e.micro_batch;
+        body << (e.instruction.kind == Instr::ForwardPass ? 'F' : 'B') << e.micro_batch;
       else
-        os << e.instruction;
-      os << "\",\"ph\":\"X\",\"pid\":0,\"tid\":" << e.stage << ",\"ts\":"
+        body << e.instruction;
+      body << "\",\"ph\":\"X\",\"pid\":0,\"tid\":" << e.stage << ",\"ts\":"
          << static_cast<int64_t>(e.step) * kStepMicros + e.position * dur << ",\"dur\":" << dur << ",\"args\":{";
       if (e.instruction.has_buffer())
-        os << "\"micro_batch\":" << e.micro_batch << ",\"buffer\":" << e.instruction.buffer_id << ",";
-      os << "\"step\":" << e.step << "}}";
+        body << "\"micro_batch\":" << e.micro_batch << ",\"buffer\":" << e.instruction.buffer_id << ",";
+      body << "\"step\":" << e.step << "}}";
     }
     pending.clear();
   };
@@ -428,7 +427,7 @@ void write_chrome_trace(std::ostream& os, std::string_view name, int micro_batch
     pending.push_back(e);
   });
   flush();
-  os << "\n]}\n";
+  os << "{\"traceEvents\":[" << body.str() << "\n]}\n";
 }
 
 }  // namespace strata::pipe

@@ -195,9 +195,7 @@ PipelineParallelGrid::PipelineParallelGrid(int num_stages) : PipelineParallelGri
 int PipelineParallelGrid::stage_to_global(int stage) const {
   STRATA_CHECK(stage >= 0 && stage < num_stages_, "PipelineParallelGrid::stage_to_global: stage ", stage,
                " is out of range for ", num_stages_, " stages");
-  ProcessCoord coord = topology_.get_coord(rank_);
-  coord["pipe"] = stage;
-  return topology_.get_rank(coord);
+  return pp_group_->ranks()[stage];  // the pipe group lists this replica's ranks in stage order
 }
 
 int PipelineParallelGrid::prev_stage_rank() const { return is_first_stage() ? -1 : stage_to_global(stage_id_ - 1); }

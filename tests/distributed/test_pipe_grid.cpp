@@ -149,11 +149,13 @@ TEST(PipeGrid, P2PObjects) {
       EXPECT_EQ(p2p.recv_obj<std::vector<int64_t>>(stage - 1), (std::vector<int64_t>{4, 8, stage - 1}));
       EXPECT_EQ(p2p.recv_obj(stage - 1), "from stage " + std::to_string(stage - 1) + std::string(1, '\0') + "!");
       EXPECT_EQ(p2p.recv_obj<std::vector<int64_t>>(stage - 1), std::vector<int64_t>{});
+      EXPECT_EQ(p2p.recv_obj(stage - 1), std::string("abc"));  // a literal travels as its characters
     }
     if (!grid.is_last_stage()) {
       p2p.send_obj(shape, stage + 1);
       p2p.send_obj(text, stage + 1);
       p2p.send_obj(std::vector<int64_t>{}, stage + 1);
+      p2p.send_obj("abc", stage + 1);
     }
   }
 }

@@ -129,7 +129,6 @@ TEST(PipePartition, BalancedMatchesBruteForce) {
     ASSERT_NO_THROW(check_partition(parts, n, p, "balanced"));
     EXPECT_EQ(heaviest(w, parts), brute_bottleneck(w, p));
     EXPECT_EQ(parts, brute_choice(w, p));
-    EXPECT_EQ(partition_balanced(w, p), parts);  // deterministic
   }
 }
 

@@ -224,12 +224,6 @@ TEST(PipeScheduleGPipe, ForwardAndBackwardStepsForEveryShape) {
       }
 }
 
-TEST(PipeScheduleTrain, StepsAreComputedIndependently) {
-  const TrainSchedule sched(5, 3, 1);
-  const std::vector<PipeStep> forward = sched.steps();
-  for (int t = sched.num_steps() - 1; t >= 0; --t) EXPECT_EQ(sched.step(t), forward[t]) << "step " << t;
-}
-
 // ---- the validator on every schedule ----------------------------------------------------------
 
 TEST(ScheduleValidator, EveryScheduleForEveryShape) {
@@ -253,7 +247,6 @@ TEST(ScheduleValidator, EveryScheduleForEveryShape) {
         for (int s = 0; s < S; ++s) {
           const StageReport& stage = report.per_stage[s];
           ASSERT_EQ(stage.compute_steps, kind == "train" || kind == "gpipe" ? 2 * M : M) << where;
-          ASSERT_EQ(stage.num_pipe_buffers, make_schedule(name, M, S, s)->num_pipe_buffers());
           ASSERT_LE(stage.peak_live_buffers, stage.num_pipe_buffers) << where << " stage " << s;
           // 1F1B keeps S - s micro-batches in flight on stage s, GPipe all of them, the others one or two.
           const int peak = kind == "train" ? std::min(S - s, M) : kind == "gpipe" ? M : -1;
