@@ -148,6 +148,13 @@ StateDict Module::state_dict() const {
 }
 
 void Module::load_state_dict(const StateDict& dict, bool strict) {
+  check_state_dict(dict, strict);
+  NoGradGuard no_grad;
+  for (auto& [name, t] : state_dict())  // handles to the parameters and buffers themselves
+    if (auto it = dict.find(name); it != dict.end()) t.copy_(it->second);
+}
+
+void Module::check_state_dict(const StateDict& dict, bool strict) const {
   NamedTensors own = named_parameters();
   for (auto& item : named_buffers()) own.push_back(std::move(item));
   std::vector<std::string> missing;
@@ -175,9 +182,6 @@ void Module::load_state_dict(const StateDict& dict, bool strict) {
       if (!find(own, name)) unexpected.push_back(name);
     STRATA_CHECK(unexpected.empty(), name_, "::load_state_dict: unexpected keys: ", list(unexpected));
   }
-  NoGradGuard no_grad;
-  for (auto& [name, t] : own)
-    if (auto it = dict.find(name); it != dict.end()) t.copy_(it->second);
 }
 
 void Module::pretty_print(std::ostream& os) const { os << name_; }

@@ -87,6 +87,9 @@ class Module : public std::enable_shared_from_this<Module> {
   /// Copies values from `dict` into parameters and buffers; every name and shape is checked before anything is
   /// written. strict (as torch): missing and unexpected keys are errors; otherwise both are skipped.
   void load_state_dict(const StateDict& dict, bool strict = true);
+  /// Throws exactly as load_state_dict(dict, strict) would, but writes nothing: for loading several
+  /// modules all or nothing.
+  void check_state_dict(const StateDict& dict, bool strict = true) const;
 
   /// Writes this module's own line, e.g. "Linear(in_features=784, out_features=256, bias=true)".
   virtual void pretty_print(std::ostream& os) const;

@@ -25,9 +25,9 @@ void naming_the_file(const char* op, const std::string& path, std::string_view p
 
 void save(const Module& module, const std::string& path) { save_file(module.state_dict(), path); }
 
-void load(Module& module, const std::string& path, bool strict) {
+void load(Module& module, const std::string& path) {
   const StateDict dict = load_file(path);
-  naming_the_file("load", path, "", [&] { module.load_state_dict(dict, strict); });
+  naming_the_file("load", path, "", [&] { module.load_state_dict(dict); });
 }
 
 void save_checkpoint(const std::string& path, const Module& module, const optim::Optimizer* optimizer,

@@ -21,9 +21,9 @@ namespace strata::nn {
 
 /// Writes module.state_dict() (parameters and buffers) to `path`, atomically (see save_file).
 void save(const Module& module, const std::string& path);
-/// Copies the tensors of `path` into the module's parameters and buffers; a shape mismatch, or (when strict) a
-/// missing or unexpected name, throws, naming the file and the key, before anything is written.
-void load(Module& module, const std::string& path, bool strict = true);
+/// Copies the tensors of `path` into the module's parameters and buffers; a missing or unexpected name or a
+/// shape mismatch throws, naming the file and the key, before anything is written.
+void load(Module& module, const std::string& path);
 
 /// Writes a training checkpoint: `module` under "model.", `optimizer`'s state (when given) under "optimizer."
 /// and `metadata` (e.g. the epoch) as the file's metadata.

@@ -5,15 +5,14 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <map>
 #include <set>
 #include <unordered_set>
 
 #include "strata/autograd/checkpoint.h"
+#include "strata/autograd/function.h"
 #include "strata/autograd/grad_mode.h"
 #include "strata/autograd/ops.h"
 #include "strata/nn/safetensors.h"
-#include "strata/nn/serialize.h"
 #include "strata/pipe/partition.h"
 #include "strata/tensor/creation.h"
 
@@ -22,14 +21,6 @@ namespace strata::pipe {
 namespace {
 
 const TiedLayerSpec* tie_of(const Layer& layer) { return std::get_if<TiedLayerSpec>(&layer.get()); }
-
-// Each tie key with the index of its first layer in the whole model.
-std::map<std::string, int> first_occurrences(const std::vector<Layer>& layers) {
-  std::map<std::string, int> first;
-  for (int i = 0; i < static_cast<int>(layers.size()); ++i)
-    if (const std::string* key = layers[i].tied_key()) first.emplace(*key, i);
-  return first;
-}
 
 // The parameter `name` of module (a dotted name for a submodule's), or an undefined tensor.
 Tensor find_parameter(const nn::Module& module, const std::string& name) {
@@ -55,6 +46,12 @@ std::vector<int> partition_layers(const std::vector<Layer>& layers, const Pipeli
 }
 
 }  // namespace
+
+const Tensor& detail::single_input(const tensor_list& x, const std::string& type_name) {
+  STRATA_CHECK(x.size() == 1, type_name, ": this layer takes one tensor, got ", x.size(),
+               " (write a LayerSpec whose forward takes the whole tuple)");
+  return x[0];
+}
 
 // ---- layer specs ----
 
@@ -139,11 +136,12 @@ PipelineModule::PipelineModule(std::vector<Layer> layers, int num_stages, int st
   STRATA_CHECK(options_.activation_checkpoint_interval >= 0,
                "PipelineModule: activation_checkpoint_interval must be non-negative, got ",
                options_.activation_checkpoint_interval);
-  const std::map<std::string, int> first = first_occurrences(layers_);
+  for (int i = 0; i < num_layers(); ++i)
+    if (const std::string* key = layers_[i].tied_key()) first_tied_.emplace(*key, i);
   for (int i = 0; i < num_layers(); ++i) {
     const TiedLayerSpec* tie = tie_of(layers_[i]);
     if (!tie) continue;
-    const int f = first.at(tie->key());
+    const int f = first_tied_.at(tie->key());
     STRATA_CHECK(tie_of(layers_[f])->tied_weight_attrs() == tie->tied_weight_attrs(), "PipelineModule: layer ", i,
                  " ties '", tie->key(), "' by other parameter names than layer ", f, " does");
   }
@@ -178,6 +176,17 @@ PipelineModule::PipelineModule(std::vector<Layer> layers, int num_stages, int st
       forward = [f, module = shared.module](const tensor_list& x) { return f(*module, x); };
     local_.push_back(BuiltLayer{shared.module, std::move(forward)});
   }
+
+  // Each chunk's parameters, each once: a tied module may run twice in a chunk.
+  const int n = static_cast<int>(local_.size()), k = options_.activation_checkpoint_interval;
+  for (int begin = 0; k > 0 && begin < n; begin += k) {
+    tensor_list& parameters = chunk_parameters_.emplace_back();
+    std::unordered_set<const TensorImpl*> seen;
+    for (int j = begin; j < std::min(begin + k, n); ++j)
+      if (local_[j].module)
+        for (const Tensor& p : local_[j].module->parameters())
+          if (seen.insert(p.impl_ptr().get()).second) parameters.push_back(p);
+  }
 }
 
 tensor_list PipelineModule::forward(const tensor_list& inputs) {
@@ -192,15 +201,11 @@ tensor_list PipelineModule::forward(const tensor_list& inputs) {
   const int n = static_cast<int>(local_.size()), k = options_.activation_checkpoint_interval;
   if (k == 0 || !is_training() || !GradMode::is_enabled()) return run(0, n)(inputs);
   tensor_list x = inputs;
-  for (int begin = 0; begin < n; begin += k) {
-    const int end = std::min(begin + k, n);
-    tensor_list parameters;  // each once: a tied module may run twice in a chunk
-    std::unordered_set<const TensorImpl*> seen;
-    for (int j = begin; j < end; ++j)
-      if (local_[j].module)
-        for (const Tensor& p : local_[j].module->parameters())
-          if (p.requires_grad() && seen.insert(p.impl_ptr().get()).second) parameters.push_back(p);
-    x = autograd::checkpoint(run(begin, end), x, parameters);
+  for (int c = 0, begin = 0; begin < n; ++c, begin += k) {
+    tensor_list trainable;  // parameters frozen after construction take no gradient
+    for (const Tensor& p : chunk_parameters_[c])
+      if (p.requires_grad()) trainable.push_back(p);
+    x = autograd::checkpoint(run(begin, std::min(begin + k, n)), x, trainable);
   }
   return x;
 }
@@ -212,12 +217,12 @@ Tensor PipelineModule::compute_loss(const tensor_list& outputs, const tensor_lis
 
 std::vector<std::string> PipelineModule::tied_keys() const {
   std::vector<std::string> keys;
-  for (const auto& [key, index] : first_occurrences(layers_)) keys.push_back(key);
+  for (const auto& [key, index] : first_tied_) keys.push_back(key);
   return keys;
 }
 
 std::vector<int> PipelineModule::tied_stages(const std::string& key) const {
-  STRATA_CHECK(first_occurrences(layers_).count(key), "PipelineModule::tied_stages: no layer is tied by key '", key,
+  STRATA_CHECK(first_tied_.count(key), "PipelineModule::tied_stages: no layer is tied by key '", key,
                "'");
   std::vector<int> stages;
   for (int s = 0; s < num_stages_; ++s)
@@ -230,7 +235,7 @@ std::vector<int> PipelineModule::tied_stages(const std::string& key) const {
 }
 
 std::vector<Tensor> PipelineModule::tied_parameters(const std::string& key) const {
-  STRATA_CHECK(first_occurrences(layers_).count(key), "PipelineModule::tied_parameters: no layer is tied by key '",
+  STRATA_CHECK(first_tied_.count(key), "PipelineModule::tied_parameters: no layer is tied by key '",
                key, "'");
   for (int i = local_start(); i < local_stop(); ++i) {
     const TiedLayerSpec* tie = tie_of(layers_[i]);
@@ -247,10 +252,9 @@ void PipelineModule::save_state_dict(const std::string& dir) const {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   STRATA_CHECK(!ec, "PipelineModule::save_state_dict: cannot create the folder '", dir, "': ", ec.message());
-  const std::map<std::string, int> first = first_occurrences(layers_);
   for (int i = local_start(); i < local_stop(); ++i) {
     const std::string* key = layers_[i].tied_key();
-    if (key && first.at(*key) != i) continue;  // the stage holding the key's first layer writes the module
+    if (key && first_tied_.at(*key) != i) continue;  // the stage holding the key's first layer writes the module
     const std::shared_ptr<nn::Module>& module = local_[i - local_start()].module;
     if (!module) continue;
     const nn::StateDict state = module->state_dict();
@@ -259,19 +263,25 @@ void PipelineModule::save_state_dict(const std::string& dir) const {
 }
 
 void PipelineModule::load_state_dir(const std::string& dir, bool strict) {
-  const std::map<std::string, int> first = first_occurrences(layers_);
-  std::vector<std::pair<nn::Module*, std::string>> files;
+  // Every file is read and checked before any module is written, so a bad folder changes nothing.
+  std::vector<std::pair<nn::Module*, nn::StateDict>> loads;
   std::set<std::string> tied_seen;  // a tied module loads once per stage
   for (int i = local_start(); i < local_stop(); ++i) {
     const std::string* key = layers_[i].tied_key();
-    const std::shared_ptr<nn::Module>& module = local_[i - local_start()].module;
+    nn::Module* module = local_[i - local_start()].module.get();
     if (!module || module->state_dict().empty() || (key && !tied_seen.insert(*key).second)) continue;
-    std::string path = ckpt_layer_path(dir, key ? first.at(*key) : i);
+    const std::string path = ckpt_layer_path(dir, key ? first_tied_.at(*key) : i);
     STRATA_CHECK(std::filesystem::exists(path), "PipelineModule::load_state_dir: layer ", i, " has no checkpoint: '",
                  path, "' does not exist");
-    files.emplace_back(module.get(), std::move(path));
+    nn::StateDict dict = nn::load_file(path);
+    try {
+      module->check_state_dict(dict, strict);
+    } catch (const Error& e) {
+      STRATA_CHECK(false, "PipelineModule::load_state_dir: '", path, "': ", e.what());
+    }
+    loads.emplace_back(module, std::move(dict));
   }
-  for (auto& [module, path] : files) nn::load(*module, path, strict);
+  for (auto& [module, dict] : loads) module->load_state_dict(dict, strict);
 }
 
 std::string PipelineModule::ckpt_layer_path(const std::string& dir, int layer_idx) {

@@ -19,6 +19,7 @@
 //         return tensor_list{matmul(x[0], m.named_parameters()[0].second.t())}; });
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -26,7 +27,6 @@
 #include <variant>
 #include <vector>
 
-#include "strata/autograd/function.h"
 #include "strata/nn/embedding.h"
 #include "strata/nn/linear.h"
 #include "strata/nn/module.h"
@@ -44,6 +44,11 @@ struct BuiltLayer {
   LayerForward forward;                ///< runs the layer
 };
 
+namespace detail {
+/// x[0], after checking that x holds exactly one tensor (the input of a one-tensor layer of `type_name`).
+const Tensor& single_input(const tensor_list& x, const std::string& type_name);
+}  // namespace detail
+
 /// A layer described without building it (DeepSpeed's LayerSpec): only the stage that owns it builds it.
 class LayerSpec {
  public:
@@ -55,11 +60,14 @@ class LayerSpec {
   /// Linear, Embedding and LayerNorm report their parameter count from the arguments.
   template <class Holder, class... Args>
   static LayerSpec of(Args... args) {
+    std::string name = holder_type_name(typeid(Holder).name());
     return LayerSpec(
-        holder_type_name(typeid(Holder).name()),
-        [args...] {
+        name,
+        [name, args...] {
           Holder holder(args...);
-          return BuiltLayer{holder.ptr(), [holder](const tensor_list& x) { return tensor_list{holder(x.at(0))}; }};
+          return BuiltLayer{holder.ptr(), [holder, name](const tensor_list& x) {
+                              return tensor_list{holder(detail::single_input(x, name))};
+                            }};
         },
         parameter_count<Holder>(args...));
   }
@@ -134,8 +142,10 @@ class Layer {
   template <class F>
     requires std::is_invocable_r_v<Tensor, F, const Tensor&>
   Layer(F f, std::string type_name = "Function")
-      : v_(LayerSpec(std::move(type_name), [f] {
-          return BuiltLayer{nullptr, [f](const tensor_list& x) { return tensor_list{f(x.at(0))}; }};
+      : v_(LayerSpec(type_name, [f, type_name] {
+          return BuiltLayer{nullptr, [f, type_name](const tensor_list& x) {
+                              return tensor_list{f(detail::single_input(x, type_name))};
+                            }};
         }, 0)) {}
   const std::variant<LayerSpec, TiedLayerSpec>& get() const { return v_; }  ///< the spec
   const LayerSpec& spec() const;          ///< the LayerSpec, or the TiedLayerSpec's spec
@@ -203,7 +213,9 @@ class PipelineModule : public nn::Module {
   PipelineModuleOptions options_;
   int num_stages_ = 1, stage_id_ = 0;
   std::vector<int> parts_;
-  std::vector<BuiltLayer> local_;  // local_[i] runs layer local_start() + i
+  std::map<std::string, int> first_tied_;       // each tie key's first layer in the whole model
+  std::vector<BuiltLayer> local_;               // local_[i] runs layer local_start() + i
+  std::vector<tensor_list> chunk_parameters_;   // with activation checkpointing: each chunk's parameters, once
 };
 
 }  // namespace strata::pipe

@@ -2,7 +2,7 @@
 // a single-process model bit for bit, tied layers, activation checkpointing, per-layer checkpoints that move
 // between stage counts, and the errors.
 
-#include <strata/autograd/checkpoint.h>
+#include <strata/nn/safetensors.h>
 #include <strata/pipe/module.h>
 
 #include <map>
@@ -307,6 +307,26 @@ TEST_F(PipeModuleCheckpoint, Errors) {
   PipelineModule(mlp(1), 1, 0).save_state_dict(dir_.string());
   EXPECT_THROW_MSG(PipelineModule({LayerSpec::of<nn::Linear>(4, 9)}, 1, 0).load_state_dir(dir_.string()),
                    "layer_00-model_states.safetensors");
+}
+
+// Every layer file is checked before any is loaded: a bad second file leaves the first layer as it was.
+TEST_F(PipeModuleCheckpoint, ABadLayerFileChangesNothingAndNonStrictSkipsUnexpectedKeys) {
+  const std::string dir = dir_.string();
+  PipelineModule(mlp(2), 1, 0, {.seed_layers = true}).save_state_dict(dir);
+  const std::string second = PipelineModule::ckpt_layer_path(dir, 2);  // the Linear(8, 8)
+  nn::save_file({{"weight", zeros({3, 3})}, {"bias", zeros({8})}}, second);
+  PipelineModule model(mlp(2), 1, 0);
+  nn::StateDict before;
+  for (auto& [name, t] : model.state_dict()) before.emplace(name, t.clone());
+  EXPECT_THROW_MSG(model.load_state_dir(dir), "PipelineModule::load_state_dir: '" + second + "': ");
+  EXPECT_TRUE(same_state(model.state_dict(), before));
+
+  nn::save_file({{"weight", zeros({8, 8})}, {"bias", zeros({8})}, {"extra", zeros({1})}}, second);
+  EXPECT_THROW_MSG(model.load_state_dir(dir), "unexpected keys: \"extra\"");
+  EXPECT_TRUE(same_state(model.state_dict(), before));
+  model.load_state_dir(dir, /*strict=*/false);
+  EXPECT_TRUE(same_tensor(model.state_dict().at("2.weight"), zeros({8, 8})));
+  EXPECT_FALSE(same_tensor(model.state_dict().at("0.weight"), before.at("0.weight")));
 }
 
 TEST(PipeModule, Errors) {
