@@ -87,8 +87,11 @@ void check_same_modules(const Module& module, const dist::Group& group) {
                ": ", diff);
 }
 
-// Copies group rank 0's parameters and buffers to every rank.
+}  // namespace
+
 void broadcast_state(const Module& module, const dist::Group& group) {
+  STRATA_CHECK(dist::get_rank(group) >= 0, "broadcast_state: this process (global rank ", dist::get_rank(),
+               ") is not a member of ", group->describe());
   NoGradGuard no_grad;
   const int root = dist::get_global_rank(group, 0);
   std::vector<std::shared_ptr<dist::Work>> works;
@@ -96,6 +99,8 @@ void broadcast_state(const Module& module, const dist::Group& group) {
   for (const Tensor& t : module.buffers()) works.push_back(dist::broadcast(t, root, group, /*async_op=*/true));
   for (const auto& work : works) work->wait();
 }
+
+namespace {
 
 // Note [progress thread]: Open MPI moves a non-blocking collective on only inside MPI calls, and
 // backward makes none between two gradient hooks, so an all_reduce started early would mostly

@@ -43,6 +43,10 @@
 
 namespace strata::nn {
 
+/// Copies group rank 0's parameters and buffers into every member's `module` (DistributedDataParallel and the
+/// pipeline engine start replicas this way). Every member of the group calls it.
+void broadcast_state(const Module& module, const distributed::Group& group);
+
 /// Options of DistributedDataParallel.
 struct DDPOptions {
   distributed::Group group = {};  ///< the data-parallel group; WORLD when empty

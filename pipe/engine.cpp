@@ -12,6 +12,7 @@
 
 #include "strata/autograd/engine.h"
 #include "strata/autograd/grad_mode.h"
+#include "strata/nn/data_parallel.h"
 #include "strata/nn/safetensors.h"
 #include "strata/tensor/creation.h"
 
@@ -34,6 +35,7 @@ struct TensorMeta {
   bool operator==(const TensorMeta&) const = default;
 };
 using Meta = std::vector<TensorMeta>;
+using MetaPtr = std::shared_ptr<const Meta>;  // shared by the buffers that moved tensors of that description
 
 constexpr int kTrain = 0, kEval = 1;  // the two modes keep their own metadata
 
@@ -41,6 +43,16 @@ Meta meta_of(const tensor_list& tensors, bool training) {
   Meta meta;
   for (const Tensor& t : tensors) meta.push_back({t.dtype(), training && t.requires_grad(), DimVector(t.sizes())});
   return meta;
+}
+
+// Whether `tensors` are what `meta` describes (without building a Meta for every transfer).
+bool described_by(const Meta& meta, const tensor_list& tensors, bool training) {
+  if (meta.size() != tensors.size()) return false;
+  for (size_t i = 0; i < meta.size(); ++i)
+    if (meta[i].dtype != tensors[i].dtype() || meta[i].requires_grad != (training && tensors[i].requires_grad()) ||
+        IntArrayRef(meta[i].sizes) != tensors[i].sizes())
+      return false;
+  return true;
 }
 
 std::string describe(const Meta& meta) {
@@ -63,26 +75,28 @@ Tensor encode(const Meta& meta) {
   return t;
 }
 
-Meta decode(const Tensor& t, const std::string& where) {
+// `stage` received `t` from the stage before it.
+Meta decode(const Tensor& t, int stage) {
   const auto* w = t.data_ptr<int64_t>();
   const int64_t n = t.numel();
   int64_t i = 0;
+  const char* where = "PipelineEngine RecvActivation";
   auto next = [&] {
-    STRATA_CHECK(i < n, where, ": truncated activation metadata (", n, " words)");
+    STRATA_CHECK(i < n, where, " (stage ", stage, "): truncated activation metadata (", n, " words)");
     return w[i++];
   };
   Meta meta(static_cast<size_t>(next()));
   for (TensorMeta& m : meta) {
     const int64_t dtype = next();
-    STRATA_CHECK(dtype >= 0 && dtype <= static_cast<int64_t>(ScalarType::Double), where, ": bad dtype code ", dtype,
-                 " in activation metadata");
+    STRATA_CHECK(dtype >= 0 && dtype <= static_cast<int64_t>(ScalarType::Double), where, " (stage ", stage,
+                 "): bad dtype code ", dtype, " in activation metadata");
     m.dtype = static_cast<ScalarType>(dtype);
     m.requires_grad = next() != 0;
     const int64_t dims = next();
-    STRATA_CHECK(dims >= 0 && dims <= 64, where, ": bad rank ", dims, " in activation metadata");
+    STRATA_CHECK(dims >= 0 && dims <= 64, where, " (stage ", stage, "): bad rank ", dims, " in activation metadata");
     for (int64_t d = 0; d < dims; ++d) m.sizes.push_back(next());
   }
-  STRATA_CHECK(i == n, where, ": ", n - i, " extra words after the activation metadata");
+  STRATA_CHECK(i == n, where, " (stage ", stage, "): ", n - i, " extra words after the activation metadata");
   return meta;
 }
 
@@ -117,12 +131,14 @@ double PipelineTimings::compute() const {
 struct PipelineEngine::State {
   State(const PipelineParallelGrid& grid, bool dynamic_shapes) : grid(grid), dynamic_shapes(dynamic_shapes), p2p(grid) {}
 
-  void send_meta(const Meta& meta, int micro_batch);
-  Meta recv_meta(int micro_batch);
+  // The header (and metadata when it changed) for `outputs`, sent to the next stage; returns their description.
+  MetaPtr send_meta(const tensor_list& outputs, int micro_batch);
+  // The description of the tensors the previous stage is about to send.
+  MetaPtr recv_meta(int micro_batch);
 
   struct Buffer {
     tensor_list inputs, outputs, labels, output_grads;
-    Meta in_meta, out_meta;  // what was received into inputs / sent from outputs
+    MetaPtr in_meta, out_meta;  // what was received into inputs / sent from outputs
     Tensor loss;             // last stage, training: this micro-batch's loss until its backward
     int micro_batch = -1;
   };
@@ -136,7 +152,8 @@ struct PipelineEngine::State {
   const bool dynamic_shapes;
   P2P p2p;
   std::vector<Tie> ties;
-  std::optional<Meta> sent[2], received[2];
+  MetaPtr sent[2], received[2];           // the last description each way, per mode
+  Tensor header = empty({1}, kLong);      // reused: p2p sends and receives block until done
   std::vector<Buffer> buffers;
   // Per batch:
   int mode = kTrain;
@@ -168,12 +185,7 @@ PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, const Pip
   state_ = std::make_unique<State>(grid_, options_.dynamic_shapes);
 
   // Replicas start from data-parallel rank 0's values; then each tie group from its lowest stage.
-  if (grid_.get_data_parallel_world_size() > 1) {
-    const auto& dp = grid_.get_data_parallel_group();
-    const int src = dist::get_global_rank(dp, 0);
-    for (const Tensor& t : module_->parameters()) dist::broadcast(t, src, dp);
-    for (const Tensor& t : module_->buffers()) dist::broadcast(t, src, dp);
-  }
+  if (grid_.get_data_parallel_world_size() > 1) nn::broadcast_state(*module_, grid_.get_data_parallel_group());
   // Every rank makes every tie group (new_group is collective over WORLD), keys sorted, replicas in rank order.
   const ProcessTopology& topo = grid_.topology();
   for (const std::string& key : module_->tied_keys()) {
@@ -306,8 +318,8 @@ void PipelineEngine::execute(const PipeInstruction& ins) {
         buf.loss = {};
       } else {
         tensor_list outs, grads;
-        for (size_t i = 0; i < buf.out_meta.size(); ++i) {
-          if (!buf.out_meta[i].requires_grad) continue;
+        for (size_t i = 0; i < buf.out_meta->size(); ++i) {
+          if (!(*buf.out_meta)[i].requires_grad) continue;
           outs.push_back(buf.outputs[i]);
           grads.push_back(buf.output_grads[i]);
         }
@@ -320,8 +332,7 @@ void PipelineEngine::execute(const PipeInstruction& ins) {
     }
     case PipeInstruction::SendActivation: {
       State::Buffer& buf = st.buffers.at(ins.buffer_id);
-      buf.out_meta = meta_of(buf.outputs, training);
-      st.send_meta(buf.out_meta, buf.micro_batch);
+      buf.out_meta = st.send_meta(buf.outputs, buf.micro_batch);
       for (const Tensor& t : buf.outputs) st.p2p.send(t.detach(), stage + 1, /*async_op=*/true);
       st.p2p.wait();
       if (!training) buf.outputs.clear();
@@ -332,20 +343,20 @@ void PipelineEngine::execute(const PipeInstruction& ins) {
       buf.micro_batch = st.received_count++;
       buf.in_meta = st.recv_meta(buf.micro_batch);
       buf.inputs.clear();
-      for (const TensorMeta& m : buf.in_meta) {
+      for (const TensorMeta& m : *buf.in_meta) {
         Tensor t = empty(m.sizes, m.dtype);
         st.p2p.recv(t, stage - 1, /*async_op=*/true);
         buf.inputs.push_back(t);
       }
       st.p2p.wait();
       for (size_t i = 0; i < buf.inputs.size(); ++i)
-        if (training && buf.in_meta[i].requires_grad) buf.inputs[i].requires_grad_(true);
+        if (training && (*buf.in_meta)[i].requires_grad) buf.inputs[i].requires_grad_(true);
       break;
     }
     case PipeInstruction::SendGrad: {
       State::Buffer& buf = st.buffers.at(ins.buffer_id);
-      for (size_t i = 0; i < buf.in_meta.size(); ++i) {
-        if (!buf.in_meta[i].requires_grad) continue;
+      for (size_t i = 0; i < buf.in_meta->size(); ++i) {
+        if (!(*buf.in_meta)[i].requires_grad) continue;
         // An input the stage did not use has no gradient; its sender still waits for one.
         Tensor g = buf.inputs[i].grad();
         st.p2p.send(g.defined() ? g : zeros_like(buf.inputs[i]), stage - 1, /*async_op=*/true);
@@ -356,10 +367,11 @@ void PipelineEngine::execute(const PipeInstruction& ins) {
     }
     case PipeInstruction::RecvGrad: {
       State::Buffer& buf = st.buffers.at(ins.buffer_id);
-      buf.output_grads.assign(buf.out_meta.size(), Tensor());
-      for (size_t i = 0; i < buf.out_meta.size(); ++i) {
-        if (!buf.out_meta[i].requires_grad) continue;
-        buf.output_grads[i] = empty(buf.out_meta[i].sizes, buf.out_meta[i].dtype);
+      const Meta& out_meta = *buf.out_meta;
+      buf.output_grads.assign(out_meta.size(), Tensor());
+      for (size_t i = 0; i < out_meta.size(); ++i) {
+        if (!out_meta[i].requires_grad) continue;
+        buf.output_grads[i] = empty(out_meta[i].sizes, out_meta[i].dtype);
         st.p2p.recv(buf.output_grads[i], stage + 1, /*async_op=*/true);
       }
       st.p2p.wait();
@@ -389,34 +401,39 @@ void PipelineEngine::reduce_grads() {
     dist::all_reduce_coalesced(grads, dist::ReduceOp::AVG, grid_.get_data_parallel_group());
 }
 
-void PipelineEngine::State::send_meta(const Meta& meta, int micro_batch) {
-  std::optional<Meta>& last = sent[mode];
-  const bool changed = !last || *last != meta;
+MetaPtr PipelineEngine::State::send_meta(const tensor_list& outputs, int micro_batch) {
+  MetaPtr& last = sent[mode];
   const int next = grid.get_stage_id() + 1;
-  Tensor words = changed ? encode(meta) : Tensor();
-  p2p.send(full({1}, changed ? static_cast<double>(words.numel()) : 0.0, kLong), next);
-  if (changed) p2p.send(words, next);
-  const std::optional<Meta> before = std::exchange(last, meta);
-  STRATA_CHECK(!changed || !before || dynamic_shapes, shape_change_message(next - 1, *before, meta, micro_batch));
+  const bool training = mode == kTrain;
+  const bool changed = !last || !described_by(*last, outputs, training);
+  auto meta = changed ? std::make_shared<const Meta>(meta_of(outputs, training)) : last;
+  const Tensor words = changed ? encode(*meta) : Tensor();
+  header.data_ptr<int64_t>()[0] = changed ? words.numel() : 0;
+  p2p.send(header, next);
+  if (!changed) return meta;
+  p2p.send(words, next);
+  const MetaPtr before = std::exchange(last, meta);
+  STRATA_CHECK(!before || dynamic_shapes, shape_change_message(next - 1, *before, *meta, micro_batch));
+  return meta;
 }
 
-Meta PipelineEngine::State::recv_meta(int micro_batch) {
-  std::optional<Meta>& last = received[mode];
-  const int prev = grid.get_stage_id() - 1;
-  Tensor header = empty({1}, kLong);
-  p2p.recv(header, prev);
-  const int64_t n = header.item<int64_t>();
-  const std::string where = "PipelineEngine RecvActivation (stage " + std::to_string(prev + 1) + ")";
+MetaPtr PipelineEngine::State::recv_meta(int micro_batch) {
+  MetaPtr& last = received[mode];
+  const int stage = grid.get_stage_id();
+  p2p.recv(header, stage - 1);
+  const int64_t n = header.data_ptr<int64_t>()[0];
   if (n == 0) {
-    STRATA_CHECK(last.has_value(), where, ": stage ", prev, " announced unchanged metadata before sending any");
-    return *last;
+    STRATA_CHECK(last != nullptr, "PipelineEngine RecvActivation (stage ", stage, "): stage ", stage - 1,
+                 " announced unchanged metadata before sending any");
+    return last;
   }
-  STRATA_CHECK(n > 0 && n < (1 << 20), where, ": bad metadata length ", n, " from stage ", prev);
+  STRATA_CHECK(n > 0 && n < (1 << 20), "PipelineEngine RecvActivation (stage ", stage, "): bad metadata length ", n,
+               " from stage ", stage - 1);
   Tensor words = empty({n}, kLong);
-  p2p.recv(words, prev);
-  Meta meta = decode(words, where);
-  const std::optional<Meta> before = std::exchange(last, meta);
-  STRATA_CHECK(!before || dynamic_shapes, shape_change_message(prev, *before, meta, micro_batch));
+  p2p.recv(words, stage - 1);
+  auto meta = std::make_shared<const Meta>(decode(words, stage));
+  const MetaPtr before = std::exchange(last, meta);
+  STRATA_CHECK(!before || dynamic_shapes, shape_change_message(stage - 1, *before, *meta, micro_batch));
   return meta;
 }
 

@@ -59,8 +59,11 @@ class PipelineEngine {
   /// Every rank of the grid constructs it together: it checks that the module matches the grid, makes one
   /// group per tie key and replica (sorted keys), broadcasts tied weights from their lowest stage, and
   /// broadcasts every parameter from data-parallel rank 0. The optimizer holds the module's parameters.
+  /// The grid must outlive the engine.
   PipelineEngine(std::shared_ptr<PipelineModule> module, const PipelineParallelGrid& grid,
                  std::shared_ptr<optim::Optimizer> optimizer, PipelineEngineOptions options = {});
+  PipelineEngine(std::shared_ptr<PipelineModule>, PipelineParallelGrid&&, std::shared_ptr<optim::Optimizer>,
+                 PipelineEngineOptions = {}) = delete;  ///< a temporary grid would dangle
   ~PipelineEngine();
 
   /// One training step: forward and backward of micro_batches micro-batches, grads reduced across tied

@@ -216,6 +216,24 @@ TEST(PipeEngine, EvalBatchMatchesSingleProcessAndReturnsOutputsOnTheLastStage) {
   }
 }
 
+// Without seed_layers every rank initialises differently; the engine starts each replica from replica 0's values.
+TEST(PipeEngine, ReplicasStartFromReplicaZero) {
+  for (auto [stages, replicas] : layouts()) {
+    pipe::PipelineParallelGrid grid(stages);
+    pipe::PipelineModuleOptions options = module_options();
+    options.seed_layers = false;
+    manual_seed(1000 + dist::get_rank());
+    auto model = std::make_shared<pipe::PipelineModule>(mlp_layers(), grid, options);
+    pipe::PipelineEngine engine(model, grid, std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions(0.1)));
+    for (const Tensor& p : model->parameters()) {
+      Tensor low = p.detach().clone(), high = p.detach().clone();
+      dist::all_reduce(low, dist::ReduceOp::MIN, grid.get_data_parallel_group());
+      dist::all_reduce(high, dist::ReduceOp::MAX, grid.get_data_parallel_group());
+      EXPECT_TRUE(strata::testing::same_tensor(low, high)) << stages << " stages x " << replicas << " replicas";
+    }
+  }
+}
+
 // Trained in every layout, saved, then loaded into one process: the same parameters as training there.
 TEST(PipeEngine, CheckpointsLoadIntoAnyNumberOfStages) {
   std::string dir = (std::filesystem::temp_directory_path() / "strata_pipe_ckpt_XXXXXX").string();
