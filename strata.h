@@ -41,4 +41,5 @@
 #include "strata/pipe/schedule.h"
 #include "strata/pipe/topology.h"
 #include "strata/tensor/creation.h"
+#include "strata/tensor/cuda.h"
 #include "strata/tensor/tensor.h"

@@ -1,5 +1,5 @@
 // gradcheck: the analytical Jacobian (one backward per output element) against central
-// differences (two forwards per input element), all in float64.
+// differences (two forwards per input element), all in float64, on the inputs' device.
 
 #include "strata/autograd/gradcheck.h"
 
@@ -9,6 +9,7 @@
 #include "strata/autograd/engine.h"
 #include "strata/autograd/grad_mode.h"
 #include "strata/tensor/creation.h"
+#include "strata/tensor/kernels.h"
 
 namespace strata::autograd {
 
@@ -44,14 +45,18 @@ void check_input(const Tensor& x, size_t i) {
                  " has overlapping memory (stride 0 at dim ", d, "); pass the base tensor and expand inside fn");
 }
 
-double& element(const Tensor& t, int64_t i) {
-  return static_cast<double*>(t.impl().storage->data)[element_offset(t, i)];
-}
-
 double read(const Tensor& t, int64_t i) {
-  return visit_dtype(t.dtype(), [&]<class T>() {
+  if (!t.is_cpu()) return make_view(t, {}, {}, element_offset(t, i)).item<double>();  // waits for the value
+  return visit_all_dtypes(t.dtype(), [&]<class T>() {
     return static_cast<double>(static_cast<const T*>(t.impl().storage->data)[element_offset(t, i)]);
   });
+}
+
+// Note [perturbing in place]: the write goes through the kernel table, not an in-place op, so the storage's
+// version counter stays put: the graph gradcheck built before perturbing saved these inputs and must still
+// unpack them. On a GPU the fill is queued on the device's stream, ahead of the forward that reads it.
+void write(const Tensor& t, int64_t i, double value) {
+  kernels_for(t.device()).fill(make_view(t, {}, {}, element_offset(t, i)), value);
 }
 
 std::string index_string(const Tensor& t, int64_t i) {
@@ -89,16 +94,20 @@ bool gradcheck(const GradcheckFn& fn, const tensor_list& inputs, const Gradcheck
     for (size_t a = 0; a < diff_inputs.size(); ++a) {
       const Tensor& x = inputs[diff_inputs[a]];
       numerical[a].resize(x.numel());
+      // Outputs are copied to the host at once: they may be views of the input, and are read element by element.
+      auto evaluate = [&] {
+        tensor_list out = fn(inputs);
+        for (Tensor& t : out)
+          if (t.defined()) t = t.to(Device(kCPU), /*copy=*/true);
+        return out;
+      };
       for (int64_t j = 0; j < x.numel(); ++j) {
-        double& v = detail::element(x, j);
-        const double orig = v;
-        v = orig + o.eps;
-        tensor_list plus = fn(inputs);
-        for (Tensor& t : plus) if (t.defined()) t = t.clone();  // outputs may be views of the input
-        v = orig - o.eps;
-        tensor_list minus = fn(inputs);
-        for (Tensor& t : minus) if (t.defined()) t = t.clone();
-        v = orig;
+        const double orig = detail::read(x, j);
+        detail::write(x, j, orig + o.eps);
+        const tensor_list plus = evaluate();
+        detail::write(x, j, orig - o.eps);
+        const tensor_list minus = evaluate();
+        detail::write(x, j, orig);
         for (size_t k : diff_outputs)
           for (int64_t e = 0; e < outputs[k].numel(); ++e)
             numerical[a][j].push_back((detail::read(plus[k], e) - detail::read(minus[k], e)) / (2 * o.eps));
@@ -113,10 +122,12 @@ bool gradcheck(const GradcheckFn& fn, const tensor_list& inputs, const Gradcheck
     for (int64_t e = 0; e < out.numel(); ++e) {
       tensor_list grads(diff_inputs.size());
       if (out.requires_grad()) {
-        Tensor seed = zeros(out.sizes(), out.dtype());
-        visit_dtype(seed.dtype(), [&]<class T>() { seed.data_ptr<T>()[e] = T(1); });
+        Tensor seed = zeros(out.sizes(), out.options());
+        detail::write(seed, e, 1);
         grads = grad({out}, diff_input_tensors, {seed}, /*retain_graph=*/true, /*create_graph=*/false,
                      /*allow_unused=*/true);
+        for (Tensor& g : grads)
+          if (g.defined()) g = g.cpu();  // read element by element below
       }
       for (size_t a = 0; a < diff_inputs.size(); ++a) {
         const Tensor& x = inputs[diff_inputs[a]];
@@ -148,7 +159,8 @@ bool gradgradcheck(const GradcheckFn& fn, const tensor_list& inputs, const Gradc
   // Random cotangents from a private generator, so the caller's random stream is untouched.
   Generator gen(0);
   tensor_list all = inputs;
-  for (size_t k : diff_outputs) all.push_back(randn(outputs[k].sizes(), dtype(kDouble).requires_grad(true), &gen));
+  for (size_t k : diff_outputs)
+    all.push_back(randn(outputs[k].sizes(), dtype(kDouble).device(outputs[k].device()).requires_grad(true), &gen));
   const size_t n = inputs.size();
   auto vjp = [&](const tensor_list& in) {
     AutoGradMode enable_grad(true);  // gradcheck evaluates fn under NoGradGuard for its numerical part
@@ -159,7 +171,7 @@ bool gradgradcheck(const GradcheckFn& fn, const tensor_list& inputs, const Gradc
       if (t.defined() && t.requires_grad()) wrt.push_back(t);
     tensor_list g = grad(diff_outs, wrt, cotangents, true, /*create_graph=*/true, /*allow_unused=*/true);
     for (size_t i = 0; i < g.size(); ++i)
-      if (!g[i].defined()) g[i] = zeros(wrt[i].sizes(), wrt[i].dtype());
+      if (!g[i].defined()) g[i] = zeros(wrt[i].sizes(), wrt[i].options());
     return g;
   };
   return gradcheck(vjp, all, options);

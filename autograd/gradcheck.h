@@ -23,7 +23,8 @@ struct GradcheckOptions {
 /// A function of several tensors to several tensors.
 using GradcheckFn = std::function<tensor_list(const tensor_list&)>;
 
-/// Compares the Jacobian from backward with central differences for every float64 input that requires grad.
+/// Compares the Jacobian from backward with central differences for every float64 input that requires grad
+/// (inputs on any device: a GPU's are perturbed in place on the GPU, and the results compared on the host).
 bool gradcheck(const GradcheckFn& fn, const tensor_list& inputs, const GradcheckOptions& options = {});
 /// Same for a function with one output.
 bool gradcheck(const std::function<Tensor(const tensor_list&)>& fn, const tensor_list& inputs,
@@ -38,10 +39,10 @@ bool gradgradcheck(const std::function<Tensor(const tensor_list&)>& fn, const te
 namespace detail {
 /// Throws unless input i (one that requires grad) is float64 and has no overlapping memory.
 void check_input(const Tensor& x, size_t i);
-/// The flat (row-major) element i of a float64 tensor, through its strides: what gradcheck perturbs.
-double& element(const Tensor& t, int64_t i);
-/// The flat element i of t as a double, through its strides.
+/// The flat element i of t as a double, through its strides (copied from a GPU).
 double read(const Tensor& t, int64_t i);
+/// Sets the flat element i of t (any device) to value without bumping its version: what gradcheck perturbs.
+void write(const Tensor& t, int64_t i, double value);
 /// "[1, 2]": the index of flat element i of t.
 std::string index_string(const Tensor& t, int64_t i);
 }  // namespace detail

@@ -14,13 +14,15 @@ install(TARGETS strata EXPORT strataTargets
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 # Public headers keep their path below include/strata/. Internal headers stay behind: the
-# op helpers (autograd/ops/common.h), the backend kernels (tensor/cpu/) and the distributed
-# layer's glue and MPI backend (distributed/detail/, distributed/mpi/).
+# op helpers (autograd/ops/common.h), the backend kernels (tensor/iteration.h,
+# tensor/random_stream.h, tensor/cpu/, tensor/cuda/) and the distributed layer's glue and
+# backends (distributed/detail/, distributed/mpi/).
 file(GLOB_RECURSE STRATA_PUBLIC_HEADERS CONFIGURE_DEPENDS RELATIVE ${PROJECT_SOURCE_DIR}
   ${PROJECT_SOURCE_DIR}/tensor/*.h ${PROJECT_SOURCE_DIR}/autograd/*.h ${PROJECT_SOURCE_DIR}/distributed/*.h
   ${PROJECT_SOURCE_DIR}/optim/*.h ${PROJECT_SOURCE_DIR}/data/*.h ${PROJECT_SOURCE_DIR}/nn/*.h
   ${PROJECT_SOURCE_DIR}/pipe/*.h)
-list(FILTER STRATA_PUBLIC_HEADERS EXCLUDE REGEX "^(autograd/ops/common\\.h|tensor/cpu/|distributed/detail/|distributed/mpi/)")
+list(FILTER STRATA_PUBLIC_HEADERS EXCLUDE REGEX
+  "^(autograd/ops/common\\.h|tensor/iteration\\.h|tensor/random_stream\\.h|tensor/cpu/|tensor/cuda/|distributed/detail/|distributed/mpi/)")
 foreach(header IN LISTS STRATA_PUBLIC_HEADERS)
   get_filename_component(dir ${header} DIRECTORY)
   install(FILES ${PROJECT_SOURCE_DIR}/${header} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/strata/${dir})

@@ -36,6 +36,8 @@ namespace strata::distributed {
 
 /// Joins the job: MPI under mpirun, a world of one without it. Later calls do nothing.
 /// The job is finalized at exit; a rank that dies on an uncaught exception aborts the whole job.
+/// With GPUs, makes cuda:(local rank % GPUs) current: strata::cuda::current_device() is the GPU this rank uses,
+/// and CUDA tensors take NCCL or MPI with host staging (distributed/README.md, STRATA_CUDA_BACKEND).
 void init();
 /// Whether init() ran and finalize() did not.
 bool is_initialized();

@@ -45,6 +45,7 @@
 #include "strata/distributed/collectives.h"
 #include "strata/distributed/detail/runtime.h"
 #include "strata/tensor/creation.h"
+#include "strata/tensor/cuda.h"
 
 namespace strata::distributed::functional {
 
@@ -98,13 +99,22 @@ struct Header {
   bool defined = false;  ///< the source has a tensor; when not, nothing follows
   bool record = false;   ///< the source wants the op recorded
   ScalarType dtype = kFloat;
+  DeviceType device_type = kCPU;  ///< each rank receives on its own device of this type
   DimVector sizes;
 };
 
 Header header_of(const Tensor& t) {
   if (!t.defined()) return {};
-  return {true, wants_grad(t), t.dtype(), DimVector(t.sizes())};
+  return {true, wants_grad(t), t.dtype(), t.device().type, DimVector(t.sizes())};
 }
+
+/// This rank's device of type `type`: the CPU, or the GPU it uses (cuda::current_device()).
+Device device_of(DeviceType type) {
+  return type == kCUDA ? Device(kCUDA, static_cast<int8_t>(cuda::current_device())) : Device(kCPU);
+}
+
+/// What a rank receiving the source's tensor allocates it with.
+TensorOptions options_of(const Header& h) { return TensorOptions(h.dtype).device(device_of(h.device_type)); }
 
 /// Moves the source's header to the other side: `mine` on the source, nullopt elsewhere. Two messages, the fixed
 /// part first so receivers learn how many sizes follow; move(t) sends t from the source and fills it elsewhere.
@@ -112,18 +122,19 @@ template <class Move>
 Header share_header(const std::optional<Header>& mine, Move&& move) {
   if (mine) {
     move(tensor({int64_t{mine->defined}, int64_t{mine->record}, static_cast<int64_t>(mine->dtype),
-                 static_cast<int64_t>(mine->sizes.size())}));
+                 static_cast<int64_t>(mine->device_type), static_cast<int64_t>(mine->sizes.size())}));
     if (!mine->sizes.empty()) move(tensor(mine->sizes.vec()));
     return *mine;
   }
-  Tensor fixed = zeros({4}, kLong);
+  Tensor fixed = zeros({5}, kLong);
   move(fixed);
   const int64_t* f = fixed.data_ptr<int64_t>();
-  Header h{f[0] != 0, f[1] != 0, static_cast<ScalarType>(f[2]), DimVector(static_cast<size_t>(f[3]))};
+  Header h{f[0] != 0, f[1] != 0, static_cast<ScalarType>(f[2]), static_cast<DeviceType>(f[3]),
+           DimVector(static_cast<size_t>(f[4]))};
   if (h.sizes.empty()) return h;
-  Tensor sizes = zeros({f[3]}, kLong);
+  Tensor sizes = zeros({f[4]}, kLong);
   move(sizes);
-  std::copy_n(sizes.data_ptr<int64_t>(), f[3], h.sizes.begin());
+  std::copy_n(sizes.data_ptr<int64_t>(), f[4], h.sizes.begin());
   return h;
 }
 
@@ -143,13 +154,14 @@ struct Call {
 };
 
 /// Keeps what backward needs of `call` (the group by id: saved_data holds no handles) and of the output `out`
-/// (its shape and dtype, for the zeros of ranks without a gradient); returns out.
+/// (its shape, dtype and device type, for the zeros of ranks without a gradient); returns out.
 Tensor save(AutogradContext* ctx, const Call& call, Tensor out) {
   ctx->set_materialize_grads(false);
   ctx->saved_data["group"] = (call.group ? call.group : get_world_group())->id();
   ctx->saved_data["rank"] = call.rank;
   ctx->saved_data["sizes"] = out.sizes().vec();
   ctx->saved_data["dtype"] = static_cast<int64_t>(out.dtype());
+  ctx->saved_data["device_type"] = static_cast<int64_t>(out.device().type);
   return out;
 }
 
@@ -190,9 +202,11 @@ tensor_list all_ranks_backward(AutogradContext* ctx, const Tensor& g, Dual dual)
   const Call call = saved_call(ctx);
   const Agreement a = agree(g, call.group);
   if (!a.any_defined) return gradient_of_x(Tensor());
+  const auto device_type = static_cast<DeviceType>(ctx->saved_data["device_type"].toInt());
   const Tensor mine = g.defined() ? g
                                   : zeros(ctx->saved_data["sizes"].toIntVector(),
-                                          static_cast<ScalarType>(ctx->saved_data["dtype"].toInt()));
+                                          TensorOptions(static_cast<ScalarType>(ctx->saved_data["dtype"].toInt()))
+                                              .device(device_of(device_type)));
   return gradient_of_x(dual(mine, call, a.record));
 }
 
@@ -243,7 +257,7 @@ struct AllGather : Function<AllGather> {
   static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor&, const Call& call) {
     DimVector sizes(x.sizes());
     sizes[0] *= get_world_size(call.group);
-    Tensor out = empty(sizes, x.dtype());
+    Tensor out = empty(sizes, x.options());
     distributed::all_gather_into_tensor(out, x, call.group);
     return save(ctx, call, out);
   }
@@ -258,7 +272,7 @@ struct ReduceScatterSum : Function<ReduceScatterSum> {
   static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor&, const Call& call) {
     DimVector sizes(x.sizes());
     sizes[0] /= get_world_size(call.group);
-    Tensor out = empty(sizes, x.dtype());
+    Tensor out = empty(sizes, x.options());
     distributed::reduce_scatter_tensor(out, x, ReduceOp::SUM, call.group);
     return save(ctx, call, out);
   }
@@ -271,7 +285,7 @@ struct ReduceScatterSum : Function<ReduceScatterSum> {
 
 struct AllToAll : Function<AllToAll> {
   static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor&, const Call& call) {
-    Tensor out = empty(x.sizes(), x.dtype());
+    Tensor out = empty(x.sizes(), x.options());
     distributed::all_to_all_single(out, x, {}, {}, call.group);
     return save(ctx, call, out);
   }
@@ -309,7 +323,7 @@ struct ReduceSum : Function<ReduceSum> {
 /// x is defined on the root only; call.header is the root's header for it.
 struct Broadcast : Function<Broadcast> {
   static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor&, const Call& call) {
-    Tensor out = is_root(call) ? x.clone() : empty(call.header.sizes, call.header.dtype);
+    Tensor out = is_root(call) ? x.clone() : empty(call.header.sizes, options_of(call.header));
     distributed::broadcast(out, get_global_rank(call.group, call.rank), call.group);
     return save(ctx, call, out);
   }
@@ -328,7 +342,7 @@ struct Gather : Function<Gather> {
     if (is_root(call)) {
       DimVector sizes(x.sizes());
       sizes[0] *= n;
-      out = empty(sizes, x.dtype());
+      out = empty(sizes, x.options());
       parts = out.chunk(n, 0);
     }
     distributed::gather(x, parts, get_global_rank(call.group, call.rank), call.group);
@@ -348,7 +362,7 @@ struct Scatter : Function<Scatter> {
     const int n = get_world_size(call.group);
     DimVector sizes(call.header.sizes);
     sizes[0] /= n;
-    Tensor out = empty(sizes, call.header.dtype);
+    Tensor out = empty(sizes, options_of(call.header));
     distributed::scatter(out, is_root(call) ? x.chunk(n, 0) : tensor_list{}, get_global_rank(call.group, call.rank),
                          call.group);
     return save(ctx, call, out);
@@ -392,7 +406,7 @@ struct RemoteSend : Function<RemoteSend> {
 /// Receives from call.rank a tensor described by call.header (x is undefined); the gradient goes back in backward.
 struct RemoteRecv : Function<RemoteRecv> {
   static Tensor forward(AutogradContext* ctx, const Tensor&, const Tensor&, const Call& call) {
-    Tensor out = empty(call.header.sizes, call.header.dtype);
+    Tensor out = empty(call.header.sizes, options_of(call.header));
     detail::recv_internal(out, call.rank, {}, detail::kTagRemote);
     return save(ctx, call, out);
   }

@@ -110,14 +110,16 @@ bool gradcheck(const autograd::GradcheckFn& fn, const tensor_list& inputs, const
     };
     for (int r = 0; r < size; ++r) {
       for (int64_t j = 0; j < count[r]; ++j) {
-        double* v = r == rank ? &autograd::detail::element(inputs[elements[j].first], elements[j].second) : nullptr;
-        const double orig = v ? *v : 0.0;
-        if (v) *v = orig + o.eps;
+        const bool mine = r == rank;
+        const Tensor& input = mine ? inputs[elements[j].first] : Tensor();
+        const int64_t e = mine ? elements[j].second : 0;
+        const double orig = mine ? autograd::detail::read(input, e) : 0.0;
+        if (mine) autograd::detail::write(input, e, orig + o.eps);
         const double plus = global_sum();
-        if (v) *v = orig - o.eps;
+        if (mine) autograd::detail::write(input, e, orig - o.eps);
         const double minus = global_sum();
-        if (v) {
-          *v = orig;
+        if (mine) {
+          autograd::detail::write(input, e, orig);
           numerical.push_back((plus - minus) / (2 * o.eps));
         }
       }

@@ -1,7 +1,9 @@
 // The front end of point-to-point ops, and what is built on them: small objects and
 // monitored_barrier.
 
+#include <algorithm>
 #include <cstring>
+#include <exception>
 #include <sstream>
 #include <thread>
 
@@ -70,20 +72,39 @@ std::shared_ptr<Work> irecv(const Tensor& tensor, int src, const Group& group, i
 
 std::vector<std::shared_ptr<Work>> batch_isend_irecv(const std::vector<P2POp>& ops) {
   STRATA_CHECK(!ops.empty(), "batch_isend_irecv: got no ops");
-  // All checked before any is posted: a bad op must not leave the earlier ones in flight.
+  // All checked before any is posted: a bad op must not leave the earlier ones in flight. The ops of each
+  // backend involved form one batch (an NCCL group call), so that pairwise exchanges cannot deadlock.
+  std::vector<Backend*> batches;
   for (size_t i = 0; i < ops.size(); ++i) {
     const P2POp& o = ops[i];
     STRATA_CHECK(o.op == P2POp::kSend || o.op == P2POp::kRecv, "batch_isend_irecv: ops[", i, "].op is ", int(o.op),
                  ", neither kSend nor kRecv");
     check_tag(o.tag, "batch_isend_irecv");
-    check_p2p_args("batch_isend_irecv", o.op == P2POp::kSend, o.tensor, o.peer, o.group);
+    ProcessGroup* g = check_p2p_args("batch_isend_irecv", o.op == P2POp::kSend, o.tensor, o.peer, o.group).first;
+    Backend* b = &g->backend(o.tensor.device(), "batch_isend_irecv");
+    if (std::find(batches.begin(), batches.end(), b) == batches.end()) batches.push_back(b);
   }
   std::vector<std::shared_ptr<Work>> works;
   works.reserve(ops.size());
-  for (const P2POp& o : ops) {
-    works.push_back(o.op == P2POp::kSend ? isend(o.tensor, o.peer, o.group, o.tag)
-                                         : irecv(o.tensor, o.peer, o.group, o.tag));
+  std::exception_ptr error;  // the first one; every opened batch is closed anyway
+  size_t opened = 0;
+  try {
+    for (; opened < batches.size(); ++opened) batches[opened]->start_batch();
+    for (const P2POp& o : ops) {
+      works.push_back(o.op == P2POp::kSend ? isend(o.tensor, o.peer, o.group, o.tag)
+                                           : irecv(o.tensor, o.peer, o.group, o.tag));
+    }
+  } catch (...) {
+    error = std::current_exception();
   }
+  while (opened > 0) {
+    try {
+      batches[--opened]->end_batch();
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
   return works;
 }
 

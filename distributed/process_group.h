@@ -1,6 +1,6 @@
 #pragma once
 // The backend line of the distributed layer: Work handles, the Backend interface that one
-// communication library implements (MPI for CPU tensors today, NCCL for CUDA tensors later),
+// communication library implements (MPI for CPU tensors; NCCL, or MPI with host staging, for CUDA tensors),
 // and ProcessGroup, a set of ranks with a backend per device type. Most code uses the free
 // functions of collectives.h instead.
 //
@@ -45,7 +45,7 @@ std::shared_ptr<Work> completed_work();
 class Backend {
  public:
   virtual ~Backend() = default;
-  /// The library's name: "mpi" or "nccl".
+  /// The library's name: "mpi", "nccl" or "mpi+staging" (CUDA tensors through MPI, staged in host memory).
   virtual const char* name() const = 0;
   /// The device type whose tensors this backend moves.
   virtual DeviceType device_type() const = 0;
@@ -78,6 +78,11 @@ class Backend {
   /// The backend of a subgroup (MPI_Comm_split, ncclCommSplit): every rank of this group calls it with
   /// its index in the new group, or -1 outside it (then it returns null).
   virtual std::unique_ptr<Backend> split(int index) = 0;
+  /// Opens a batch of async sends and receives that start together at end_batch() (an NCCL group call, so
+  /// that pairwise exchanges cannot deadlock); batches nest. MPI posts each op at once and ignores it.
+  virtual void start_batch() {}
+  /// Closes the batch start_batch() opened.
+  virtual void end_batch() {}
 };
 
 /// A set of ranks that communicate: the global ranks in group-rank order, this process's place
@@ -103,6 +108,8 @@ class ProcessGroup {
   /// The backend for tensors on `device`; throws for non-members, destroyed groups and devices
   /// no backend of this group supports. `op` names the caller in the error.
   Backend& backend(Device device, const char* op) const;
+  /// Whether the group has a backend for tensors of `type` (CUDA: see distributed/README.md).
+  bool has_backend(DeviceType type) const { return backends_[static_cast<size_t>(type)] != nullptr; }
   /// Counts a call issued on this group and returns its number (what the timeout and debug checks report).
   uint64_t next_sequence_number() { return sequence_.fetch_add(1, std::memory_order_relaxed) + 1; }
   /// The number of the last call issued on this group.

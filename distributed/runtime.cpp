@@ -8,6 +8,7 @@
 #include <sstream>
 #include <utility>
 
+#include "strata/distributed/detail/cuda_backend.h"
 #include "strata/distributed/detail/runtime.h"
 #include "strata/distributed/mpi/mpi.h"
 
@@ -179,6 +180,7 @@ void init() {
   for (int i = 0; i < size; ++i) ranks[i] = i;
   std::array<std::unique_ptr<Backend>, 2> backends;
   backends[static_cast<size_t>(kCPU)] = mpi::make_backend(comm);
+  backends[static_cast<size_t>(kCUDA)] = detail::make_cuda_backend(*backends[static_cast<size_t>(kCPU)], rank, size);
   rt.world = std::make_shared<ProcessGroup>(0, std::move(ranks), rank, std::move(backends));
   {
     std::lock_guard lock(rt.groups_mutex);
@@ -241,9 +243,10 @@ Group new_group(const std::vector<int>& ranks) {
     record.group = world.get();
     record.seq = world->next_sequence_number();
     detail::BlockingScope scope(record);
+    // Every rank has the same slots (init() agreed on the CUDA one), so every rank splits the same backends.
     for (size_t d = 0; d < backends.size(); ++d) {
-      Backend* parent = d == static_cast<size_t>(kCPU) ? &world->backend(kCPU, "new_group") : nullptr;
-      if (parent) backends[d] = parent->split(index);
+      const auto type = static_cast<DeviceType>(d);
+      if (world->has_backend(type)) backends[d] = world->backend(type, "new_group").split(index);
     }
   }
   std::lock_guard lock(rt.groups_mutex);

@@ -18,7 +18,7 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
     const Tensor& g = parameters[i].grad();
     if (!g.defined()) continue;
     grads.push_back(g);
-    dtype = std::max(dtype, g.dtype());
+    dtype = promote_types(dtype, g.dtype());
   }
   if (grads.empty()) return scalar_tensor(0.0);
 

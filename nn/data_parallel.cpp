@@ -31,7 +31,9 @@ std::vector<std::string> describe(const Module& module) {
   auto add = [&](const char* kind, const NamedTensors& list) {
     for (const auto& [name, t] : list) {
       std::ostringstream os;
-      os << kind << " " << name << ": " << t.dtype() << " " << t.sizes() << (t.requires_grad() ? " requires_grad" : "");
+      // The device type, not the index: ranks sharing a machine hold their replicas on different GPUs.
+      os << kind << " " << name << ": " << t.dtype() << " " << t.sizes() << (t.is_cpu() ? "" : " on cuda")
+         << (t.requires_grad() ? " requires_grad" : "");
       lines.push_back(os.str());
     }
   };
@@ -199,7 +201,8 @@ struct DistributedDataParallel::Reducer {
     std::shared_ptr<dist::Work> work;
   };
 
-  Reducer(std::shared_ptr<Module> m, DDPOptions options) : module(std::move(m)), group(std::move(options.group)) {
+  Reducer(std::shared_ptr<Module> m, DDPOptions options, Device d)
+      : module(std::move(m)), group(std::move(options.group)), device(d) {
     for (auto& [name, t] : module->named_parameters())
       if (t.requires_grad()) params.emplace_back(t, name);
     make_buckets(options.bucket_cap_mb);
@@ -242,7 +245,7 @@ struct DistributedDataParallel::Reducer {
     }
     for (Bucket& b : buckets) {
       const int64_t n = static_cast<int64_t>(b.params.size());
-      b.buffer = zeros({b.numel + n}, b.dtype);
+      b.buffer = zeros({b.numel + n}, TensorOptions(b.dtype).device(device));
       b.flags = b.buffer.narrow(0, b.numel, n);
       int64_t offset = 0;
       for (size_t i : b.params) {
@@ -302,6 +305,9 @@ struct DistributedDataParallel::Reducer {
       STRATA_CHECK(p.tensor.dtype() == b.dtype && p.tensor.sizes() == p.view.sizes(), "DistributedDataParallel: ",
                    "parameter ", p.name, " is now ", p.tensor.dtype(), " ", p.tensor.sizes(), " but was ", b.dtype, " ",
                    p.view.sizes(), " when DistributedDataParallel was made; make it after changing the module");
+      STRATA_CHECK(p.tensor.device() == device, "DistributedDataParallel: parameter ", p.name, " is now on ",
+                   p.tensor.device(), " but was on ", device, " when DistributedDataParallel was made; make it after ",
+                   "moving the module");
       const Tensor& grad = p.tensor.grad();
       if (!grad.defined()) p.view.zero_();
       else if (!is_bucket_view(grad, p)) p.view.copy_(grad);
@@ -319,10 +325,11 @@ struct DistributedDataParallel::Reducer {
     progress.take_back();
     for (Bucket& b : buckets) {
       b.work->wait();
+      const Tensor flags = b.flags.cpu();  // one copy per bucket: a GPU is waited for once, not per parameter
       for (size_t i : b.params) {
         Param& p = params[i];
         Tensor& grad = p.tensor.mutable_grad();
-        if (b.flags[static_cast<int64_t>(p.slot)].item<double>() > 0 && !is_bucket_view(grad, p)) grad = p.view;
+        if (flags[static_cast<int64_t>(p.slot)].item<double>() > 0 && !is_bucket_view(grad, p)) grad = p.view;
       }
     }
     pass_open = false;
@@ -335,6 +342,7 @@ struct DistributedDataParallel::Reducer {
 
   std::shared_ptr<Module> module;
   dist::Group group;
+  Device device;              // of every parameter, so of every bucket
   std::vector<Param> params;  // the parameters that require grad, in registration order
   std::vector<Bucket> buckets;
   bool sync = true;           // false under no_sync()
@@ -351,9 +359,10 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module,
   STRATA_CHECK(dist::is_initialized(), "DistributedDataParallel: distributed::init() has not been called");
   STRATA_CHECK(dist::get_rank(options.group) >= 0, "DistributedDataParallel: this process (global rank ",
                dist::get_rank(), ") is not a member of ", options.group->describe());
+  const Device device = parameters_device(*module, "DistributedDataParallel").value_or(Device(kCPU));
   check_same_modules(*module, options.group);
   broadcast_state(*module, options.group);
-  reducer_ = std::make_unique<Reducer>(std::move(module), std::move(options));
+  reducer_ = std::make_unique<Reducer>(std::move(module), std::move(options), device);
 }
 
 DistributedDataParallel::~DistributedDataParallel() = default;

@@ -31,7 +31,9 @@
 // are broadcast once, at construction (torch's broadcast_buffers does it before every forward).
 //
 // Every rank of the group must run each synchronized backward through the model (a rank that skips
-// one leaves the others waiting; the timeout ends such a job). One backward at a time.
+// one leaves the others waiting; the timeout ends such a job). One backward at a time. The module's
+// parameters must be on one device (move it with Module::to first); the buckets live there and travel
+// through the group's backend for that device (NCCL or staged MPI for a GPU).
 
 #include <memory>
 #include <string>

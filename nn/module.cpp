@@ -130,14 +130,40 @@ void Module::zero_grad(bool set_to_none) { autograd::zero_grad(parameters(), set
 
 void Module::to(ScalarType dtype) {
   STRATA_CHECK(is_floating_point(dtype), name_, "::to: modules convert only to floating point dtypes, got ", dtype);
+  convert(std::nullopt, dtype);
+}
+
+void Module::to(Device device) { convert(device, std::nullopt); }
+
+void Module::to(Device device, ScalarType dtype) {
+  STRATA_CHECK(is_floating_point(dtype), name_, "::to: modules convert only to floating point dtypes, got ", dtype);
+  convert(device, dtype);
+}
+
+// Note [Module::to]: set_data swaps the data behind each handle, so optimizers and holders keep working. Every
+// new tensor is made before any is swapped in: a failed copy (no GPU) leaves the module as it was. A gradient
+// moves with its tensor (as torch's Module._apply) and is dropped when the dtype changes.
+void Module::convert(std::optional<Device> device, std::optional<ScalarType> dtype) {
   NoGradGuard no_grad;
-  auto convert = [&](const Tensor& t) {
-    if (!t.is_floating_point() || t.dtype() == dtype) return;
-    t.set_data(t.to(dtype));
-    Tensor(t).mutable_grad() = Tensor();
+  struct Change {
+    Tensor tensor, data, grad;
   };
-  for (const Tensor& p : parameters()) convert(p);
-  for (const Tensor& b : buffers()) convert(b);
+  std::vector<Change> changes;
+  auto plan = [&](const Tensor& t) {
+    const ScalarType type = dtype && t.is_floating_point() ? *dtype : t.dtype();
+    const Device target = device.value_or(t.device());
+    if (type == t.dtype() && target == t.device()) return;
+    Change change{t, t.to(target, type), Tensor()};
+    if (type == t.dtype() && t.grad().defined()) change.grad = t.grad().to(target);
+    changes.push_back(std::move(change));
+  };
+  for (const Tensor& p : parameters()) plan(p);
+  for (const Tensor& b : buffers()) plan(b);
+  for (Change& change : changes) {
+    change.tensor.set_data(change.data);
+    if (change.grad.defined() || change.tensor.grad().defined())
+      change.tensor.mutable_grad() = std::move(change.grad);
+  }
 }
 
 StateDict Module::state_dict() const {
@@ -206,6 +232,17 @@ void print_tree(std::ostream& os, const Module& m, int indent) {
 std::ostream& operator<<(std::ostream& os, const Module& module) {
   print_tree(os, module, 0);
   return os;
+}
+
+std::optional<Device> parameters_device(const Module& module, const char* op) {
+  const NamedTensors params = module.named_parameters();
+  if (params.empty()) return std::nullopt;
+  const auto& [first_name, first] = params.front();
+  for (const auto& [name, p] : params)
+    STRATA_CHECK(p.device() == first.device(), op, ": the module's parameters are on more than one device (",
+                 first_name, " on ", first.device(), ", ", name, " on ", p.device(),
+                 "); move the whole module with Module::to(device)");
+  return first.device();
 }
 
 }  // namespace strata::nn

@@ -13,6 +13,7 @@
 //   STRATA_MODULE(Net);
 //
 //   Net net;                                    // makes a NetImpl
+//   net->to(Device(kCUDA, 0));                  // parameters and buffers move; handles to them stay valid
 //   for (auto& [name, p] : net->named_parameters()) std::cout << name << " " << p.sizes() << "\n";
 //   Tensor logits = net(x);                     // NetImpl::forward
 //   std::cout << *net;                          // the module tree
@@ -21,6 +22,7 @@
 #include <cstddef>
 #include <map>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <utility>
@@ -81,6 +83,11 @@ class Module : public std::enable_shared_from_this<Module> {
   void zero_grad(bool set_to_none = true);
   /// Converts floating-point parameters and buffers to dtype in place (handles stay valid; grads are dropped).
   void to(ScalarType dtype);
+  /// Moves every parameter, buffer and gradient to `device` in place (handles stay valid); a module is on the
+  /// device its parameters are on. On an error (no GPU) nothing has moved.
+  void to(Device device);
+  /// to(device) and to(dtype) in one copy per tensor (grads of converted tensors are dropped).
+  void to(Device device, ScalarType dtype);
 
   /// Parameters and buffers by dotted name (what nn::save writes).
   StateDict state_dict() const;
@@ -96,6 +103,7 @@ class Module : public std::enable_shared_from_this<Module> {
 
  private:
   void add_child(std::string name, std::shared_ptr<Module> child);
+  void convert(std::optional<Device> device, std::optional<ScalarType> dtype);
   void check_new_name(const std::string& name, const char* what) const;
   std::vector<std::pair<std::string, const Module*>> walk(bool recurse) const;
   NamedTensors collect(bool recurse, bool buffers) const;
@@ -109,6 +117,10 @@ class Module : public std::enable_shared_from_this<Module> {
 
 /// Prints the module tree, one child per line under its parent, as libtorch does.
 std::ostream& operator<<(std::ostream& os, const Module& module);
+
+/// The device of `module`'s parameters, or std::nullopt when it has none. Parameters on two devices throw,
+/// naming both, with a message that starts with `op` (data parallel and the pipeline engine need one device).
+std::optional<Device> parameters_device(const Module& module, const char* op);
 
 /// A shared handle to a module implementation; call it to run forward. Made by STRATA_MODULE.
 template <class Impl>

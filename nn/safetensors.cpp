@@ -37,10 +37,11 @@ struct DtypeName {
   ScalarType type;
   const char* name;
 };
-constexpr DtypeName kDtypes[] = {{kBool, "BOOL"}, {kFloat, "F32"}, {kDouble, "F64"}, {kLong, "I64"}};
+constexpr DtypeName kDtypes[] = {{kBool, "BOOL"}, {kHalf, "F16"},   {kBFloat16, "BF16"},
+                                 {kFloat, "F32"}, {kDouble, "F64"}, {kLong, "I64"}};
 // The other safetensors dtypes, named as such when a file holds one.
-constexpr const char* kForeignDtypes[] = {"U8",  "I8",  "F8_E5M2", "F8_E4M3", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2",
-                                          "I16", "U16", "F16",     "BF16",    "I32",     "U32", "U64",     "C64"};
+constexpr const char* kForeignDtypes[] = {"U8",      "I8",  "F8_E5M2", "F8_E4M3", "F8_E8M0", "F4",  "F6_E2M3",
+                                          "F6_E3M2", "I16", "U16",     "I32",     "U32",     "U64", "C64"};
 
 size_t dtype_rank(ScalarType t) {
   for (size_t i = 0; i < std::size(kDtypes); ++i)
@@ -194,7 +195,7 @@ ScalarType parse_dtype(const Json& v, const Where& where) {
   for (const auto& d : kDtypes)
     if (name == d.name) return d.type;
   STRATA_CHECK(std::ranges::find(kForeignDtypes, name) == std::end(kForeignDtypes), where, "dtype ", name,
-               " is not supported by strata (it holds BOOL, I64, F32 and F64)");
+               " is not supported by strata (it holds BOOL, I64, F16, BF16, F32 and F64)");
   detail::throw_error(__FILE__, __LINE__, where, "unknown dtype '", name, "'");
 }
 
@@ -258,7 +259,6 @@ void save_file(const StateDict& tensors, const std::string& path,
     const Where where{"save_file", path, &name};
     STRATA_CHECK(name != kMetadataKey, where, "the name is reserved for the file's metadata");
     STRATA_CHECK(t.defined(), where, "the tensor is undefined");
-    STRATA_CHECK(t.is_cpu(), where, "only CPU tensors can be saved, got one on ", t.device());
     items.push_back({&name, &t});
   }
   // The map iterates by name, so a stable sort by dtype gives the reference writer's order.
@@ -288,7 +288,7 @@ void save_file(const StateDict& tensors, const std::string& path,
   write_all(out.fd(), bytes.data(), bytes.size(), file);
   NoGradGuard no_grad;  // contiguous() of a tensor that requires grad would record a graph
   for (const auto& [name, t] : items) {
-    const Tensor data = t->contiguous();
+    const Tensor data = t->to(Device(kCPU)).contiguous();  // a GPU tensor is copied to the host, one at a time
     write_all(out.fd(), data.data_ptr(), data.nbytes(), file);
   }
   out.commit(path, file);

@@ -11,7 +11,8 @@
 // File layout: an 8-byte little-endian header length N, N bytes of JSON
 // {"__metadata__": {...}, "name": {"dtype": "F32", "shape": [4, 3], "data_offsets": [begin, end]}, ...}
 // padded with spaces to a multiple of 8, then the raw little-endian data (offsets count from there).
-// strata holds BOOL, I64, F32 and F64; files with other dtypes are rejected by name.
+// strata holds BOOL, I64, F16, BF16, F32 and F64; files with other dtypes are rejected by name. load_file returns
+// CPU tensors; Module::load_state_dict copies them onto each parameter's device.
 
 #include <map>
 #include <string>
@@ -20,7 +21,8 @@
 
 namespace strata::nn {
 
-/// Writes `tensors` (CPU; non-contiguous ones are written contiguously) and string `metadata` to `path`.
+/// Writes `tensors` (GPU ones are copied to the host; non-contiguous ones are written contiguously) and string
+/// `metadata` to `path`.
 /// Atomic: the bytes go to a temporary file beside `path` that is synced and renamed over it, so `path` holds
 /// either the old file or the complete new one. A writer killed mid-save leaves "<path>.tmp.<pid>.<n>" behind;
 /// load_file never reads those and they are safe to delete.

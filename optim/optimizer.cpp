@@ -169,7 +169,9 @@ void Optimizer::load_state_dict(const StateDict& dict) {
                                              : detail::state_entry(dict, key, p.sizes(), p.dtype(), where);
         STRATA_CHECK(name != "step" || value.item<int64_t>() >= 0, where, ": \"", key,
                      "\" holds a negative step count ", value.item<int64_t>());
-        state[i].emplace(name, value.clone());
+        // A copy where step() keeps it: the count on the host, buffers on the parameter's device (a file is
+        // read to the CPU).
+        state[i].emplace(name, value.to(name == "step" ? Device(kCPU) : p.device(), /*copy=*/true));
         used.insert(key);
       }
     }

@@ -20,8 +20,9 @@
 //   param_groups.<g>.params          int64 [n]: the numbers of group g's parameters
 //   param_groups.<g>.<name>          the group's hyperparameters ("lr", "momentum", "betas", "amsgrad"):
 //                                    float64 0-dim (betas: [2]), flags bool 0-dim
-//   state.<i>.step                   int64 0-dim: steps parameter i has taken (optimizers that count them)
-//   state.<i>.<buffer>               shaped and typed as parameter i: "momentum_buffer", "exp_avg", ...
+//   state.<i>.step                   int64 0-dim on the CPU: steps parameter i has taken (optimizers that count
+//                                    them); step() reads it without waiting for a GPU
+//   state.<i>.<buffer>               shaped and typed as parameter i, on its device: "momentum_buffer", "exp_avg", ...
 // A parameter has no state entries before its first step.
 
 #include <cstddef>
@@ -101,8 +102,9 @@ class Optimizer {
   /// Hyperparameters and state, laid out as the header comment says. State tensors are the optimizer's
   /// own buffers (no copy): save or clone them before the next step().
   StateDict state_dict() const;
-  /// Replaces hyperparameters and state with copies of `dict`'s. Every name, shape, dtype and value is
-  /// checked first; on a bad dict it throws naming the key and leaves the optimizer unchanged.
+  /// Replaces hyperparameters and state with copies of `dict`'s, each buffer copied to its parameter's device
+  /// (a checkpoint read from a file is on the CPU). Every name, shape, dtype and value is checked first; on a
+  /// bad dict it throws naming the key and leaves the optimizer unchanged.
   void load_state_dict(const StateDict& dict);
 
  protected:

@@ -15,6 +15,7 @@
 #include "strata/nn/data_parallel.h"
 #include "strata/nn/safetensors.h"
 #include "strata/tensor/creation.h"
+#include "strata/tensor/cuda.h"
 
 namespace strata::pipe {
 namespace dist = strata::distributed;
@@ -88,7 +89,7 @@ Meta decode(const Tensor& t, int stage) {
   Meta meta(static_cast<size_t>(next()));
   for (TensorMeta& m : meta) {
     const int64_t dtype = next();
-    STRATA_CHECK(dtype >= 0 && dtype <= static_cast<int64_t>(ScalarType::Double), where, " (stage ", stage,
+    STRATA_CHECK(dtype >= 0 && dtype <= static_cast<int64_t>(ScalarType::BFloat16), where, " (stage ", stage,
                  "): bad dtype code ", dtype, " in activation metadata");
     m.dtype = static_cast<ScalarType>(dtype);
     m.requires_grad = next() != 0;
@@ -115,6 +116,28 @@ std::string shape_change_message(int from_stage, const Meta& before, const Meta&
   return os.str();
 }
 
+// Note [stage devices]: a stage receives activations (and its last stage the labels) on the device of its
+// module's parameters, and gradients on the device of the outputs they belong to. Sender and receiver of one
+// transfer must use the same device type, since a CPU tensor and a GPU tensor may travel through different
+// backends (MPI and NCCL) that never meet; so every stage with parameters must be on the same type. A stage
+// without parameters takes the others' type (a GPU stage then uses the current CUDA device).
+Device stage_device(const PipelineModule& module, const PipelineParallelGrid& grid) {
+  const std::optional<Device> own = nn::parameters_device(module, "PipelineEngine");
+  if (grid.get_pipe_parallel_world_size() == 1) return own.value_or(Device(kCPU));
+  constexpr int64_t kNone = -1, kCpu = 0, kGpu = 1;
+  const int64_t type = !own ? kNone : own->is_cpu() ? kCpu : kGpu;
+  // MAX over the stages of (type, -type): the highest and lowest types among stages with parameters.
+  Tensor types = tensor({type, own ? -type : -kGpu});
+  dist::all_reduce(types, dist::ReduceOp::MAX, grid.get_pipe_parallel_group());
+  const int64_t highest = types[0].item<int64_t>(), lowest = -types[1].item<int64_t>();
+  STRATA_CHECK(highest == kNone || highest == lowest, "PipelineEngine: some stages hold their modules on the CPU ",
+               "and others on a GPU (this is stage ", grid.get_stage_id(), ", on ",
+               own ? (own->is_cpu() ? "the CPU" : "a GPU") : "no device: it has no parameters",
+               "); put every stage's module on the same kind of device");
+  if (own) return *own;
+  return highest == kGpu ? Device(kCUDA, static_cast<int8_t>(cuda::current_device())) : Device(kCPU);
+}
+
 std::string optimizer_path(const std::string& dir, const PipelineParallelGrid& grid) {
   std::ostringstream os;
   os << dir << "/optim_states-stage_" << std::setw(2) << std::setfill('0') << grid.get_stage_id() << "_of_"
@@ -129,7 +152,8 @@ double PipelineTimings::compute() const {
 }
 
 struct PipelineEngine::State {
-  State(const PipelineParallelGrid& grid, bool dynamic_shapes) : grid(grid), dynamic_shapes(dynamic_shapes), p2p(grid) {}
+  State(const PipelineParallelGrid& grid, bool dynamic_shapes, Device device)
+      : grid(grid), dynamic_shapes(dynamic_shapes), device(device), p2p(grid) {}
 
   // The header (and metadata when it changed) for `outputs`, sent to the next stage; returns their description.
   MetaPtr send_meta(const tensor_list& outputs, int micro_batch);
@@ -150,6 +174,7 @@ struct PipelineEngine::State {
 
   const PipelineParallelGrid& grid;
   const bool dynamic_shapes;
+  Device device;  // see Note [stage devices]
   P2P p2p;
   std::vector<Tie> ties;
   MetaPtr sent[2], received[2];           // the last description each way, per mode
@@ -182,7 +207,7 @@ PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, const Pip
     for (const Tensor& p : group.params())
       STRATA_CHECK(own.count(p.impl_ptr().get()), "PipelineEngine: the optimizer holds a tensor of shape ",
                    p.sizes(), " that is not a parameter of stage ", grid_.get_stage_id(), "'s module");
-  state_ = std::make_unique<State>(grid_, options_.dynamic_shapes);
+  state_ = std::make_unique<State>(grid_, options_.dynamic_shapes, stage_device(*module_, grid_));
 
   // Replicas start from data-parallel rank 0's values; then each tie group from its lowest stage.
   if (grid_.get_data_parallel_world_size() > 1) nn::broadcast_state(*module_, grid_.get_data_parallel_group());
@@ -278,12 +303,17 @@ void PipelineEngine::execute(const PipeInstruction& ins) {
       std::optional<MicroBatch> mb = (*st.data_iter)();
       STRATA_CHECK(mb.has_value(), where(training ? "train_batch" : "eval_batch"), ": the data iterator ran dry after ",
                    st.loaded, " of ", options_.micro_batches, " micro-batches");
+      // As DeepSpeed, the engine moves what it keeps to the stage's device (no copy when it is there already).
+      auto on_stage = [&](tensor_list tensors) {
+        for (Tensor& t : tensors) t = t.to(st.device);
+        return tensors;
+      };
       if (grid_.is_first_stage()) {
         STRATA_CHECK(!mb->inputs.empty(), where("LoadMicroBatch"), ": micro-batch ", st.loaded, " has no inputs");
-        buf.inputs = std::move(mb->inputs);
+        buf.inputs = on_stage(std::move(mb->inputs));
         buf.micro_batch = st.loaded;
       }
-      if (grid_.is_last_stage()) buf.labels = std::move(mb->labels);
+      if (grid_.is_last_stage()) buf.labels = on_stage(std::move(mb->labels));
       ++st.loaded;
       break;
     }
@@ -344,7 +374,7 @@ void PipelineEngine::execute(const PipeInstruction& ins) {
       buf.in_meta = st.recv_meta(buf.micro_batch);
       buf.inputs.clear();
       for (const TensorMeta& m : *buf.in_meta) {
-        Tensor t = empty(m.sizes, m.dtype);
+        Tensor t = empty(m.sizes, TensorOptions(m.dtype).device(st.device));
         st.p2p.recv(t, stage - 1, /*async_op=*/true);
         buf.inputs.push_back(t);
       }
@@ -371,7 +401,8 @@ void PipelineEngine::execute(const PipeInstruction& ins) {
       buf.output_grads.assign(out_meta.size(), Tensor());
       for (size_t i = 0; i < out_meta.size(); ++i) {
         if (!out_meta[i].requires_grad) continue;
-        buf.output_grads[i] = empty(out_meta[i].sizes, out_meta[i].dtype);
+        const TensorOptions options = TensorOptions(out_meta[i].dtype).device(buf.outputs[i].device());
+        buf.output_grads[i] = empty(out_meta[i].sizes, options);
         st.p2p.recv(buf.output_grads[i], stage + 1, /*async_op=*/true);
       }
       st.p2p.wait();

@@ -38,9 +38,9 @@ Tensor allocate(IntArrayRef sizes, ScalarType dtype, Device device) {
   impl->dtype = dtype;
   STRATA_CHECK(!__builtin_mul_overflow(static_cast<size_t>(impl->numel), element_size(dtype), &storage->nbytes),
                "empty: ", impl->numel, " elements of ", dtype, " overflow the address space");
-  storage->data = k.allocate(storage->nbytes);
+  storage->data = k.allocate(device, storage->nbytes);
   storage->device = device;
-  storage->deleter = [&k, n = storage->nbytes](void* p) { k.deallocate(p, n); };
+  storage->deleter = [&k, device, n = storage->nbytes](void* p) { k.deallocate(device, p, n); };
   impl->storage = std::move(storage);
   return Tensor(std::move(impl));
 }

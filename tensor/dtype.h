@@ -4,6 +4,8 @@
 //   auto t = strata::zeros({2, 3}, strata::TensorOptions().dtype(strata::kFloat64));
 //   strata::visit_dtype(t.dtype(), [&]<class T>() { T* p = t.data_ptr<T>(); ... });
 
+#include <bit>
+#include <cmath>
 #include <cstdint>
 #include <ostream>
 
@@ -11,8 +13,8 @@
 
 namespace strata {
 
-/// Element type of a tensor. Half and BFloat16 get their own enumerators when CUDA needs them.
-enum class ScalarType : int8_t { Bool, Long, Float, Double };
+/// Element type of a tensor.
+enum class ScalarType : int8_t { Bool, Long, Float, Double, Half, BFloat16 };
 
 constexpr ScalarType kBool = ScalarType::Bool;       ///< bool, one byte
 constexpr ScalarType kLong = ScalarType::Long;       ///< int64_t
@@ -21,18 +23,82 @@ constexpr ScalarType kFloat = ScalarType::Float;     ///< float
 constexpr ScalarType kFloat32 = ScalarType::Float;   ///< float
 constexpr ScalarType kDouble = ScalarType::Double;   ///< double
 constexpr ScalarType kFloat64 = ScalarType::Double;  ///< double
+constexpr ScalarType kHalf = ScalarType::Half;       ///< IEEE binary16 (strata::Half)
+constexpr ScalarType kFloat16 = ScalarType::Half;    ///< IEEE binary16 (strata::Half)
+constexpr ScalarType kBFloat16 = ScalarType::BFloat16;  ///< bfloat16 (strata::BFloat16)
+
+/// IEEE 754 binary16 as stored bits, as c10::Half: converts to and from float, rounding to nearest even.
+/// Arithmetic on Half tensors runs on CUDA in float32; on the CPU they are copied and converted only.
+struct Half {
+  uint16_t bits = 0;  ///< sign, 5 exponent bits, 10 mantissa bits
+  Half() = default;
+  Half(float f) : bits(from_float(f)) {}  ///< rounds f to the nearest Half (overflow gives inf)
+  operator float() const { return to_float(bits); }  ///< the exact float value
+
+  /// The bits of the Half nearest to f (ties to even; NaN stays NaN).
+  static uint16_t from_float(float f) {
+    const uint32_t x = std::bit_cast<uint32_t>(f);
+    const auto sign = static_cast<uint16_t>((x >> 16) & 0x8000);
+    const uint32_t mag = x & 0x7fffffff;
+    if (mag > 0x7f800000) return sign | 0x7e00;  // NaN
+    if (mag >= 0x477ff000) return sign | 0x7c00;  // 65520 and above round to inf
+    if (mag < 0x38800000)  // below 2^-14: a subnormal Half, counted in units of 2^-24
+      return sign | static_cast<uint16_t>(std::nearbyint(std::bit_cast<float>(mag) * 16777216.0f));
+    const uint32_t rebiased = mag - (112u << 23);  // exponent bias 127 -> 15
+    return sign | static_cast<uint16_t>((rebiased + 0xfff + ((rebiased >> 13) & 1)) >> 13);
+  }
+  /// The float value of Half bits h.
+  static float to_float(uint16_t h) {
+    const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+    const uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    if (exp == 0) {  // zero or subnormal: man * 2^-24, exact in float
+      const float v = static_cast<float>(man) * 5.9604644775390625e-8f;
+      return sign ? -v : v;
+    }
+    if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000 | (man << 13));
+    return std::bit_cast<float>(sign | ((exp + 112) << 23) | (man << 13));
+  }
+};
+
+/// bfloat16 (the top half of a float32) as stored bits, as c10::BFloat16; rounds to nearest even.
+/// Arithmetic on BFloat16 tensors runs on CUDA in float32; on the CPU they are copied and converted only.
+struct BFloat16 {
+  uint16_t bits = 0;  ///< sign, 8 exponent bits, 7 mantissa bits
+  BFloat16() = default;
+  BFloat16(float f) : bits(from_float(f)) {}  ///< rounds f to the nearest BFloat16
+  operator float() const { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }  ///< the exact float value
+
+  /// The bits of the BFloat16 nearest to f (ties to even; NaN stays NaN).
+  static uint16_t from_float(float f) {
+    const uint32_t x = std::bit_cast<uint32_t>(f);
+    if ((x & 0x7fffffff) > 0x7f800000) return static_cast<uint16_t>((x >> 16) | 0x40);
+    return static_cast<uint16_t>((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+  }
+};
 
 /// Bytes per element.
 constexpr size_t element_size(ScalarType t) {
   switch (t) {
     case kBool: return 1;
+    case kHalf:
+    case kBFloat16: return 2;
     case kFloat: return 4;
     default: return 8;
   }
 }
-/// True for float32 and float64.
-constexpr bool is_floating_point(ScalarType t) { return t == kFloat || t == kDouble; }
-/// libtorch's name for the type: "Bool", "Long", "Float", "Double".
+/// True for float32, float64, float16 and bfloat16.
+constexpr bool is_floating_point(ScalarType t) { return t == kFloat || t == kDouble || t == kHalf || t == kBFloat16; }
+/// True for the 16-bit floats (Half, BFloat16), which compute in float32.
+constexpr bool is_reduced_floating_point(ScalarType t) { return t == kHalf || t == kBFloat16; }
+/// The dtype both a and b convert to without loss in libtorch's lattice, as at::promote_types:
+/// Bool < Long < the floats; Half with BFloat16 gives Float.
+constexpr ScalarType promote_types(ScalarType a, ScalarType b) {
+  if (a == b) return a;
+  auto rank = [](ScalarType t) { return t == kBool ? 0 : t == kLong ? 1 : is_reduced_floating_point(t) ? 2 : t == kFloat ? 3 : 4; };
+  if (rank(a) == 2 && rank(b) == 2) return kFloat;
+  return rank(a) >= rank(b) ? a : b;
+}
+/// libtorch's name for the type: "Bool", "Long", "Float", "Double", "Half", "BFloat16".
 const char* to_string(ScalarType t);
 /// Prints to_string(t).
 std::ostream& operator<<(std::ostream& os, ScalarType t);
@@ -43,8 +109,11 @@ template <> constexpr ScalarType scalar_type_of<bool>() { return kBool; }
 template <> constexpr ScalarType scalar_type_of<int64_t>() { return kLong; }
 template <> constexpr ScalarType scalar_type_of<float>() { return kFloat; }
 template <> constexpr ScalarType scalar_type_of<double>() { return kDouble; }
+template <> constexpr ScalarType scalar_type_of<Half>() { return kHalf; }
+template <> constexpr ScalarType scalar_type_of<BFloat16>() { return kBFloat16; }
 
-/// Calls f.template operator()<T>() with T the C++ type of `t`.
+/// Calls f.template operator()<T>() with T the C++ type of `t`, for code that does arithmetic on the
+/// host: bool, int64_t, float or double. Half and BFloat16 throw (CPU tensors of those are converted only).
 template <class F>
 decltype(auto) visit_dtype(ScalarType t, F&& f) {
   switch (t) {
@@ -52,8 +121,19 @@ decltype(auto) visit_dtype(ScalarType t, F&& f) {
     case kLong: return f.template operator()<int64_t>();
     case kFloat: return f.template operator()<float>();
     case kDouble: return f.template operator()<double>();
+    case kHalf:
+    case kBFloat16: break;
   }
-  STRATA_INTERNAL_ASSERT(false);
+  STRATA_CHECK(false, "CPU kernels do not support ", t,
+               " tensors beyond copies and conversions: compute on CUDA or convert with .to(kFloat) first");
+}
+
+/// visit_dtype over every dtype, Half and BFloat16 included, for code that only stores and converts.
+template <class F>
+decltype(auto) visit_all_dtypes(ScalarType t, F&& f) {
+  if (t == kHalf) return f.template operator()<Half>();
+  if (t == kBFloat16) return f.template operator()<BFloat16>();
+  return visit_dtype(t, std::forward<F>(f));
 }
 
 /// Where a tensor's memory lives.

@@ -9,6 +9,8 @@
 // by the caller with the final sizes and dtype, inputs have been expanded (stride 0) to the
 // iteration shape where broadcasting applies, and inputs have the compute dtype unless an
 // entry says otherwise. Inputs may have any strides; outputs may too (copy_ into views).
+// Half and BFloat16 compute in float32 where a device supports them (CUDA); the CPU table
+// copies and fills them only and throws for the rest.
 
 #include <cstdint>
 
@@ -22,16 +24,26 @@ enum class UnaryOp : int8_t { Neg, Exp, Log, Sqrt, Rsqrt, Abs, Tanh, Sigmoid, Re
 enum class BinaryOp : int8_t {
   Add, Sub, Mul, Div, Pow, Maximum, Minimum, Eq, Ne, Lt, Le, Gt, Ge, LogicalAnd, LogicalOr
 };
+/// The op's name as kernel errors show it: "neg", "exp", ...
+const char* to_string(UnaryOp op);
+/// The op's name as kernel errors show it: "add", "sub", ...
+const char* to_string(BinaryOp op);
+/// True for the comparisons and logical ops, which write bool.
+constexpr bool writes_bool(BinaryOp op) { return op >= BinaryOp::Eq; }
 /// Reductions.
 enum class ReduceOp : int8_t { Sum, Prod, Max, Min };
+/// The reduction's name as kernel errors show it: "sum", "prod", "max", "min".
+const char* to_string(ReduceOp op);
 
 /// One device's implementation of the primitives.
 class Kernels {
  public:
   virtual ~Kernels() = default;
-  virtual void* allocate(size_t nbytes) const = 0;  ///< device memory, 64-byte aligned
-  virtual void deallocate(void* p, size_t nbytes) const = 0;  ///< frees allocate(nbytes)'s memory
-  virtual void copy(const Tensor& src, const Tensor& dst) const = 0;  ///< dst = src, converting dtype; same sizes
+  /// Memory on `device` (its index picks the GPU), 64-byte aligned; on CUDA ordered on the device's current stream.
+  virtual void* allocate(Device device, size_t nbytes) const = 0;
+  virtual void deallocate(Device device, void* p, size_t nbytes) const = 0;  ///< frees allocate(device, nbytes)'s memory
+  /// dst = src, converting dtype; same sizes. src and dst may be on different devices: copy_kernels_for picks the table.
+  virtual void copy(const Tensor& src, const Tensor& dst) const = 0;
   virtual void fill(const Tensor& dst, double value) const = 0;  ///< every element of dst = value
   virtual void unary(UnaryOp op, const Tensor& in, const Tensor& out) const = 0;  ///< out = op(in); LogicalNot writes bool
   /// out = op(a, b); a and b share dtype and out's sizes; comparisons and logical ops write bool.
@@ -64,9 +76,11 @@ Tensor make_view(const Tensor& base, IntArrayRef sizes, IntArrayRef strides, int
 
 /// The kernels for a device; throws when strata was built without that backend.
 const Kernels& kernels_for(Device device);
+/// The table that copies between src's and dst's devices: CUDA's when either side is a GPU.
+inline const Kernels& copy_kernels_for(Device src, Device dst) { return kernels_for(src.is_cpu() ? dst : src); }
 /// The CPU table (tensor/cpu/).
 const Kernels& cpu_kernels();
-/// The CUDA table; without STRATA_WITH_CUDA a stub that throws "CUDA is not supported".
+/// The CUDA table (tensor/cuda/); in a build without CUDA it throws "this build of strata has no CUDA backend".
 const Kernels& cuda_kernels();
 
 }  // namespace strata

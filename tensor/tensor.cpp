@@ -1,6 +1,7 @@
 #include "strata/tensor/tensor.h"
 
 #include <iomanip>
+#include <sstream>
 
 #include "strata/tensor/kernels.h"
 
@@ -12,6 +13,8 @@ const char* to_string(ScalarType t) {
     case kLong: return "Long";
     case kFloat: return "Float";
     case kDouble: return "Double";
+    case kHalf: return "Half";
+    case kBFloat16: return "BFloat16";
   }
   return "Unknown";
 }
@@ -78,9 +81,10 @@ void print_dim(std::ostream& os, const Tensor& t, int64_t d, int64_t offset, boo
     }
     const int64_t off = offset + i * t.stride(d);
     if (d + 1 == t.dim()) {
-      visit_dtype(t.dtype(), [&]<class T>() {
+      visit_all_dtypes(t.dtype(), [&]<class T>() {
         const T v = static_cast<const T*>(t.impl().storage->data)[off];
         if constexpr (std::is_same_v<T, bool>) os << (v ? "True" : "False");
+        else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) os << static_cast<float>(v);
         else os << v;
       });
     } else {
@@ -98,10 +102,22 @@ void print_dim(std::ostream& os, const Tensor& t, int64_t d, int64_t offset, boo
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   if (!t.defined()) return os << "tensor(undefined)";
-  if (!t.is_cpu()) return os << "tensor(<" << t.device() << ">, size=" << t.sizes() << ", dtype=" << t.dtype() << ")";
+  if (!t.is_cpu()) {  // printed from a host copy, as libtorch does, with the device named
+    const Tensor host = make_view(t, t.sizes(), t.strides(), t.storage_offset()).to(Device(kCPU));
+    std::ostringstream text;
+    text << host;
+    std::string s = text.str();
+    os << s.substr(0, s.size() - 1) << ", device='" << t.device() << "'";
+    if (t.requires_grad()) os << ", requires_grad=True";
+    return os << ')';
+  }
   os << "tensor(";
   if (t.dim() == 0) {
-    visit_dtype(t.dtype(), [&]<class T>() { os << static_cast<const T*>(t.impl().storage->data)[t.storage_offset()]; });
+    visit_all_dtypes(t.dtype(), [&]<class T>() {
+      const T v = static_cast<const T*>(t.impl().storage->data)[t.storage_offset()];
+      if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) os << static_cast<float>(v);
+      else os << v;
+    });
   } else {
     print_dim(os, t, 0, t.storage_offset(), t.numel() > 1000, 7);
   }
@@ -110,11 +126,23 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   return os << ')';
 }
 
-const Kernels& kernels_for(Device device) { return device.is_cpu() ? cpu_kernels() : cuda_kernels(); }
-
-// Until the CUDA backend exists this is the stub every device-agnostic caller reaches for CUDA tensors.
-const Kernels& cuda_kernels() {
-  STRATA_CHECK(false, "CUDA tensors are not supported: this build of strata has no CUDA backend");
+const char* to_string(UnaryOp op) {
+  static constexpr const char* kNames[] = {"neg",  "exp",     "log",  "sqrt", "rsqrt", "abs",
+                                           "tanh", "sigmoid", "relu", "sign", "erf",   "logical_not"};
+  return kNames[static_cast<int>(op)];
 }
+
+const char* to_string(BinaryOp op) {
+  static constexpr const char* kNames[] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq",
+                                           "ne",  "lt",  "le",  "gt",  "ge",  "logical_and", "logical_or"};
+  return kNames[static_cast<int>(op)];
+}
+
+const char* to_string(ReduceOp op) {
+  static constexpr const char* kNames[] = {"sum", "prod", "max", "min"};
+  return kNames[static_cast<int>(op)];
+}
+
+const Kernels& kernels_for(Device device) { return device.is_cpu() ? cpu_kernels() : cuda_kernels(); }
 
 }  // namespace strata

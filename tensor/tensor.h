@@ -113,8 +113,9 @@ class Tensor {
   size_t element_size() const { return strata::element_size(dtype()); }  ///< bytes per element
   size_t nbytes() const { return numel() * element_size(); }  ///< numel() * element_size()
   bool is_contiguous() const;  ///< row-major dense layout
-  bool is_floating_point() const { return strata::is_floating_point(dtype()); }  ///< float32 or float64
+  bool is_floating_point() const { return strata::is_floating_point(dtype()); }  ///< float16, bfloat16, float32 or float64
   bool is_cpu() const { return device().is_cpu(); }  ///< data in host memory
+  bool is_cuda() const { return device().type == kCUDA; }  ///< data in a GPU's memory
   bool is_same(const Tensor& o) const { return impl_ == o.impl_; }  ///< same handle target
   bool is_alias_of(const Tensor& o) const { return impl().storage == o.impl().storage; }  ///< shares storage with o
   uint32_t _version() const { return impl().storage->version; }  ///< in-place write counter of the storage
@@ -152,6 +153,10 @@ class Tensor {
 
   // ---- conversion and copies ----
   Tensor to(ScalarType t, bool copy = false) const;  ///< converts the dtype (returns *this when equal and !copy)
+  Tensor to(Device d, bool copy = false) const;  ///< copies to device d (returns *this when already there and !copy)
+  Tensor to(Device d, ScalarType t, bool copy = false) const;  ///< moves and converts in one copy
+  Tensor cpu() const;  ///< to(Device(kCPU))
+  Tensor cuda(int index = 0) const;  ///< to(Device(kCUDA, index))
   Tensor clone() const;  ///< a contiguous copy (differentiable)
   Tensor contiguous() const;  ///< *this if contiguous, else a contiguous copy
   Tensor& copy_(const Tensor& src);  ///< copies src (broadcast, converted) into this tensor
@@ -312,8 +317,8 @@ template <class T>
 T Tensor::item() const {
   STRATA_CHECK(numel() == 1, "item: a Tensor with ", numel(), " elements cannot be converted to a scalar (shape ",
                sizes(), ")");
-  STRATA_CHECK(is_cpu(), "item: only CPU tensors are readable here, got ", device());
-  return visit_dtype(dtype(), [&]<class S>() { return static_cast<T>(*static_cast<const S*>(data_ptr())); });
+  if (!is_cpu()) return to(Device(kCPU)).template item<T>();  // copies, so waits for the value
+  return visit_all_dtypes(dtype(), [&]<class S>() { return static_cast<T>(*static_cast<const S*>(data_ptr())); });
 }
 
 template <class F>

@@ -17,15 +17,16 @@
 
 namespace strata::testing {
 
-/// The elements of t in row-major order as doubles, read directly through its strides.
-inline std::vector<double> values(const Tensor& t) {
+/// The elements of t in row-major order as doubles, read directly through its strides (a GPU tensor is copied first).
+inline std::vector<double> values(const Tensor& t_any) {
+  const Tensor t = t_any.is_cpu() ? t_any : t_any.to(Device(kCPU));
   std::vector<double> out;
   out.reserve(t.numel());
   DimVector idx(t.dim(), 0);
   for (int64_t n = 0; n < t.numel(); ++n) {
     int64_t off = t.storage_offset();
     for (int64_t d = 0; d < t.dim(); ++d) off += idx[d] * t.stride(d);
-    visit_dtype(t.dtype(), [&]<class T>() {
+    visit_all_dtypes(t.dtype(), [&]<class T>() {
       out.push_back(static_cast<double>(static_cast<const T*>(t.impl().storage->data)[off]));
     });
     for (int64_t d = t.dim() - 1; d >= 0; --d) {
@@ -120,6 +121,20 @@ inline ::testing::AssertionResult same_state(const nn::StateDict& a, const nn::S
   return ::testing::AssertionSuccess();
 }
 
+/// ||out - ref|| / ||ref|| over all elements, in double on the host (the device tool's METHOD.md measure);
+/// NaN or inf anywhere in out gives +inf, so a NaN never passes a threshold.
+inline double normalized_error(const Tensor& out, const Tensor& ref) {
+  const std::vector<double> o = values(out), r = values(ref);
+  if (o.size() != r.size()) return INFINITY;
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < o.size(); ++i) {
+    if (!std::isfinite(o[i]) && !(std::isinf(o[i]) && o[i] == r[i])) return INFINITY;
+    if (o[i] != r[i]) diff += (o[i] - r[i]) * (o[i] - r[i]);
+    if (std::isfinite(r[i])) norm += r[i] * r[i];
+  }
+  return norm == 0 ? std::sqrt(diff) : std::sqrt(diff / norm);
+}
+
 }  // namespace strata::testing
 
 namespace strata {
@@ -127,6 +142,12 @@ using testing::f64;
 using testing::leaf;
 using testing::leaf_in;
 }  // namespace strata
+
+/// Skips a GPU test with the reason when no CUDA device is visible (CTest reports it as skipped:
+/// tests/CMakeLists.txt matches the message). Use as the first statement of every test that needs a GPU.
+#define STRATA_REQUIRE_CUDA()                                                                   \
+  if (!::strata::cuda::is_available())                                                          \
+  GTEST_SKIP() << "no CUDA device is visible (strata::cuda::device_count() == 0): GPU test skipped"
 
 /// Expects a and b to have equal sizes and close values: EXPECT_ALLCLOSE(a, b) or with (rtol, atol).
 #define EXPECT_ALLCLOSE(a, b, ...) EXPECT_TRUE(::strata::testing::allclose((a), (b), ##__VA_ARGS__))

@@ -466,9 +466,9 @@ TEST(Kernels, ThreadCountDoesNotChangeResults) {
 
 TEST(Kernels, AllocateIsAligned) {
   for (size_t n : {0, 1, 63, 64, 1000}) {
-    void* p = K().allocate(n);
+    void* p = K().allocate(Device(kCPU), n);
     ASSERT_NE(p, nullptr);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u);
-    K().deallocate(p, n);
+    K().deallocate(Device(kCPU), p, n);
   }
 }

@@ -382,7 +382,7 @@ ScalarType result_type(const Tensor& a, const Tensor& b) {
   const ScalarType ta = a.dtype(), tb = b.dtype();
   if (ta == tb) return ta;
   const bool a_dims = a.dim() > 0, b_dims = b.dim() > 0;
-  if (a_dims == b_dims) return std::max(ta, tb);  // ScalarType is ordered Bool < Long < Float < Double
+  if (a_dims == b_dims) return promote_types(ta, tb);
   const ScalarType dimmed = a_dims ? ta : tb, zero_dim = a_dims ? tb : ta;
   return category(zero_dim) > category(dimmed) ? zero_dim : dimmed;
 }

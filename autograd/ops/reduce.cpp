@@ -202,6 +202,9 @@ Tensor mean(const Tensor& a, IntArrayRef dims, bool keepdim) {
                "mean(): could not infer output dtype. Input dtype must be either a floating point or complex "
                "dtype. Got: ",
                a.dtype());
+  // Note [16-bit reductions]: a Half sum passes 65504 long before its mean or norm would, so the
+  // composite reductions of 16-bit tensors run in float32 and round once at the end (as torch).
+  if (is_reduced_floating_point(a.dtype())) return mean(a.to(kFloat), dims, keepdim).to(a.dtype());
   ReducePlan p = plan_reduce(a, dims, keepdim, "mean");
   Tensor out = run_reduce(ReduceOp::Sum, a, p);
   out.mul_(1.0 / static_cast<double>(p.count));  // a fresh tensor without history: scaled in place
@@ -257,6 +260,8 @@ Tensor argmin(const Tensor& a, std::optional<int64_t> dim, bool keepdim) {
 
 Tensor var(const Tensor& a, IntArrayRef dims, bool unbiased, bool keepdim) {
   STRATA_CHECK(a.is_floating_point(), "var: expected a floating point tensor, got ", a.dtype());
+  if (is_reduced_floating_point(a.dtype()))  // Note [16-bit reductions]
+    return var(a.to(kFloat), dims, unbiased, keepdim).to(a.dtype());
   const int64_t count = plan_reduce(a, dims, keepdim, "var").count;
   Tensor centered = a - mean(a, dims, true);  // two passes: no cancellation from E[x^2] - E[x]^2
   const double divisor = static_cast<double>(std::max<int64_t>(0, count - (unbiased ? 1 : 0)));
@@ -270,6 +275,7 @@ Tensor std(const Tensor& a, IntArrayRef dims, bool unbiased, bool keepdim) {
 
 Tensor norm(const Tensor& a, double p, IntArrayRef dims, bool keepdim) {
   STRATA_CHECK(a.is_floating_point(), "norm: expected a floating point tensor, got ", a.dtype());
+  if (is_reduced_floating_point(a.dtype())) return norm(a.to(kFloat), p, dims, keepdim).to(a.dtype());  // Note [16-bit reductions]
   if (p == 2) return norm2(a, dims, keepdim);
   if (p == 1) return sum(abs(a), dims, keepdim);
   if (p == 0) return sum(a.ne(0.0), dims, keepdim).to(a.dtype());  // the count of non-zeros

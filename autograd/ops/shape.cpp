@@ -435,7 +435,7 @@ Tensor cat(const tensor_list& tensors, int64_t dim) {
     STRATA_CHECK(t.device() == first.device(), "cat: tensor ", i, " is on ", t.device(), " but tensor ", ref,
                  " is on ", first.device());
     // Bool < Long < Float < Double: promotion of tensors with dims is the larger type.
-    type = std::max(type, t.dtype());
+    type = promote_types(type, t.dtype());
     sizes[dim] += t.size(dim);
   }
   Tensor out = empty(sizes, first.options().dtype(type));
@@ -511,14 +511,24 @@ Tensor Tensor::repeat(IntArrayRef repeats) const {
 
 // ---- conversion and copies ----
 
-Tensor Tensor::to(ScalarType type, bool copy) const {
-  if (type == dtype() && !copy) return *this;
-  Tensor out = empty(sizes(), options().dtype(type));
-  ops::kernels(*this).copy(*this, out);
+Tensor Tensor::to(Device target, ScalarType type, bool copy) const {
+  if (type == dtype() && target == device() && !copy) return *this;
+  Tensor out = empty(sizes(), TensorOptions(type).device(target));
+  copy_kernels_for(device(), target).copy(*this, out);
   if (is_floating_point() && strata::is_floating_point(type))
     if (auto node = autograd::record("ToCopyBackward", *this, out))
-      node->backward = [from = dtype()](const tensor_list& g) { return tensor_list{g[0].to(from)}; };
+      node->backward = [from_device = device(), from_type = dtype()](const tensor_list& g) {
+        return tensor_list{g[0].to(from_device, from_type)};
+      };
   return out;
+}
+
+Tensor Tensor::to(ScalarType type, bool copy) const { return to(device(), type, copy); }
+Tensor Tensor::to(Device target, bool copy) const { return to(target, dtype(), copy); }
+Tensor Tensor::cpu() const { return to(Device(kCPU)); }
+Tensor Tensor::cuda(int index) const {
+  STRATA_CHECK(index >= 0 && index < 128, "cuda: device index must be in [0, 128), got ", index);
+  return to(Device(kCUDA, static_cast<int8_t>(index)));
 }
 
 Tensor Tensor::clone() const {
@@ -532,7 +542,6 @@ Tensor Tensor::clone() const {
 Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
 
 Tensor& Tensor::copy_(const Tensor& src) {
-  STRATA_CHECK(src.device() == device(), "copy_: src is on ", src.device(), " but self is on ", device());
   Tensor from = src;
   if (src.sizes() != sizes()) {
     DimVector shape(sizes());
@@ -542,14 +551,14 @@ Tensor& Tensor::copy_(const Tensor& src) {
   // Only a floating-point target can carry the history of what was copied into it.
   const bool records = is_floating_point() && autograd::any_requires_grad({*this, src});
   autograd::check_inplace(*this, "copy_", records);
-  ops::kernels(*this).copy(from, *this);
+  copy_kernels_for(src.device(), device()).copy(from, *this);
   if (!records) return *this;
   if (auto node = autograd::record("CopyBackward", tensor_list{*this, src}, {})) {
     // self's old values are overwritten: no gradient flows to its previous history.
-    node->backward = [src_sizes = DimVector(src.sizes()), src_type = src.dtype(),
+    node->backward = [src_sizes = DimVector(src.sizes()), src_type = src.dtype(), src_device = src.device(),
                       src_float = src.is_floating_point()](const tensor_list& g) {
       if (!src_float) return tensor_list{Tensor(), Tensor()};
-      return tensor_list{Tensor(), ops::sum_to(g[0], src_sizes).to(src_type)};
+      return tensor_list{Tensor(), ops::sum_to(g[0], src_sizes).to(src_device, src_type)};
     };
     autograd::rebase_history(*this, node);
   }

@@ -27,11 +27,19 @@ MPI_Datatype datatype(ScalarType t) {
     case kLong: return MPI_INT64_T;
     case kFloat: return MPI_FLOAT;
     case kDouble: return MPI_DOUBLE;
+    case kHalf:
+    case kBFloat16: return MPI_UINT16_T;  // moved as bits; MPI has no 16-bit float type to reduce
   }
   STRATA_INTERNAL_ASSERT(false);
 }
 
 namespace {
+
+// MPI moves Half and BFloat16 as 16-bit integers, which it cannot add as floats.
+void check_reducible(ScalarType t, const char* op) {
+  STRATA_CHECK(!is_reduced_floating_point(t), op, ": MPI cannot reduce ", t, " tensors; convert them with .to(kFloat) ",
+               "first (CUDA tensors on the staged path are converted for you)");
+}
 
 // MPI's logical ops are the only reductions defined on MPI_C_BOOL.
 MPI_Op reduce_op(ReduceOp op, ScalarType t) {
@@ -180,6 +188,7 @@ class MpiBackend final : public Backend {
   DeviceType device_type() const override { return kCPU; }
 
   std::shared_ptr<Work> all_reduce(const Tensor& t, ReduceOp op, bool async_op) override {
+    check_reducible(t.dtype(), "all_reduce");
     auto call = [&](MPI_Request* r) {
       const int n = count(t, "all_reduce");
       const MPI_Datatype dt = datatype(t.dtype());
@@ -192,6 +201,7 @@ class MpiBackend final : public Backend {
   }
 
   std::shared_ptr<Work> reduce(const Tensor& t, int root, ReduceOp op, bool async_op) override {
+    check_reducible(t.dtype(), "reduce");
     const bool is_root = rank() == root;
     auto call = [&](MPI_Request* r) {
       const int n = count(t, "reduce");
@@ -223,6 +233,7 @@ class MpiBackend final : public Backend {
   }
 
   std::shared_ptr<Work> reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op, bool async_op) override {
+    check_reducible(in.dtype(), "reduce_scatter");
     auto call = [&](MPI_Request* r) {
       const int n = count(out, "reduce_scatter");
       const MPI_Datatype dt = datatype(in.dtype());

@@ -20,7 +20,7 @@ namespace strata::distributed::mpi {
 /// Formats MPI's error string for `code` into a strata::Error.
 [[noreturn]] void throw_mpi_error(const char* file, int line, const char* what, int code);
 
-/// The MPI datatype of a strata dtype.
+/// The MPI datatype of a strata dtype (Half and BFloat16 as MPI_UINT16_T: moved, never reduced).
 MPI_Datatype datatype(ScalarType t);
 
 /// A backend over `comm`, which it owns (and frees).

@@ -6,6 +6,7 @@
 //
 //   fashion_mnist [--epochs 5] [--batch-size 128] [--lr 2e-3] [--model mlp|mlp-ln] [--hidden 256]
 //                 [--data DIR] [--out DIR] [--resume] [--stop-after E] [--limit N] [--seed S] [--threads N]
+//                 [--device cpu|cuda]
 //   mpirun -np 2 fashion_mnist          # the same global batch, split between two ranks
 //
 // The last line is `test_accuracy=<value>`.
@@ -39,12 +40,13 @@ struct Args {
   int64_t limit = 0;  // train on the first `limit` examples only (0: all); for quick runs and tests
   uint64_t seed = 0;
   int threads = 0;  // 0: strata's default
+  std::string device = "cpu";  // cuda: this rank's GPU (distributed::init makes it current)
 };
 
 const char* kUsage =
     "usage: fashion_mnist [--epochs N] [--batch-size B] [--lr LR] [--model mlp|mlp-ln] [--hidden H]\n"
     "                     [--data DIR] [--out DIR] [--resume] [--stop-after E] [--limit N] [--seed S]\n"
-    "                     [--threads N]\n";
+    "                     [--threads N] [--device cpu|cuda]\n";
 
 [[noreturn]] void fail(const std::string& why) {
   std::cerr << "fashion_mnist: " << why << "\n" << kUsage;
@@ -84,6 +86,7 @@ Args parse(int argc, char** argv) {
     else if (flag == "--limit") a.limit = number<int64_t>(flag, value);
     else if (flag == "--seed") a.seed = number<uint64_t>(flag, value);
     else if (flag == "--threads") a.threads = number<int>(flag, value);
+    else if (flag == "--device") a.device = value;
     else fail("unknown option " + flag);
   }
   if (a.epochs < 1 || a.batch_size < 1 || a.hidden < 1 || !(a.lr > 0 && std::isfinite(a.lr)) || a.limit < 0 ||
@@ -91,6 +94,7 @@ Args parse(int argc, char** argv) {
     fail("epochs, batch size and hidden size must be positive, lr finite and above 0, limit, threads and "
          "stop-after not negative");
   if (a.model != "mlp" && a.model != "mlp-ln") fail("unknown model " + a.model);
+  if (a.device != "cpu" && a.device != "cuda") fail("unknown device " + a.device + " (expected cpu or cuda)");
   return a;
 }
 
@@ -124,14 +128,15 @@ struct Evaluation {
   double loss, accuracy;
 };
 
-Evaluation evaluate(nn::Sequential& model, data::DataLoader& test) {
+Evaluation evaluate(nn::Sequential& model, data::DataLoader& test, Device device) {
   NoGradGuard no_grad;
   model->eval();
   double loss = 0, correct = 0, count = 0;
   for (data::Example& batch : test) {
-    Tensor logits = model(batch.data);
-    loss += cross_entropy(logits, batch.target, {.reduction = Reduction::Sum}).item<double>();
-    correct += logits.argmax(1).eq(batch.target).sum().item<double>();
+    const Tensor target = batch.target.to(device);
+    Tensor logits = model(batch.data.to(device));
+    loss += cross_entropy(logits, target, {.reduction = Reduction::Sum}).item<double>();
+    correct += logits.argmax(1).eq(target).sum().item<double>();
     count += static_cast<double>(batch.target.numel());
   }
   model->train();
@@ -161,8 +166,10 @@ int main(int argc, char** argv) {
                                        .num_replicas = world, .rank = rank});
     data::DataLoader test(test_set, shard);
 
+    const Device device = args.device == "cuda" ? Device(kCUDA, static_cast<int8_t>(cuda::current_device())) : Device(kCPU);
     manual_seed(args.seed);  // the same initial parameters on every run and every rank
     nn::Sequential model = make_model(args);
+    model->to(device);  // before DDP and the optimizer, as in libtorch
     nn::DistributedDataParallel ddp(model);  // averages gradients over the ranks during backward
     optim::AdamW optimizer(model->parameters(), optim::AdamWOptions(args.lr).weight_decay(1e-4));
     const int64_t steps = args.epochs * train.size();
@@ -185,7 +192,7 @@ int main(int argc, char** argv) {
     if (rank == 0)
       std::cout << "fashion_mnist: " << args.model << " with " << model->num_parameters() << " parameters, "
                 << train_set.size() << " training examples, " << world << " rank(s), global batch "
-                << args.batch_size << "\n";
+                << args.batch_size << ", on " << device << "\n";
 
     const int last_epoch = args.stop_after > 0 ? std::min(args.stop_after, args.epochs) : args.epochs;
     for (int epoch = first_epoch; epoch <= last_epoch; ++epoch) {
@@ -196,7 +203,7 @@ int main(int argc, char** argv) {
       double loss_sum = 0;
       int64_t batches = 0;
       for (data::Example& batch : train) {
-        Tensor loss = cross_entropy(model(batch.data), batch.target);
+        Tensor loss = cross_entropy(model(batch.data.to(device)), batch.target.to(device));
         optimizer.zero_grad();
         loss.backward();
         optimizer.step();
@@ -207,7 +214,7 @@ int main(int argc, char** argv) {
       }
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       const double train_loss = sum_over_ranks({loss_sum / batches}).item<double>() / world;
-      const Evaluation eval = evaluate(model, test);
+      const Evaluation eval = evaluate(model, test, device);
       rows.push_back({epoch, train_loss, eval.loss, eval.accuracy, batches * args.batch_size / seconds, seconds});
       if (rank == 0) {
         nn::save_checkpoint(checkpoint, *model, &optimizer,

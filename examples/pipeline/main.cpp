@@ -9,8 +9,9 @@
 //   mpirun -np 4 pipeline                # 2 stages x 2 replicas, 4 micro-batches each
 //   mpirun -np 4 pipeline --stages 4     # 4 stages x 1 replica
 //   pipeline [--stages S] [--micro-batches M] [--batch-size B] [--epochs N] [--lr LR] [--data DIR]
-//            [--limit N] [--seed S] [--threads N]
+//            [--limit N] [--seed S] [--threads N] [--device cpu|cuda]
 //
+// With --device cuda each stage runs on its rank's GPU (distributed::init makes it current).
 // The last line is `test_accuracy=<value>`.
 
 #include <strata/strata.h>
@@ -41,12 +42,13 @@ struct Args {
   int64_t limit = 0;  // train on the first `limit` examples only (0: all); for quick runs
   uint64_t seed = 0;
   int threads = 0;  // 0: strata's default
+  std::string device = "cpu";
   bool help = false;
 };
 
 const char* kUsage =
     "usage: mpirun -np N pipeline [--stages S] [--micro-batches M] [--batch-size B] [--epochs N] [--lr LR]\n"
-    "                             [--data DIR] [--limit N] [--seed S] [--threads N]\n";
+    "                             [--data DIR] [--limit N] [--seed S] [--threads N] [--device cpu|cuda]\n";
 
 // A bad command line: main prints it with the usage.
 struct UsageError : std::runtime_error {
@@ -79,12 +81,14 @@ Args parse(int argc, char** argv) {
     else if (flag == "--limit") a.limit = number<int64_t>(flag, value);
     else if (flag == "--seed") a.seed = number<uint64_t>(flag, value);
     else if (flag == "--threads") a.threads = number<int>(flag, value);
+    else if (flag == "--device") a.device = value;
     else throw UsageError("unknown option " + flag);
   }
   if (a.stages < 1 || a.micro_batches < 1 || a.batch_size < 1 || a.epochs < 1 || !(a.lr > 0 && std::isfinite(a.lr)) ||
       a.limit < 0 || a.threads < 0)
     throw UsageError("stages, micro-batches, batch size and epochs must be positive, lr finite and above 0, limit "
                      "and threads not negative");
+  if (a.device != "cpu" && a.device != "cuda") throw UsageError("unknown device " + a.device + " (expected cpu or cuda)");
   return a;
 }
 
@@ -168,7 +172,7 @@ Evaluation evaluate(pipe::PipelineEngine& engine, const data::Example& shard, in
     loss += engine.eval_batch(micro_batches(shard, {first, first + m + 1}), &outputs);
     for (size_t k = 0; k < outputs.size(); ++k) {
       const Tensor labels = shard.target.narrow(0, first[k], first[k + 1] - first[k]);
-      correct += outputs[k][0].argmax(1).eq(labels).sum().item<double>();
+      correct += outputs[k][0].argmax(1).eq(labels.to(outputs[k][0].device())).sum().item<double>();
       count += static_cast<double>(labels.numel());
     }
   }
@@ -310,6 +314,7 @@ int main(int argc, char** argv) {
     options.seed_layers = true;  // the same initial parameters for any number of stages
     options.base_seed = args.seed;
     model = std::make_shared<pipe::PipelineModule>(make_layers(), *grid, options);
+    if (args.device == "cuda") model->to(Device(kCUDA, static_cast<int8_t>(cuda::current_device())));
   } catch (const UsageError& e) {
     error = std::string(e.what()) + "\n" + kUsage;
   } catch (const Error& e) {

@@ -10,8 +10,8 @@ namespace strata::cpu {
 
 class CpuKernels final : public Kernels {
  public:
-  void* allocate(size_t nbytes) const override;
-  void deallocate(void* p, size_t nbytes) const override;
+  void* allocate(Device device, size_t nbytes) const override;
+  void deallocate(Device device, void* p, size_t nbytes) const override;
   void copy(const Tensor& src, const Tensor& dst) const override;
   void fill(const Tensor& dst, double value) const override;
   void unary(UnaryOp op, const Tensor& in, const Tensor& out) const override;

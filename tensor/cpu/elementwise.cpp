@@ -11,14 +11,6 @@ namespace strata::cpu {
 
 namespace {
 
-const char* binary_name(BinaryOp op) {
-  static constexpr const char* kNames[] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq",
-                                           "ne",  "lt",  "le",  "gt",  "ge",  "logical_and", "logical_or"};
-  return kNames[static_cast<int>(op)];
-}
-
-bool writes_bool(BinaryOp op) { return op >= BinaryOp::Eq; }
-
 template <class Out, class T, class F>
 void binary_loop(const Tensor& a, const Tensor& b, const Tensor& out, const F& f) {
   auto loop = make_loop<3>({&out, &a, &b});
@@ -77,7 +69,7 @@ void arithmetic(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out
       default: break;
     }
   }
-  STRATA_CHECK(false, binary_name(op), " does not support ", a.dtype());
+  STRATA_CHECK(false, to_string(op), " does not support ", a.dtype());
 }
 
 // Comparisons and logical ops: out is bool.
@@ -101,8 +93,8 @@ void predicate(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out)
 void CpuKernels::copy(const Tensor& src, const Tensor& dst) const {
   STRATA_CHECK(src.sizes() == dst.sizes(), "copy: expected equal sizes, got ", src.sizes(), " and ", dst.sizes());
   auto loop = make_loop<2>({&dst, &src});
-  visit_dtype(src.dtype(), [&]<class S>() {
-    visit_dtype(dst.dtype(), [&]<class D>() {
+  visit_all_dtypes(src.dtype(), [&]<class S>() {
+    visit_all_dtypes(dst.dtype(), [&]<class D>() {
       for_each(loop, [](char* const* d, const int64_t* s, int64_t n) {
         if constexpr (std::is_same_v<S, D>) {
           if (s[0] == sizeof(D) && s[1] == sizeof(S)) {
@@ -118,7 +110,7 @@ void CpuKernels::copy(const Tensor& src, const Tensor& dst) const {
 
 void CpuKernels::fill(const Tensor& dst, double value) const {
   auto loop = make_loop<1>({&dst});
-  visit_dtype(dst.dtype(), [&]<class T>() {
+  visit_all_dtypes(dst.dtype(), [&]<class T>() {
     const T v = static_cast<T>(value);
     for_each(loop, [v](char* const* d, const int64_t* s, int64_t n) {
       if (s[0] == sizeof(T)) {
@@ -131,10 +123,10 @@ void CpuKernels::fill(const Tensor& dst, double value) const {
 }
 
 void CpuKernels::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) const {
-  STRATA_CHECK(a.dtype() == b.dtype(), binary_name(op), ": expected operands of one dtype, got ", a.dtype(), " and ",
+  STRATA_CHECK(a.dtype() == b.dtype(), to_string(op), ": expected operands of one dtype, got ", a.dtype(), " and ",
                b.dtype());
   const ScalarType out_dtype = writes_bool(op) ? kBool : a.dtype();
-  STRATA_CHECK(out.dtype() == out_dtype, binary_name(op), ": expected a ", out_dtype, " output, got ", out.dtype());
+  STRATA_CHECK(out.dtype() == out_dtype, to_string(op), ": expected a ", out_dtype, " output, got ", out.dtype());
   visit_dtype(a.dtype(), [&]<class T>() {
     if (writes_bool(op)) predicate<T>(op, a, b, out);
     else arithmetic<T>(op, a, b, out);
@@ -179,7 +171,8 @@ void CpuKernels::arange(const Tensor& out, double start, double step) const {
         return;
       }
     }
-    parallel_for(n, use_threads(n), [&](int64_t i) { p[i * stride] = static_cast<T>(start + static_cast<double>(i) * step); });
+    // One rounding, as the CUDA kernel (Note [fused multiply-add] in tensor/cuda/random.cu).
+    parallel_for(n, use_threads(n), [&](int64_t i) { p[i * stride] = static_cast<T>(std::fma(static_cast<double>(i), step, start)); });
   });
 }
 

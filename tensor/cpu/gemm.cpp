@@ -94,21 +94,16 @@ void matmul_typed(const Tensor& a, const Tensor& c, const Tensor& out, const Ker
 }  // namespace
 
 void CpuKernels::matmul(const Tensor& a, const Tensor& c, const Tensor& out) const {
-  STRATA_CHECK(a.dim() == 3 && c.dim() == 3 && out.dim() == 3, "matmul: expected 3-D operands, got shapes ", a.sizes(),
-               ", ", c.sizes(), " and ", out.sizes());
-  const int64_t B = out.size(0), M = out.size(1), N = out.size(2), K = a.size(2);
-  STRATA_CHECK(a.size(0) == B && c.size(0) == B && a.size(1) == M && c.size(1) == K && c.size(2) == N,
-               "matmul: shapes ", a.sizes(), " and ", c.sizes(), " do not multiply into ", out.sizes());
-  STRATA_CHECK(out.is_contiguous(), "matmul: expected a contiguous output");
-  STRATA_CHECK(a.dtype() == out.dtype() && c.dtype() == out.dtype(), "matmul: expected operands of dtype ",
-               out.dtype(), ", got ", a.dtype(), " and ", c.dtype());
+  check_matmul_operands(a, c, out);
   if (out.numel() == 0) return;
-  if (K == 0) return fill(out, 0);
+  if (a.size(2) == 0) return fill(out, 0);
   switch (out.dtype()) {
     case kFloat: return matmul_typed<float>(a, c, out, *this);
     case kDouble: return matmul_typed<double>(a, c, out, *this);
     case kLong: return matmul_typed<int64_t>(a, c, out, *this);
-    default: STRATA_CHECK(false, "matmul does not support ", out.dtype());
+    default:
+      STRATA_CHECK(false, "matmul does not support ", out.dtype(), " on the CPU",
+                   is_reduced_floating_point(out.dtype()) ? ": compute on CUDA or convert with .to(kFloat) first" : "");
   }
 }
 

@@ -35,30 +35,12 @@ void check_indices(const Tensor& index, int64_t dim, int64_t size, const char* o
   STRATA_CHECK(lo >= 0 && hi < size, op, ": index ", bad, " is out of bounds for dim ", dim, " with size ", size);
 }
 
-/// The strides of `t` with dim's stride replaced by 0: the index supplies that coordinate.
-DimVector strides_without(const Tensor& t, int64_t dim) {
-  DimVector s(t.strides());
-  s[dim] = 0;
-  return s;
-}
-
-void check_shapes(const Tensor& index, const Tensor& data, const Tensor& other, int64_t dim, const char* op) {
-  STRATA_CHECK(index.dim() == data.dim() && other.dim() == data.dim(), op, ": expected tensors with ", data.dim(),
-               " dims, got index ", index.sizes(), " and ", other.sizes());
-  STRATA_CHECK(other.sizes() == index.sizes(), op, ": expected index and ", other.sizes(), " to have one shape, got ",
-               index.sizes());
-  for (int64_t d = 0; d < data.dim(); ++d)
-    STRATA_CHECK(d == dim || index.size(d) <= data.size(d), op, ": index ", index.sizes(),
-                 " is larger than the tensor ", data.sizes(), " in dim ", d);
-  STRATA_CHECK(data.dtype() == other.dtype(), op, ": expected one dtype, got ", data.dtype(), " and ", other.dtype());
-}
-
 }  // namespace
 
 void CpuKernels::gather(const Tensor& in, int64_t dim, const Tensor& index, const Tensor& out) const {
   if (in.dim() == 0) return gather(as_1d(in), dim, as_1d(index), as_1d(out));
   dim = wrap_dim(dim, in.dim(), "gather");
-  check_shapes(index, in, out, dim, "gather");
+  check_index_operands(index, in, out, dim, "gather");
   check_indices(index, dim, in.size(dim), "gather");
   DimVector in_strides = strides_without(in, dim);
   visit_dtype(in.dtype(), [&]<class T>() {
@@ -80,7 +62,7 @@ void CpuKernels::gather(const Tensor& in, int64_t dim, const Tensor& index, cons
 void CpuKernels::scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) const {
   if (out.dim() == 0) return scatter_add(as_1d(out), dim, as_1d(index), as_1d(src));
   dim = wrap_dim(dim, out.dim(), "scatter_add");
-  check_shapes(index, out, src, dim, "scatter_add");
+  check_index_operands(index, out, src, dim, "scatter_add");
   check_indices(index, dim, out.size(dim), "scatter_add");
   STRATA_CHECK(out.dtype() != kBool, "scatter_add does not support ", out.dtype());
   if (index.numel() == 0) return;

@@ -63,7 +63,7 @@ BlockCache* cache() {
   return current_cache;
 }
 
-void* CpuKernels::allocate(size_t nbytes) const {
+void* CpuKernels::allocate(Device, size_t nbytes) const {
   size_t rounded = nbytes == 0 ? kAlignment : (nbytes + kAlignment - 1) / kAlignment * kAlignment;
   if (kUseCache && rounded <= kMaxCached) {
     const int c = size_class(rounded);
@@ -80,7 +80,7 @@ void* CpuKernels::allocate(size_t nbytes) const {
   return p;
 }
 
-void CpuKernels::deallocate(void* p, size_t nbytes) const {
+void CpuKernels::deallocate(Device, void* p, size_t nbytes) const {
   const size_t rounded = nbytes == 0 ? kAlignment : (nbytes + kAlignment - 1) / kAlignment * kAlignment;
   if (kUseCache && rounded <= kMaxCached) {
     const int c = size_class(rounded);

@@ -7,9 +7,8 @@
 //     cpu::map_inner<float, float, float>(data, strides, n, [](float x, float y) { return x + y; });
 //   });
 //
-// make_loop drops size-1 dims, orders the rest so the dim with the smallest strides is
-// innermost (operand 0 decides first, stride-0 operands abstain), and merges neighbours that
-// are contiguous for every operand. for_each calls the inner function with each operand's
+// make_loop (tensor/iteration.h, shared with the CUDA kernels) drops size-1 dims and merges the
+// rest as far as the strides allow. for_each calls the inner function with each operand's
 // pointer, its inner byte stride and an element count, on OpenMP threads only above
 // kParallelThreshold elements, and in cache-sized tiles when an operand is read or written
 // across its rows (transposes). Nothing here allocates.
@@ -24,15 +23,13 @@
 #include <type_traits>
 #include <utility>
 
+#include "strata/tensor/iteration.h"
 #include "strata/tensor/kernels.h"
 
 namespace strata::cpu {
 
 /// Below this many elements a kernel runs on the calling thread.
 constexpr int64_t kParallelThreshold = 32768;
-/// Most dims of size > 1 an operand may have.
-constexpr int kMaxDims = 25;
-
 /// x != x: true only for a floating NaN (integers and bool are never NaN). Max and min use it to
 /// propagate NaN, as libtorch does.
 template <class T>
@@ -44,86 +41,6 @@ constexpr bool is_nan(T v) {
 /// True when work over `numel` elements should be split across OpenMP threads.
 inline bool use_threads(int64_t numel) {
   return numel >= kParallelThreshold && !omp_in_parallel() && omp_get_max_threads() > 1;
-}
-
-/// N operands iterated over one shape: pointers, sizes (outermost first) and byte strides.
-template <int N>
-struct Loop {
-  int ndim = 0;       ///< dims after dropping and merging; at least 1 when numel > 0
-  int64_t numel = 0;  ///< elements in the iteration shape
-  char* data[N];      ///< first element of each operand
-  int64_t sizes[kMaxDims];
-  int64_t strides[kMaxDims][N];  ///< bytes
-};
-
-/// A loop over `sizes` with explicit per-operand element strides and element sizes.
-template <int N>
-Loop<N> make_loop(IntArrayRef sizes, const std::array<char*, N>& data, const std::array<const int64_t*, N>& strides,
-                  const std::array<int64_t, N>& elem_sizes) {
-  Loop<N> g;
-  g.numel = 1;
-  for (int64_t s : sizes) g.numel *= s;
-  for (int k = 0; k < N; ++k) g.data[k] = data[k];
-  if (g.numel == 0) return g;
-  int nd = 0;
-  for (size_t d = 0; d < sizes.size(); ++d) {
-    if (sizes[d] == 1) continue;
-    STRATA_CHECK(nd < kMaxDims, "tensor kernels support at most ", kMaxDims, " dims of size > 1, got shape ", sizes);
-    g.sizes[nd] = sizes[d];
-    for (int k = 0; k < N; ++k) g.strides[nd][k] = strides[k][d] * elem_sizes[k];
-    ++nd;
-  }
-  // Insertion sort (stable, ndim is tiny): move a dim inward while its strides are smaller.
-  auto inner_first = [&](int outer, int inner) {
-    for (int k = 0; k < N; ++k) {
-      int64_t a = std::abs(g.strides[outer][k]), b = std::abs(g.strides[inner][k]);
-      if (a == 0 || b == 0 || a == b) continue;
-      return a < b;
-    }
-    return false;
-  };
-  for (int i = 1; i < nd; ++i) {
-    for (int j = i; j > 0 && inner_first(j - 1, j); --j) {
-      std::swap(g.sizes[j - 1], g.sizes[j]);
-      for (int k = 0; k < N; ++k) std::swap(g.strides[j - 1][k], g.strides[j][k]);
-    }
-  }
-  // Merge neighbours that are contiguous for every operand.
-  int m = 0;
-  for (int d = 1; d < nd; ++d) {
-    bool mergeable = true;
-    for (int k = 0; k < N; ++k) mergeable &= g.strides[m][k] == g.strides[d][k] * g.sizes[d];
-    if (mergeable) {
-      g.sizes[m] *= g.sizes[d];
-      for (int k = 0; k < N; ++k) g.strides[m][k] = g.strides[d][k];
-    } else {
-      ++m;
-      g.sizes[m] = g.sizes[d];
-      for (int k = 0; k < N; ++k) g.strides[m][k] = g.strides[d][k];
-    }
-  }
-  g.ndim = nd == 0 ? 0 : m + 1;
-  if (g.ndim == 0) {  // one element
-    g.ndim = 1;
-    g.sizes[0] = 1;
-    for (int k = 0; k < N; ++k) g.strides[0][k] = elem_sizes[k];
-  }
-  return g;
-}
-
-/// A loop over tensors sharing ops[0]'s sizes, each with its own strides and dtype.
-template <int N>
-Loop<N> make_loop(const std::array<const Tensor*, N>& ops) {
-  std::array<char*, N> data;
-  std::array<const int64_t*, N> strides;
-  std::array<int64_t, N> elem_sizes;
-  for (int k = 0; k < N; ++k) {
-    STRATA_INTERNAL_ASSERT(ops[k]->sizes() == ops[0]->sizes());
-    data[k] = static_cast<char*>(ops[k]->data_ptr());
-    strides[k] = ops[k]->strides().data();
-    elem_sizes[k] = static_cast<int64_t>(ops[k]->element_size());
-  }
-  return make_loop<N>(ops[0]->sizes(), data, strides, elem_sizes);
 }
 
 /// Runs f over the linear positions [begin, end) of g, one inner run at a time.
@@ -266,13 +183,6 @@ inline int64_t offset_of(int64_t i, int nd, const int64_t* sizes, const int64_t*
     i /= sizes[d];
   }
   return off;
-}
-
-/// A 0-dim or one-element tensor viewed as 1-D of size numel (for kernels that need a dim).
-inline Tensor as_1d(const Tensor& t) {
-  if (t.dim() != 0) return t;
-  const int64_t one = 1;
-  return make_view(t, one, one, t.storage_offset());
 }
 
 namespace detail {

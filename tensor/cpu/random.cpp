@@ -7,7 +7,7 @@
 //                  z ^= z >> 27; z *= 0x94D049BB133111EB; z ^= z >> 31
 //   bits(lane, c)  mix64(mix64(seed + lane * 0xD1B54A32D192ED03) + (c + 1) * 0x9E3779B97F4A7C15)
 //   uniform float  u = (bits(0, c) >> 40) * 2^-24 (float32) or (bits(0, c) >> 11) * 2^-53 (float64);
-//                  value = T(lo + u * (hi - lo)) computed in double; if rounding reached hi,
+//                  value = T(lo + u * (hi - lo)) computed in double as one fused multiply-add; if rounding reached hi,
 //                  the largest T below hi
 //   uniform int    value = lo + mulhi64(bits(0, c), hi - lo)   (high 64 bits of the 128-bit product)
 //   normal         with b = 24 bits for float32 and 53 for float64, in T's precision:
@@ -24,27 +24,14 @@
 #include "strata/tensor/cpu/cpu_kernels.h"
 #include "strata/tensor/cpu/loops.h"
 #include "strata/tensor/creation.h"
+#include "strata/tensor/random_stream.h"
 
 namespace strata::cpu {
 
 namespace {
 
-constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ULL;
-constexpr uint64_t kLane = 0xD1B54A32D192ED03ULL;
-constexpr double kTwoPi = 6.283185307179586476925286766559;
-
-constexpr uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
-/// The bits of one lane of the stream: bits(c) = mix64(key + (c + 1) * golden).
-struct Stream {
-  uint64_t key;
-  Stream(uint64_t seed, uint64_t lane) : key(mix64(seed + lane * kLane)) {}
-  uint64_t operator()(uint64_t c) const { return mix64(key + (c + 1) * kGolden); }
-};
+using random_stream::kTwoPi;
+using random_stream::Stream;
 
 constexpr int64_t kRandomBlock = 256;
 
@@ -78,7 +65,7 @@ void CpuKernels::uniform(const Tensor& out, double lo, double hi, uint64_t seed,
       // Captures by value: loop-invariant locals let the compiler vectorise the loop.
       generate<T>(out, offset, *this, [=](T* dst, uint64_t c, int64_t n) {
         for (int64_t i = 0; i < n; ++i) {
-          const T v = static_cast<T>(lo + static_cast<double>(bits(c + i) >> (64 - kBits)) * scale);
+          const T v = static_cast<T>(std::fma(static_cast<double>(bits(c + i) >> (64 - kBits)), scale, lo));
           dst[i] = v < top ? v : below_top;
         }
       });

@@ -20,11 +20,6 @@ namespace {
 constexpr int64_t kBlock = 4096;
 constexpr int64_t kColumns = 1024;
 
-const char* reduce_name(ReduceOp op) {
-  static constexpr const char* kNames[] = {"sum", "prod", "max", "min"};
-  return kNames[static_cast<int>(op)];
-}
-
 /// Accumulator: int64 for integer sums and products, double for float ones, T for max and min.
 template <ReduceOp kOp, class T>
 using acc_t = std::conditional_t<kOp == ReduceOp::Sum || kOp == ReduceOp::Prod,
@@ -191,22 +186,9 @@ void arg_loop(const Tensor& in, int64_t dim, const Tensor& values, const Tensor&
 }  // namespace
 
 void CpuKernels::reduce(ReduceOp op, const Tensor& in, IntArrayRef dims, const Tensor& out) const {
-  const char* name = reduce_name(op);
+  const char* name = to_string(op);
   const bool sum_like = op == ReduceOp::Sum || op == ReduceOp::Prod;
-  const ScalarType out_dtype = sum_like && in.dtype() == kBool ? kLong : in.dtype();
-  STRATA_CHECK(out.dtype() == out_dtype, name, ": expected a ", out_dtype, " output, got ", out.dtype());
-  STRATA_CHECK(out.dim() == in.dim(), name, ": expected an output with ", in.dim(), " dims, got shape ", out.sizes());
-  // out's strides with 0 on the reduced dims: iterating in's shape then accumulates into out.
-  DimVector out_strides(out.strides());
-  for (int64_t d : dims) {
-    const int64_t w = wrap_dim(d, in.dim(), name);
-    if (w < in.dim()) out_strides[w] = 0;  // a 0-dim tensor accepts dim 0 and has nothing to reduce
-  }
-  for (int64_t d = 0; d < in.dim(); ++d) {
-    const int64_t expected = out_strides[d] == 0 ? 1 : in.size(d);
-    STRATA_CHECK(out.size(d) == expected, name, ": expected output shape with dims ", dims, " of ", in.sizes(),
-                 " set to 1, got ", out.sizes());
-  }
+  const DimVector out_strides = check_reduce_operands(op, in, dims, out);
   if (out.numel() == 0) return;
   if (in.numel() == 0) {
     STRATA_CHECK(sum_like, name, "(): cannot reduce over a zero-size dimension");
@@ -228,7 +210,7 @@ void CpuKernels::reduce(ReduceOp op, const Tensor& in, IntArrayRef dims, const T
 
 void CpuKernels::arg_reduce(ReduceOp op, const Tensor& in, int64_t dim, const Tensor& values,
                             const Tensor& indices) const {
-  const char* name = reduce_name(op);
+  const char* name = to_string(op);
   STRATA_CHECK(op == ReduceOp::Max || op == ReduceOp::Min, "arg_reduce does not support ", name);
   if (in.dim() == 0)
     return arg_reduce(op, as_1d(in), 0, as_1d(values), as_1d(indices));

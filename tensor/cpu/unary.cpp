@@ -19,12 +19,6 @@ using ArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
 template <class T>
 using ConstArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 
-const char* unary_name(UnaryOp op) {
-  static constexpr const char* kNames[] = {"neg",  "exp",     "log",  "sqrt", "rsqrt", "abs",
-                                           "tanh", "sigmoid", "relu", "sign", "erf",   "logical_not"};
-  return kNames[static_cast<int>(op)];
-}
-
 /// out = f(in) with simple per-element code the compiler vectorises.
 template <class Out, class T, class F>
 void unary_loop(const Tensor& in, const Tensor& out, const F& f) {
@@ -73,7 +67,7 @@ void floating(UnaryOp op, const Tensor& in, const Tensor& out) {
 
 void CpuKernels::unary(UnaryOp op, const Tensor& in, const Tensor& out) const {
   const ScalarType out_dtype = op == UnaryOp::LogicalNot ? kBool : in.dtype();
-  STRATA_CHECK(out.dtype() == out_dtype, unary_name(op), ": expected a ", out_dtype, " output, got ", out.dtype());
+  STRATA_CHECK(out.dtype() == out_dtype, to_string(op), ": expected a ", out_dtype, " output, got ", out.dtype());
   visit_dtype(in.dtype(), [&]<class T>() {
     constexpr bool kFloating = std::is_floating_point_v<T>;
     constexpr bool kBool = std::is_same_v<T, bool>;
@@ -95,7 +89,7 @@ void CpuKernels::unary(UnaryOp op, const Tensor& in, const Tensor& out) const {
       }
     }
     if constexpr (kFloating) return floating<T>(op, in, out);
-    STRATA_CHECK(false, unary_name(op), " does not support ", in.dtype());
+    STRATA_CHECK(false, to_string(op), " does not support ", in.dtype());
   });
 }
 

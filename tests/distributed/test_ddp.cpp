@@ -5,99 +5,18 @@
 
 #include <stdexcept>
 
-#include <strata/distributed/collectives.h>
-#include <strata/nn/data_parallel.h>
-#include <strata/nn/linear.h>
-#include <strata/optim/sgd.h>
-
-#include "../helpers.h"
+#include "ddp_training.h"
 
 namespace dist = strata::distributed;
 using namespace strata;
+using namespace strata::testing::ddp_training;
 
 namespace {
-
-int rank() { return dist::get_rank(); }
-int world() { return dist::get_world_size(); }
-
-constexpr int64_t kRowsPerRank = 4;
-constexpr int kSteps = 5;
-// 128 bytes: the float32 Mlp's gradients land in five buckets, the float64 one's in six.
-constexpr double kSmallCapMb = 128.0 / (1024 * 1024);
-
-// 6 -> 8 -> 8 -> 3 with tanh between; the layers are reachable so tests can hook their outputs.
-struct MlpImpl : nn::Module {
-  MlpImpl() : Module("Mlp") {
-    fc1 = register_module("fc1", nn::Linear(6, 8));
-    fc2 = register_module("fc2", nn::Linear(8, 8));
-    fc3 = register_module("fc3", nn::Linear(8, 3));
-  }
-  Tensor forward(const Tensor& x) { return fc3(tanh(fc2(tanh(fc1(x))))); }
-  nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};
-};
-STRATA_MODULE(Mlp);
-
-Mlp make_mlp(uint64_t seed, ScalarType dtype) {
-  manual_seed(seed);
-  Mlp model;
-  model->to(dtype);
-  return model;
-}
-
-// The concatenated batch of step `step`, the same on every rank: x [world * rows, 6], y [world * rows, 3].
-std::pair<Tensor, Tensor> full_batch(int step, ScalarType dtype, int64_t rows = kRowsPerRank) {
-  Generator gen(1000 + step);
-  Tensor x = randn({world() * rows, 6}, dtype, &gen);
-  Tensor y = randn({world() * rows, 3}, dtype, &gen);
-  return {x, y};
-}
-
-// This rank's share of a concatenated batch.
-Tensor my_rows(const Tensor& t) {
-  const int64_t rows = t.size(0) / world();
-  return t.narrow(0, rank() * rows, rows);
-}
-
-// kSteps of SGD with momentum on the concatenated batches, or on this rank's share of them.
-void train(Mlp& model, bool my_share_only) {
-  optim::SGD opt(model->parameters(), optim::SGDOptions(0.1).momentum(0.9));
-  for (int step = 0; step < kSteps; ++step) {
-    auto [x, y] = full_batch(step, model->fc1->weight.dtype());
-    if (my_share_only) {
-      x = my_rows(x);
-      y = my_rows(y);
-    }
-    opt.zero_grad();
-    mse_loss(model(x), y).backward();
-    opt.step();
-  }
-}
-
-// max over parameters of |a - b| / |b| (2-norms).
-double max_relative_error(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
-  NoGradGuard no_grad;
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
-    worst = std::max(worst, (a[i] - b[i]).norm().item<double>() / b[i].norm().item<double>());
-  return worst;
-}
 
 std::vector<Tensor> grads(const nn::Module& m) {
   std::vector<Tensor> out;
   for (const Tensor& p : m.parameters()) out.push_back(p.grad());
   return out;
-}
-
-// Each rank starts from its own seed; DDP copies rank 0's parameters, which the reference starts from.
-void expect_matches_single_process(ScalarType dtype, double tolerance) {
-  Mlp reference = make_mlp(7, dtype);
-  Mlp model = make_mlp(7 + rank(), dtype);
-  nn::DistributedDataParallel ddp(model, {.bucket_cap_mb = kSmallCapMb});
-  EXPECT_GE(ddp.buckets().size(), 5u);
-  train(model, /*my_share_only=*/true);
-  train(reference, /*my_share_only=*/false);
-  EXPECT_LE(max_relative_error(model->parameters(), reference->parameters()), tolerance);
 }
 
 // A module of bare parameters, for tests that compute their loss by hand.

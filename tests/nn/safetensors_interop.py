@@ -19,6 +19,8 @@ TENSORS = {
     "i64": ("I64", [2, 2], [-(2**40), -1, 0, 2**62 + 5]),
     "mask": ("BOOL", [4], [True, False, False, True]),
     "empty": ("F32", [0, 3], []),
+    "f16": ("F16", [2, 3], [1.5, -2.0, 65504.0, 2.0**-24, -0.333251953125, 0.0]),
+    "bf16": ("BF16", [2, 2], [1.0, -2.5, 2.0**100, -(2.0**-100)]),
 }
 
 
@@ -27,10 +29,11 @@ def metadata(source):
     return {"note": "gr\u00f6\u00dfe \u2713", "source": source}
 
 
-FORMATS = {"BOOL": "?", "I64": "q", "F32": "f", "F64": "d"}
+# struct formats; BF16 is the high half of an F32 (the TENSORS values are exact in it).
+FORMATS = {"BOOL": "?", "F16": "e", "BF16": "f", "I64": "q", "F32": "f", "F64": "d"}
 # The reference implementation's dtype order (ascending alignment); its writer lays tensors out from the
 # highest to the lowest, then by name.
-RANK = {"BOOL": 0, "F32": 1, "F64": 2, "I64": 3}
+RANK = {"BOOL": 0, "F16": 1, "BF16": 2, "F32": 3, "F64": 4, "I64": 5}
 
 
 def layout():
@@ -38,7 +41,17 @@ def layout():
 
 
 def pack(dtype, values):
-    return struct.pack("<%d%s" % (len(values), FORMATS[dtype]), *values)
+    data = struct.pack("<%d%s" % (len(values), FORMATS[dtype]), *values)
+    if dtype == "BF16":
+        data = b"".join(data[i + 2 : i + 4] for i in range(0, len(data), 4))
+    return data
+
+
+def unpack(dtype, data, offset, count):
+    if dtype == "BF16":
+        data = b"".join(b"\0\0" + data[offset + 2 * i : offset + 2 * i + 2] for i in range(count))
+        offset = 0
+    return list(struct.unpack_from("<%d%s" % (count, FORMATS[dtype]), data, offset))
 
 
 def write(path):
@@ -81,7 +94,7 @@ def read(path):
         info = dict(entries[name])
         expected = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
         check(info == expected, "%s: header entry %s, expected %s" % (name, info, expected))
-        got = list(struct.unpack_from("<%d%s" % (len(values), FORMATS[dtype]), data, offset))
+        got = unpack(dtype, data, offset, len(values))
         check(got == values, "%s: values %s, expected %s" % (name, got, values))
         offset += size
     check(offset == len(data), "%d data bytes, expected %d" % (len(data), offset))

@@ -2,6 +2,7 @@
 
 #include "strata/nn/container.h"
 #include "strata/nn/module.h"
+#include "strata/tensor/cuda.h"
 #include "../helpers.h"
 
 namespace strata::nn {
@@ -92,6 +93,43 @@ TEST(Module, ToDtypeKeepsHandles) {
   EXPECT_EQ(net->first->steps.dtype(), kLong);  // integer buffers stay
   EXPECT_EQ(net(ones({1, 3}, kFloat64)).dtype(), kFloat64);
   EXPECT_THROW_MSG(net->to(kLong), "Net::to: modules convert only to floating point dtypes, got Long");
+}
+
+TEST(Module, ToTheDeviceItIsOnKeepsHandlesDataAndGrads) {
+  Net net;
+  net(ones({1, 3})).sum().backward();
+  Tensor w = net->first->weight;
+  const void* data = w.data_ptr();
+  const Tensor grad = w.grad();
+  net->to(Device(kCPU));
+  EXPECT_EQ(w.data_ptr(), data);  // nothing copied
+  EXPECT_TRUE(w.grad().is_same(grad));
+  EXPECT_EQ(parameters_device(*net, "test").value_or(Device(kCUDA, 3)), Device(kCPU));
+  EXPECT_FALSE(parameters_device(Module("Empty"), "test").has_value());
+
+  net->to(Device(kCPU), kFloat64);  // one copy per tensor; the dtype change drops grads as to(dtype) does
+  EXPECT_EQ(w.dtype(), kFloat64);
+  EXPECT_FALSE(w.grad().defined());
+  EXPECT_EQ(net->first->steps.dtype(), kLong);
+  EXPECT_THROW_MSG(net->to(Device(kCPU), kLong), "Net::to: modules convert only to floating point dtypes, got Long");
+}
+
+TEST(Module, ToAGpuThatIsNotThereThrowsAndChangesNothing) {
+  if (cuda::is_available()) GTEST_SKIP() << "a GPU is visible: tests/cuda covers Module::to(kCUDA)";
+  Net net;
+  net(ones({1, 3})).sum().backward();
+  const StateDict before = net->state_dict();
+  std::vector<const void*> data;
+  for (const Tensor& t : net->parameters()) data.push_back(t.data_ptr());
+  const Tensor w = net->first->weight, grad = w.grad();
+  // The stub says "this build of strata has no CUDA backend"; a CUDA build without a GPU names the device.
+  EXPECT_THROW_MSG(net->to(Device(kCUDA, 0)), "CUDA");
+  EXPECT_THROW_MSG(net->to(Device(kCUDA, 0), kFloat64), "CUDA");
+  for (size_t i = 0; i < data.size(); ++i) EXPECT_EQ(net->parameters()[i].data_ptr(), data[i]);
+  EXPECT_TRUE(strata::testing::same_state(net->state_dict(), before));
+  EXPECT_TRUE(w.is_cpu());
+  EXPECT_EQ(w.dtype(), kFloat);
+  EXPECT_TRUE(w.grad().is_same(grad));
 }
 
 TEST(Module, StateDictRoundTripAndChecks) {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -48,7 +49,14 @@ StateDict interop_tensors() {
           {"scalar", scalar_tensor(2.75, kFloat64)},
           {"i64", tensor({-(int64_t(1) << 40), int64_t(-1), int64_t(0), (int64_t(1) << 62) + 5}).reshape({2, 2})},
           {"mask", tensor({true, false, false, true})},
-          {"empty", zeros({0, 3})}};
+          {"empty", zeros({0, 3})},
+          {"f16", tensor({1.5, -2.0, 65504.0, std::ldexp(1.0, -24), -0.333251953125, 0.0}, kFloat64)
+                      .to(kHalf)
+                      .reshape({2, 3})},
+          {"bf16", tensor({1.0, std::ldexp(1.0, 100), -2.5, -std::ldexp(1.0, -100)}, kFloat64)  // non-contiguous
+                       .to(kBFloat16)
+                       .reshape({2, 2})
+                       .t()}};
 }
 
 TEST_F(Safetensors, RoundTripsEveryDtypeShapeAndLayout) {
@@ -69,6 +77,9 @@ TEST_F(Safetensors, RoundTripsEveryDtypeShapeAndLayout) {
       {"offset_row", wide[2]},
       {"expanded", tensor({1.0, 2.0}).unsqueeze(0).expand({3, 2})},
       {"requires_grad", randn({3, 2}, requires_grad()).t()},
+      {"half", randn({3, 5}).to(kHalf)},
+      {"bfloat16_strided", randn({4, 6}).to(kBFloat16).slice(1, 1, 6, 2)},
+      {"scalar_half", scalar_tensor(-0.5).to(kHalf)},
   };
   const std::string path = file("all.safetensors");
   save_file(saved, path);
@@ -82,6 +93,23 @@ TEST_F(Safetensors, RoundTripsEveryDtypeShapeAndLayout) {
 
   save_file({}, path);
   EXPECT_TRUE(load_file(path).empty());
+}
+
+// F16 and BF16 travel as their bits: infinities, NaN, subnormals and negative zero come back unchanged.
+TEST_F(Safetensors, SixteenBitFloatsRoundTripBitForBit) {
+  const std::vector<double> special = {0.0, -0.0, INFINITY, -INFINITY, NAN, std::ldexp(1.0, -24), -65504.0, 0.1};
+  const StateDict saved = {{"h", tensor(special, kFloat64).to(kHalf)},
+                           {"b", tensor(special, kFloat64).to(kBFloat16)}};
+  const std::string path = file("bits.safetensors");
+  save_file(saved, path);
+  const StateDict loaded = load_file(path);
+  EXPECT_TRUE(same_state(saved, loaded));
+  EXPECT_EQ(loaded.at("h").dtype(), kHalf);
+  EXPECT_EQ(loaded.at("b").dtype(), kBFloat16);
+  const std::string bytes = read_bytes(path);
+  const uint16_t half_inf = 0x7c00, bf16_inf = 0x7f80;  // the data area ends with h (F16 sorts after BF16)
+  EXPECT_EQ(std::memcmp(bytes.data() + bytes.size() - 16 + 2 * 2, &half_inf, 2), 0);
+  EXPECT_EQ(std::memcmp(bytes.data() + bytes.size() - 32 + 2 * 2, &bf16_inf, 2), 0);
 }
 
 TEST_F(Safetensors, MetadataRoundTrips) {
@@ -114,9 +142,9 @@ TEST_F(Safetensors, WritesWhatTheReferenceWriterWrites) {
   EXPECT_EQ(read_bytes(path),
             le64(72) + R"({"attn0":{"dtype":"F32","shape":[1,1,2,3],"data_offsets":[0,24]}})" + "       " + data);
 
-  // Laid out by dtype alignment (the reference order I64, F64, F32, BOOL), then by name.
+  // Laid out by dtype alignment (the reference order I64, F64, F32, BF16, F16, BOOL), then by name.
   save_file({{"b", ones({1})}, {"a", tensor({true})}, {"c", ones({1}, kLong)}, {"d", ones({1}, kFloat64)},
-             {"a2", ones({1})}},
+             {"a2", ones({1})}, {"e", ones({1}).to(kHalf)}, {"f", ones({1}).to(kBFloat16)}},
             path);
   const std::string bytes = read_bytes(path);
   EXPECT_EQ(bytes.substr(8, bytes.find("}}") + 2 - 8),
@@ -124,7 +152,9 @@ TEST_F(Safetensors, WritesWhatTheReferenceWriterWrites) {
             R"("d":{"dtype":"F64","shape":[1],"data_offsets":[8,16]},)"
             R"("a2":{"dtype":"F32","shape":[1],"data_offsets":[16,20]},)"
             R"("b":{"dtype":"F32","shape":[1],"data_offsets":[20,24]},)"
-            R"("a":{"dtype":"BOOL","shape":[1],"data_offsets":[24,25]}})");
+            R"("f":{"dtype":"BF16","shape":[1],"data_offsets":[24,26]},)"
+            R"("e":{"dtype":"F16","shape":[1],"data_offsets":[26,28]},)"
+            R"("a":{"dtype":"BOOL","shape":[1],"data_offsets":[28,29]}})");
 }
 
 TEST_F(Safetensors, SaveChecksItsArguments) {
@@ -219,8 +249,8 @@ TEST_F(Safetensors, BadHeadersNameTheFileAndTheKey) {
       {"{\"w\":{" + f32x2 + R"(,"offsets":[0,8]}})", "12345678", "w", "unknown field 'offsets'"},
       {R"({"w":{"dtype":4,"shape":[2],"data_offsets":[0,8]}})", "12345678", "w", "dtype must be a string, got 4"},
       {R"({"w":{"dtype":"Q7","shape":[2],"data_offsets":[0,8]}})", "12345678", "w", "unknown dtype 'Q7'"},
-      {R"({"w":{"dtype":"F16","shape":[4],"data_offsets":[0,8]}})", "12345678", "w",
-       "dtype F16 is not supported by strata"},
+      {R"({"w":{"dtype":"I16","shape":[4],"data_offsets":[0,8]}})", "12345678", "w",
+       "dtype I16 is not supported by strata (it holds BOOL, I64, F16, BF16, F32 and F64)"},
       {R"({"w":{"dtype":"F32","shape":2,"data_offsets":[0,8]}})", "12345678", "w",
        "shape must be an array of non-negative integers, got 2"},
       {R"({"w":{"dtype":"F32","shape":[1,-2],"data_offsets":[0,8]}})", "12345678", "w",

@@ -1,0 +1,169 @@
+// strata_bench_cuda: GPU throughput, measured the way benchmarks/torch_cuda.py measures PyTorch eager, so
+// scripts/gpu can print the two side by side:
+//   matmul      n x n x n products in float32, TF32 (cuda::set_allow_tf32) and bfloat16, n = 4096 and 8192,
+//               in TFLOP/s (2 n^3 per product);
+//   mlp_step    one SGD step (zero_grad, forward, cross entropy, backward, update) of a 784-4096-4096-10
+//               ReLU MLP on a batch of 512, float32, in ms;
+//   block_step  one AdamW step of a nanoGPT-style TransformerBlock (B 16, T 256, C 768, 12 heads, MSE
+//               against a random target), float32, in ms.
+// One line per measurement, e.g. `matmul dtype=bf16 n=8192 tflops=612.30`; scripts/gpu pairs the lines
+// with torch_cuda.py's by everything before the last field.
+//
+//   ./strata_bench_cuda [--reps R] [--part all|matmul|mlp|block]
+//
+// Method (the device tool's METHOD.md): random inputs, never zeros; a warm-up; then R timed batches, each
+// a run of back-to-back operations between two cuda::synchronize() calls on the host clock, sized to take
+// about 50 ms; the median batch time over its count. Products rotate among 4 input pairs so that repeats
+// do not find their operands in the L2 cache. --reps: batches per measurement (default 15).
+
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <strata/nn/activation.h>
+#include <strata/nn/container.h>
+#include <strata/nn/linear.h>
+#include <strata/nn/transformer.h>
+#include <strata/optim/adam.h>
+#include <strata/optim/sgd.h>
+#include <strata/strata.h>
+
+#include "bench_common.h"
+
+namespace nn = strata::nn;
+namespace optim = strata::optim;
+using strata::Tensor;
+using strata_bench::Clock, strata_bench::median, strata_bench::seconds_since;
+
+namespace {
+
+constexpr int64_t kMlpBatch = 512, kMlpIn = 784, kMlpHidden = 4096, kMlpClasses = 10;  // MLP: B, in, hidden, classes
+constexpr int64_t kBlockB = 16, kBlockT = 256, kBlockC = 768, kBlockHeads = 12;       // block: B, T, C, heads
+constexpr double kTargetBatchSeconds = 0.05;
+
+strata::Device gpu() { return strata::Device(strata::kCUDA, 0); }
+
+/// Seconds per call of `op`: warm-up, then `reps` synchronised batches sized to about 50 ms; the median.
+double time_per_call(const std::function<void()>& op, int reps) {
+  for (int i = 0; i < 3; ++i) op();  // handles, kernels and the allocator's pool settle
+  strata::cuda::synchronize();
+  auto start = Clock::now();
+  op();
+  strata::cuda::synchronize();
+  const double once = seconds_since(start);
+  const int per_batch = std::max(1, static_cast<int>(kTargetBatchSeconds / std::max(once, 1e-6)));
+  std::vector<double> batches;
+  for (int r = 0; r < reps; ++r) {
+    strata::cuda::synchronize();
+    start = Clock::now();
+    for (int i = 0; i < per_batch; ++i) op();
+    strata::cuda::synchronize();
+    batches.push_back(seconds_since(start) / per_batch);
+  }
+  return median(batches);
+}
+
+void bench_matmul(int reps) {
+  struct Mode {
+    const char* name;
+    strata::ScalarType dtype;
+    bool tf32;
+  };
+  const Mode modes[] = {{"f32", strata::kFloat, false}, {"tf32", strata::kFloat, true}, {"bf16", strata::kBFloat16, false}};
+  for (int64_t n : {4096, 8192})
+    for (const Mode& mode : modes) {
+      strata::manual_seed(static_cast<uint64_t>(n));
+      std::vector<Tensor> a, b;
+      for (int i = 0; i < 4; ++i) {
+        a.push_back(strata::randn({n, n}, strata::TensorOptions(strata::kFloat).device(gpu())).to(mode.dtype));
+        b.push_back(strata::randn({n, n}, strata::TensorOptions(strata::kFloat).device(gpu())).to(mode.dtype));
+      }
+      const bool saved = strata::cuda::allow_tf32();
+      strata::cuda::set_allow_tf32(mode.tf32);
+      int next = 0;
+      const double seconds = time_per_call(
+          [&] {
+            Tensor c = a[next].matmul(b[next]);
+            next = (next + 1) % 4;
+          },
+          reps);
+      strata::cuda::set_allow_tf32(saved);
+      std::printf("matmul dtype=%s n=%lld tflops=%.2f\n", mode.name, static_cast<long long>(n),
+                  2.0 * n * n * n / seconds / 1e12);
+      std::fflush(stdout);
+    }
+}
+
+void bench_mlp(int reps) {
+  strata::manual_seed(0);
+  nn::Sequential model(nn::Linear(kMlpIn, kMlpHidden), nn::ReLU(), nn::Linear(kMlpHidden, kMlpHidden), nn::ReLU(),
+                       nn::Linear(kMlpHidden, kMlpClasses));
+  model->to(gpu());
+  optim::SGD sgd(model->parameters(), optim::SGDOptions(0.01));
+  const Tensor x = strata::randn({kMlpBatch, kMlpIn}, strata::TensorOptions().device(gpu()));
+  const Tensor y = strata::randint(kMlpClasses, {kMlpBatch}, strata::TensorOptions(strata::kLong).device(gpu()));
+  const double seconds = time_per_call(
+      [&] {
+        sgd.zero_grad();
+        strata::cross_entropy(model(x), y).backward();
+        sgd.step();
+      },
+      reps);
+  std::printf("mlp_step dtype=f32 batch=%lld sizes=784-4096-4096-10 ms=%.3f\n", static_cast<long long>(kMlpBatch),
+              seconds * 1e3);
+  std::fflush(stdout);
+}
+
+void bench_block(int reps) {
+  strata::manual_seed(0);
+  nn::TransformerBlock block(kBlockC, kBlockHeads);
+  block->to(gpu());
+  optim::AdamW adamw(block->parameters(), optim::AdamWOptions(3e-4));
+  const strata::TensorOptions on_gpu = strata::TensorOptions().device(gpu());
+  const Tensor x = strata::randn({kBlockB, kBlockT, kBlockC}, on_gpu);
+  const Tensor target = strata::randn({kBlockB, kBlockT, kBlockC}, on_gpu);
+  const double seconds = time_per_call(
+      [&] {
+        adamw.zero_grad();
+        strata::mse_loss(block(x), target).backward();
+        adamw.step();
+      },
+      reps);
+  std::printf("block_step dtype=f32 B=%lld T=%lld C=%lld heads=%lld ms=%.3f\n", static_cast<long long>(kBlockB),
+              static_cast<long long>(kBlockT), static_cast<long long>(kBlockC), static_cast<long long>(kBlockHeads),
+              seconds * 1e3);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 15;
+  std::string part = "all";
+  try {
+    strata_bench::parse_flags(argc, argv, "usage: strata_bench_cuda [--reps R] [--part all|matmul|mlp|block]",
+                              {{"--reps", &reps}, {"--part", &part}});
+    if (reps < 1 || (part != "all" && part != "matmul" && part != "mlp" && part != "block"))
+      throw std::invalid_argument("usage: strata_bench_cuda [--reps R >= 1] [--part all|matmul|mlp|block]");
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  }
+  if (!strata::cuda::is_available()) {
+    std::fprintf(stderr, "strata_bench_cuda: no CUDA device is visible (strata::cuda::device_count() == 0); "
+                 "nothing to measure\n");
+    return 1;
+  }
+  try {
+    if (part == "all" || part == "matmul") bench_matmul(reps);
+    if (part == "all" || part == "mlp") bench_mlp(reps);
+    if (part == "all" || part == "block") bench_block(reps);
+  } catch (const strata::Error& e) {
+    std::fprintf(stderr, "strata_bench_cuda: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

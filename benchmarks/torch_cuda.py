@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""PyTorch eager on the GPU, measured as benchmarks/bench_cuda.cpp measures strata, line for line:
+
+  matmul      n x n x n products in float32, TF32 (torch.backends.cuda.matmul.allow_tf32) and bfloat16,
+              n = 4096 and 8192, in TFLOP/s (2 n^3 per product);
+  mlp_step    one SGD step (zero_grad, forward, cross entropy, backward, update) of a 784-4096-4096-10
+              ReLU MLP on a batch of 512, float32, in ms;
+  block_step  one AdamW step of a nanoGPT Block (pre-norm, causal self-attention written out as strata's
+              nn::TransformerBlock computes it, GELU MLP; B 16, T 256, C 768, 12 heads; MSE against a random
+              target), float32, in ms. block_step_sdpa is the same block with
+              F.scaled_dot_product_attention, for reference (strata has no fused attention).
+
+One line per measurement, e.g. `matmul dtype=bf16 n=8192 tflops=612.30`.
+
+    python3 benchmarks/torch_cuda.py [--reps R] [--part all|matmul|mlp|block]
+
+Method (the device tool's METHOD.md): random inputs, never zeros; a warm-up; R timed batches, each a run
+of back-to-back operations between two torch.cuda.Event records, sized to take about 50 ms; the median
+batch time over its count. Products rotate among 4 input pairs so that repeats miss the L2 cache.
+"""
+
+import argparse
+import math
+import statistics
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+TARGET_BATCH_SECONDS = 0.05
+
+
+def time_per_call(op, reps):
+    """Seconds per call of op: warm-up, then reps event-timed batches of about 50 ms; the median."""
+    for _ in range(3):
+        op()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    op()
+    end.record()
+    end.synchronize()
+    once = start.elapsed_time(end) / 1e3
+    per_batch = max(1, int(TARGET_BATCH_SECONDS / max(once, 1e-6)))
+    batches = []
+    for _ in range(reps):
+        start.record()
+        for _ in range(per_batch):
+            op()
+        end.record()
+        end.synchronize()
+        batches.append(start.elapsed_time(end) / 1e3 / per_batch)
+    return statistics.median(batches)
+
+
+def bench_matmul(reps):
+    modes = [("f32", torch.float32, False), ("tf32", torch.float32, True), ("bf16", torch.bfloat16, False)]
+    for n in (4096, 8192):
+        for name, dtype, tf32 in modes:
+            torch.manual_seed(n)
+            a = [torch.randn(n, n, device="cuda").to(dtype) for _ in range(4)]
+            b = [torch.randn(n, n, device="cuda").to(dtype) for _ in range(4)]
+            saved = torch.backends.cuda.matmul.allow_tf32
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            state = {"next": 0}
+
+            def op():
+                i = state["next"]
+                torch.matmul(a[i], b[i])
+                state["next"] = (i + 1) % 4
+
+            seconds = time_per_call(op, reps)
+            torch.backends.cuda.matmul.allow_tf32 = saved
+            print(f"matmul dtype={name} n={n} tflops={2.0 * n ** 3 / seconds / 1e12:.2f}", flush=True)
+            del a, b
+
+
+def bench_mlp(reps):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(784, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(),
+                          nn.Linear(4096, 10)).cuda()
+    sgd = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(512, 784, device="cuda")
+    y = torch.randint(10, (512,), device="cuda")
+
+    def step():
+        sgd.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x), y).backward()
+        sgd.step()
+
+    print(f"mlp_step dtype=f32 batch=512 sizes=784-4096-4096-10 ms={time_per_call(step, reps) * 1e3:.3f}", flush=True)
+
+
+class CausalSelfAttention(nn.Module):
+    """nanoGPT's attention, with the product-softmax-product path strata's nn::CausalSelfAttention takes."""
+
+    def __init__(self, c, heads, fused):
+        super().__init__()
+        self.c_attn, self.c_proj = nn.Linear(c, 3 * c), nn.Linear(c, c)
+        self.heads, self.fused = heads, fused
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.c_attn(x).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        if self.fused:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q * (1.0 / math.sqrt(k.size(-1)))) @ k.transpose(-2, -1)
+            future = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
+            y = att.masked_fill(future, float("-inf")).softmax(dim=-1) @ v
+        return self.c_proj(y.transpose(1, 2).reshape(b, t, c))
+
+
+class Block(nn.Module):
+    """nanoGPT's Block: x + attn(ln_1(x)), then + mlp(ln_2(x)) with a 4C GELU MLP, no dropout."""
+
+    def __init__(self, c, heads, fused):
+        super().__init__()
+        self.ln_1, self.ln_2 = nn.LayerNorm(c), nn.LayerNorm(c)
+        self.attn = CausalSelfAttention(c, heads, fused)
+        self.mlp = nn.Sequential(nn.Linear(c, 4 * c), nn.GELU(), nn.Linear(4 * c, c))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+def bench_block(reps):
+    for fused, name in ((False, "block_step"), (True, "block_step_sdpa")):
+        torch.manual_seed(0)
+        block = Block(768, 12, fused).cuda()
+        adamw = torch.optim.AdamW(block.parameters(), lr=3e-4)
+        x = torch.randn(16, 256, 768, device="cuda")
+        target = torch.randn(16, 256, 768, device="cuda")
+
+        def step():
+            adamw.zero_grad(set_to_none=True)
+            F.mse_loss(block(x), target).backward()
+            adamw.step()
+
+        print(f"{name} dtype=f32 B=16 T=256 C=768 heads=12 ms={time_per_call(step, reps) * 1e3:.3f}", flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--reps", type=int, default=15, help="timed batches per measurement")
+    parser.add_argument("--part", choices=("all", "matmul", "mlp", "block"), default="all")
+    args = parser.parse_args()
+    if args.reps < 1:
+        parser.error("--reps must be at least 1")
+    if not torch.cuda.is_available():
+        sys.exit("torch_cuda.py: no CUDA device is visible to PyTorch; nothing to measure")
+    torch.backends.cuda.matmul.allow_tf32 = False  # PyTorch's default, and strata's
+    if args.part in ("all", "matmul"):
+        bench_matmul(args.reps)
+    if args.part in ("all", "mlp"):
+        bench_mlp(args.reps)
+    if args.part in ("all", "block"):
+        bench_block(args.reps)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,303 @@
+// CUDA kernels: unary, binary, add_scaled and where. One kernel template runs all of them: each
+// thread loads its inputs, converts them to acc_t (float for Half and BFloat16), applies a functor
+// and stores the result converted to the output type. The functors repeat the CPU's expressions
+// (cpu/unary.cpp, cpu/elementwise.cpp), so NaN, signed zero and integer results agree, and the
+// launchers accept and reject the same dtypes with the same messages; Half and BFloat16, which
+// the CPU only converts, compute as libtorch's CUDA kernels do.
+
+#include <type_traits>
+#include <utility>
+
+#include "strata/tensor/cuda/device.cuh"
+
+namespace strata::cuda {
+
+namespace {
+
+// ---- kernels ----
+
+/// x != x, as the CPU's is_nan: Maximum and Minimum propagate NaN.
+template <class T>
+__device__ inline bool is_nan(T v) {
+  if constexpr (std::is_floating_point_v<T>) return v != v;
+  return false;
+}
+
+/// out = op(in...) at one position: inputs load as acc_t, the result stores converted to Out.
+template <class Out, class... In, class Op, int N, size_t... K>
+__device__ inline void apply_at(const Op& op, const Loop<N>& loop, const int64_t (&off)[N], std::index_sequence<K...>) {
+  *at<Out>(loop, off, 0) = convert<Out>(op(convert<acc_t<In>>(*at<const In>(loop, off, K + 1))...));
+}
+
+/// out = op(in...) over loop, operand 0 the output; a grid-stride loop, offsets computed the kInd way.
+template <Indexing kInd, class Op, class Out, class... In>
+__global__ void __launch_bounds__(kThreads) elementwise_kernel(Loop<1 + sizeof...(In)> loop, Op op) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < loop.numel; i += step) {
+    int64_t off[1 + sizeof...(In)];
+    offsets_at<kInd>(loop, i, off);
+    apply_at<Out, In...>(op, loop, off, std::index_sequence_for<In...>{});
+  }
+}
+
+// Unary functors. T is the acc type of the input.
+struct LogicalNot {
+  template <class T> __device__ bool operator()(T x) const { return x == T(0); }
+};
+struct Sign {
+  template <class T> __device__ T operator()(T x) const {
+    if constexpr (std::is_same_v<T, bool>) return x;
+    else return static_cast<T>((T(0) < x) - (x < T(0)));  // 0 for 0 and NaN
+  }
+};
+struct Neg {
+  template <class T> __device__ T operator()(T x) const { return static_cast<T>(-x); }
+};
+struct Abs {
+  template <class T> __device__ T operator()(T x) const {
+    if constexpr (std::is_floating_point_v<T>) return fabs(x);
+    else return x < T(0) ? static_cast<T>(-x) : x;
+  }
+};
+struct Relu {
+  template <class T> __device__ T operator()(T x) const { return x < T(0) ? T(0) : x; }  // keeps NaN
+};
+struct Exp {
+  template <class T> __device__ T operator()(T x) const { return exp(x); }
+};
+struct Log {
+  template <class T> __device__ T operator()(T x) const { return log(x); }
+};
+struct Sqrt {
+  template <class T> __device__ T operator()(T x) const { return sqrt(x); }
+};
+struct Rsqrt {
+  template <class T> __device__ T operator()(T x) const { return rsqrt(x); }
+};
+struct Tanh {
+  template <class T> __device__ T operator()(T x) const { return tanh(x); }
+};
+struct Sigmoid {
+  template <class T> __device__ T operator()(T x) const { return T(1) / (T(1) + exp(-x)); }
+};
+struct Erf {
+  template <class T> __device__ T operator()(T x) const { return erf(x); }
+};
+
+// Binary functors. Add and Mul on bool are logical or and and, as on the CPU.
+struct Add {
+  template <class T> __device__ T operator()(T x, T y) const {
+    if constexpr (std::is_same_v<T, bool>) return x || y;
+    else return x + y;
+  }
+};
+struct Sub {
+  template <class T> __device__ T operator()(T x, T y) const { return x - y; }
+};
+struct Mul {
+  template <class T> __device__ T operator()(T x, T y) const {
+    if constexpr (std::is_same_v<T, bool>) return x && y;
+    else return x * y;
+  }
+};
+struct Div {
+  template <class T> __device__ T operator()(T x, T y) const {
+    if constexpr (std::is_integral_v<T>) return y ? x / y : T(0);  // truncates; x / 0 gives 0
+    else return x / y;
+  }
+};
+struct IntPow {
+  __device__ int64_t operator()(int64_t base, int64_t e) const {
+    if (e < 0) return base == 1 ? 1 : base == -1 ? (e % 2 ? -1 : 1) : 0;
+    uint64_t result = 1, b = static_cast<uint64_t>(base);  // unsigned: overflow wraps, as in libtorch
+    for (; e; e >>= 1, b *= b)
+      if (e & 1) result *= b;
+    return static_cast<int64_t>(result);
+  }
+};
+/// Floating pow. When the exponent is one broadcast scalar (uniform across the grid), 2, 0.5 and 1
+/// take the CPU's shortcuts x * x, sqrt(x) and x, which differ from pow at -0 and -inf.
+struct Pow {
+  bool scalar_exponent;
+  template <class T> __device__ T operator()(T x, T y) const {
+    if (scalar_exponent) {
+      if (y == T(2)) return x * x;
+      if (y == T(0.5)) return sqrt(x);
+      if (y == T(1)) return x;
+    }
+    return pow(x, y);
+  }
+};
+struct Maximum {
+  template <class T> __device__ T operator()(T x, T y) const { return (x > y || is_nan(x)) ? x : y; }
+};
+struct Minimum {
+  template <class T> __device__ T operator()(T x, T y) const { return (x < y || is_nan(x)) ? x : y; }
+};
+struct Eq {
+  template <class T> __device__ bool operator()(T x, T y) const { return x == y; }
+};
+struct Ne {
+  template <class T> __device__ bool operator()(T x, T y) const { return x != y; }
+};
+struct Lt {
+  template <class T> __device__ bool operator()(T x, T y) const { return x < y; }
+};
+struct Le {
+  template <class T> __device__ bool operator()(T x, T y) const { return x <= y; }
+};
+struct Gt {
+  template <class T> __device__ bool operator()(T x, T y) const { return x > y; }
+};
+struct Ge {
+  template <class T> __device__ bool operator()(T x, T y) const { return x >= y; }
+};
+struct LogicalAnd {
+  template <class T> __device__ bool operator()(T x, T y) const { return x != T(0) && y != T(0); }
+};
+struct LogicalOr {
+  template <class T> __device__ bool operator()(T x, T y) const { return x != T(0) || y != T(0); }
+};
+/// x + alpha * y, alpha already in the acc type A (truncated for int64, as the CPU's static_cast).
+template <class A>
+struct AddScaled {
+  A alpha;
+  __device__ A operator()(A x, A y) const { return x + alpha * y; }
+};
+/// where on raw element bits: the condition is read as a byte.
+struct Select {
+  template <class U> __device__ U operator()(uint8_t c, U x, U y) const { return c != 0 ? x : y; }
+};
+
+// ---- launchers ----
+
+/// Launches elementwise_kernel<Op, Out, In...> over loop on the device's current stream.
+template <class Out, class... In, class Op>
+void launch(const Op& op, const Loop<1 + sizeof...(In)>& loop, int device) {
+  if (loop.numel == 0) return;
+  DeviceGuard guard(device);
+  visit_indexing(loop, [&]<Indexing kInd>() {
+    elementwise_kernel<kInd, Op, Out, In...><<<blocks_for(loop.numel), kThreads, 0, current_stream(device)>>>(loop, op);
+    STRATA_CUDA_LAUNCH_CHECK();
+  });
+}
+
+/// True when every stride of t is 0: one value broadcast (the CPU's test for pow's scalar exponent).
+bool is_broadcast_scalar(const Tensor& t) {
+  for (int64_t s : t.strides())
+    if (s != 0) return false;
+  return true;
+}
+
+// Arithmetic ops: out has the inputs' dtype T.
+template <class T>
+void arithmetic(BinaryOp op, const Tensor& b, const Loop<3>& loop, int device) {
+  constexpr bool kBool = std::is_same_v<T, bool>;
+  switch (op) {
+    case BinaryOp::Add: return launch<T, T, T>(Add{}, loop, device);
+    case BinaryOp::Mul: return launch<T, T, T>(Mul{}, loop, device);
+    case BinaryOp::Maximum: return launch<T, T, T>(Maximum{}, loop, device);
+    case BinaryOp::Minimum: return launch<T, T, T>(Minimum{}, loop, device);
+    default: break;
+  }
+  if constexpr (!kBool) {
+    switch (op) {
+      case BinaryOp::Sub: return launch<T, T, T>(Sub{}, loop, device);
+      case BinaryOp::Div: return launch<T, T, T>(Div{}, loop, device);
+      case BinaryOp::Pow:
+        if constexpr (std::is_integral_v<T>) return launch<T, T, T>(IntPow{}, loop, device);
+        else return launch<T, T, T>(Pow{is_broadcast_scalar(b)}, loop, device);
+      default: break;
+    }
+  }
+  STRATA_CHECK(false, to_string(op), " does not support ", b.dtype());
+}
+
+// Comparisons and logical ops: out is bool.
+template <class T>
+void predicate(BinaryOp op, const Loop<3>& loop, int device) {
+  switch (op) {
+    case BinaryOp::Eq: return launch<bool, T, T>(Eq{}, loop, device);
+    case BinaryOp::Ne: return launch<bool, T, T>(Ne{}, loop, device);
+    case BinaryOp::Lt: return launch<bool, T, T>(Lt{}, loop, device);
+    case BinaryOp::Le: return launch<bool, T, T>(Le{}, loop, device);
+    case BinaryOp::Gt: return launch<bool, T, T>(Gt{}, loop, device);
+    case BinaryOp::Ge: return launch<bool, T, T>(Ge{}, loop, device);
+    case BinaryOp::LogicalAnd: return launch<bool, T, T>(LogicalAnd{}, loop, device);
+    case BinaryOp::LogicalOr: return launch<bool, T, T>(LogicalOr{}, loop, device);
+    default: STRATA_INTERNAL_ASSERT(false);
+  }
+}
+
+}  // namespace
+
+void CudaKernels::unary(UnaryOp op, const Tensor& in, const Tensor& out) const {
+  const ScalarType out_dtype = op == UnaryOp::LogicalNot ? kBool : in.dtype();
+  STRATA_CHECK(out.dtype() == out_dtype, to_string(op), ": expected a ", out_dtype, " output, got ", out.dtype());
+  const auto loop = make_loop<2>({&out, &in});
+  const int device = out.device().index;
+  visit_cuda_dtype(in.dtype(), [&]<class T>() {
+    switch (op) {
+      case UnaryOp::LogicalNot: return launch<bool, T>(LogicalNot{}, loop, device);
+      case UnaryOp::Sign: return launch<T, T>(Sign{}, loop, device);
+      default: break;
+    }
+    if constexpr (!std::is_same_v<T, bool>) {
+      switch (op) {
+        case UnaryOp::Neg: return launch<T, T>(Neg{}, loop, device);
+        case UnaryOp::Abs: return launch<T, T>(Abs{}, loop, device);
+        case UnaryOp::Relu: return launch<T, T>(Relu{}, loop, device);
+        default: break;
+      }
+    }
+    if constexpr (is_floating_v<T>) {
+      switch (op) {
+        case UnaryOp::Exp: return launch<T, T>(Exp{}, loop, device);
+        case UnaryOp::Log: return launch<T, T>(Log{}, loop, device);
+        case UnaryOp::Sqrt: return launch<T, T>(Sqrt{}, loop, device);
+        case UnaryOp::Rsqrt: return launch<T, T>(Rsqrt{}, loop, device);
+        case UnaryOp::Tanh: return launch<T, T>(Tanh{}, loop, device);
+        case UnaryOp::Sigmoid: return launch<T, T>(Sigmoid{}, loop, device);
+        case UnaryOp::Erf: return launch<T, T>(Erf{}, loop, device);
+        default: break;
+      }
+    }
+    STRATA_CHECK(false, to_string(op), " does not support ", in.dtype());
+  });
+}
+
+void CudaKernels::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) const {
+  STRATA_CHECK(a.dtype() == b.dtype(), to_string(op), ": expected operands of one dtype, got ", a.dtype(), " and ",
+               b.dtype());
+  const ScalarType out_dtype = writes_bool(op) ? kBool : a.dtype();
+  STRATA_CHECK(out.dtype() == out_dtype, to_string(op), ": expected a ", out_dtype, " output, got ", out.dtype());
+  const auto loop = make_loop<3>({&out, &a, &b});
+  const int device = out.device().index;
+  visit_cuda_dtype(a.dtype(), [&]<class T>() {
+    if (writes_bool(op)) predicate<T>(op, loop, device);
+    else arithmetic<T>(op, b, loop, device);
+  });
+}
+
+void CudaKernels::add_scaled(const Tensor& a, const Tensor& b, double alpha, const Tensor& out) const {
+  STRATA_CHECK(a.dtype() == b.dtype() && a.dtype() == out.dtype(), "add: expected operands of one dtype, got ",
+               a.dtype(), ", ", b.dtype(), " and ", out.dtype());
+  const auto loop = make_loop<3>({&out, &a, &b});
+  visit_cuda_dtype(a.dtype(), [&]<class T>() {
+    STRATA_CHECK((!std::is_same_v<T, bool>), "add with alpha does not support ", a.dtype());
+    if constexpr (!std::is_same_v<T, bool>) {
+      using A = acc_t<T>;
+      launch<T, T, T>(AddScaled<A>{static_cast<A>(alpha)}, loop, out.device().index);
+    }
+  });
+}
+
+void CudaKernels::where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) const {
+  STRATA_CHECK(cond.dtype() == kBool, "where: expected a Bool condition, got ", cond.dtype());
+  STRATA_CHECK(a.dtype() == out.dtype() && b.dtype() == out.dtype(), "where: expected operands of dtype ", out.dtype(),
+               ", got ", a.dtype(), " and ", b.dtype());
+  const auto loop = make_loop<4>({&out, &cond, &a, &b});
+  visit_bits_type(out.dtype(), [&]<class U>() { launch<U, uint8_t, U, U>(Select{}, loop, out.device().index); });
+}
+
+}  // namespace strata::cuda

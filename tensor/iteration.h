@@ -1,0 +1,166 @@
+#pragma once
+// Internal to the kernel tables (tensor/cpu, tensor/cuda): the iteration geometry of N operands
+// over one shape. make_loop drops size-1 dims, orders the rest so the dim with the smallest
+// strides is innermost (operand 0 decides first, stride-0 operands abstain), and merges
+// neighbours that are contiguous for every operand, so most elementwise work becomes one flat
+// run. Loop is plain data: the CPU walks it with for_each (cpu/loops.h), CUDA kernels take it
+// by value and turn a linear index into byte offsets (cuda/device.cuh).
+//
+//   auto loop = make_loop<3>({&out, &a, &b});   // out, a, b share out's sizes
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstdlib>
+#include <utility>
+
+#include "strata/tensor/kernels.h"
+
+namespace strata {
+
+/// Most dims of size > 1 an operand may have.
+constexpr int kMaxDims = 25;
+
+/// N operands iterated over one shape: pointers, sizes (outermost first) and byte strides.
+template <int N>
+struct Loop {
+  int ndim = 0;       ///< dims after dropping and merging; at least 1 when numel > 0
+  int64_t numel = 0;  ///< elements in the iteration shape
+  char* data[N];      ///< first element of each operand
+  int64_t sizes[kMaxDims];
+  int64_t strides[kMaxDims][N];  ///< bytes
+};
+
+/// A loop over `sizes` with explicit per-operand element strides and element sizes.
+template <int N>
+Loop<N> make_loop(IntArrayRef sizes, const std::array<char*, N>& data, const std::array<const int64_t*, N>& strides,
+                  const std::array<int64_t, N>& elem_sizes) {
+  Loop<N> g;
+  g.numel = 1;
+  for (int64_t s : sizes) g.numel *= s;
+  for (int k = 0; k < N; ++k) g.data[k] = data[k];
+  if (g.numel == 0) return g;
+  int nd = 0;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 1) continue;
+    STRATA_CHECK(nd < kMaxDims, "tensor kernels support at most ", kMaxDims, " dims of size > 1, got shape ", sizes);
+    g.sizes[nd] = sizes[d];
+    for (int k = 0; k < N; ++k) g.strides[nd][k] = strides[k][d] * elem_sizes[k];
+    ++nd;
+  }
+  // Insertion sort (stable, ndim is tiny): move a dim inward while its strides are smaller.
+  auto inner_first = [&](int outer, int inner) {
+    for (int k = 0; k < N; ++k) {
+      int64_t a = std::abs(g.strides[outer][k]), b = std::abs(g.strides[inner][k]);
+      if (a == 0 || b == 0 || a == b) continue;
+      return a < b;
+    }
+    return false;
+  };
+  for (int i = 1; i < nd; ++i) {
+    for (int j = i; j > 0 && inner_first(j - 1, j); --j) {
+      std::swap(g.sizes[j - 1], g.sizes[j]);
+      for (int k = 0; k < N; ++k) std::swap(g.strides[j - 1][k], g.strides[j][k]);
+    }
+  }
+  // Merge neighbours that are contiguous for every operand.
+  int m = 0;
+  for (int d = 1; d < nd; ++d) {
+    bool mergeable = true;
+    for (int k = 0; k < N; ++k) mergeable &= g.strides[m][k] == g.strides[d][k] * g.sizes[d];
+    if (mergeable) {
+      g.sizes[m] *= g.sizes[d];
+      for (int k = 0; k < N; ++k) g.strides[m][k] = g.strides[d][k];
+    } else {
+      ++m;
+      g.sizes[m] = g.sizes[d];
+      for (int k = 0; k < N; ++k) g.strides[m][k] = g.strides[d][k];
+    }
+  }
+  g.ndim = nd == 0 ? 0 : m + 1;
+  if (g.ndim == 0) {  // one element
+    g.ndim = 1;
+    g.sizes[0] = 1;
+    for (int k = 0; k < N; ++k) g.strides[0][k] = elem_sizes[k];
+  }
+  return g;
+}
+
+/// A loop over tensors sharing ops[0]'s sizes, each with its own strides and dtype.
+template <int N>
+Loop<N> make_loop(const std::array<const Tensor*, N>& ops) {
+  std::array<char*, N> data;
+  std::array<const int64_t*, N> strides;
+  std::array<int64_t, N> elem_sizes;
+  for (int k = 0; k < N; ++k) {
+    STRATA_INTERNAL_ASSERT(ops[k]->sizes() == ops[0]->sizes());
+    data[k] = static_cast<char*>(ops[k]->data_ptr());
+    strides[k] = ops[k]->strides().data();
+    elem_sizes[k] = static_cast<int64_t>(ops[k]->element_size());
+  }
+  return make_loop<N>(ops[0]->sizes(), data, strides, elem_sizes);
+}
+
+/// A 0-dim tensor viewed as 1-D of size 1 (for kernels that need a dim); other tensors as they are.
+inline Tensor as_1d(const Tensor& t) {
+  if (t.dim() != 0) return t;
+  const int64_t one = 1;
+  return make_view(t, one, one, t.storage_offset());
+}
+
+/// The strides of `t` with dim's stride replaced by 0 (gather, scatter_add: the index supplies that coordinate).
+inline DimVector strides_without(const Tensor& t, int64_t dim) {
+  DimVector s(t.strides());
+  s[dim] = 0;
+  return s;
+}
+
+/// gather's and scatter_add's checks of shapes and dtypes: `data` is gather's in or scatter_add's out,
+/// `other` the tensor of index's shape.
+inline void check_index_operands(const Tensor& index, const Tensor& data, const Tensor& other, int64_t dim,
+                                 const char* op) {
+  STRATA_CHECK(index.dim() == data.dim() && other.dim() == data.dim(), op, ": expected tensors with ", data.dim(),
+               " dims, got index ", index.sizes(), " and ", other.sizes());
+  STRATA_CHECK(other.sizes() == index.sizes(), op, ": expected index and ", other.sizes(), " to have one shape, got ",
+               index.sizes());
+  for (int64_t d = 0; d < data.dim(); ++d)
+    STRATA_CHECK(d == dim || index.size(d) <= data.size(d), op, ": index ", index.sizes(),
+                 " is larger than the tensor ", data.sizes(), " in dim ", d);
+  STRATA_CHECK(data.dtype() == other.dtype(), op, ": expected one dtype, got ", data.dtype(), " and ", other.dtype());
+  STRATA_CHECK(index.dtype() == kLong, op, ": expected a Long index, got ", index.dtype());
+}
+
+/// reduce's checks of out's dtype and shape (in's sizes with the reduced dims set to 1). Returns out's
+/// strides with 0 on the reduced dims: iterating in's shape with them accumulates into out.
+inline DimVector check_reduce_operands(ReduceOp op, const Tensor& in, IntArrayRef dims, const Tensor& out) {
+  const char* name = to_string(op);
+  const bool sum_like = op == ReduceOp::Sum || op == ReduceOp::Prod;
+  const ScalarType out_dtype = sum_like && in.dtype() == kBool ? kLong : in.dtype();
+  STRATA_CHECK(out.dtype() == out_dtype, name, ": expected a ", out_dtype, " output, got ", out.dtype());
+  STRATA_CHECK(out.dim() == in.dim(), name, ": expected an output with ", in.dim(), " dims, got shape ", out.sizes());
+  DimVector out_strides(out.strides());
+  for (int64_t d : dims) {
+    const int64_t w = wrap_dim(d, in.dim(), name);
+    if (w < in.dim()) out_strides[w] = 0;  // a 0-dim tensor accepts dim 0 and has nothing to reduce
+  }
+  for (int64_t d = 0; d < in.dim(); ++d) {
+    const int64_t expected = out_strides[d] == 0 ? 1 : in.size(d);
+    STRATA_CHECK(out.size(d) == expected, name, ": expected output shape with dims ", dims, " of ", in.sizes(),
+                 " set to 1, got ", out.sizes());
+  }
+  return out_strides;
+}
+
+/// matmul's checks: 3-D a [B, M, K] and c [B, K, N] multiply into a contiguous out [B, M, N] of their dtype.
+inline void check_matmul_operands(const Tensor& a, const Tensor& c, const Tensor& out) {
+  STRATA_CHECK(a.dim() == 3 && c.dim() == 3 && out.dim() == 3, "matmul: expected 3-D operands, got shapes ", a.sizes(),
+               ", ", c.sizes(), " and ", out.sizes());
+  const int64_t B = out.size(0), M = out.size(1), N = out.size(2);
+  STRATA_CHECK(a.size(0) == B && c.size(0) == B && a.size(1) == M && c.size(1) == a.size(2) && c.size(2) == N,
+               "matmul: shapes ", a.sizes(), " and ", c.sizes(), " do not multiply into ", out.sizes());
+  STRATA_CHECK(out.is_contiguous(), "matmul: expected a contiguous output");
+  STRATA_CHECK(a.dtype() == out.dtype() && c.dtype() == out.dtype(), "matmul: expected operands of dtype ",
+               out.dtype(), ", got ", a.dtype(), " and ", c.dtype());
+}
+
+}  // namespace strata
