@@ -49,11 +49,12 @@ bool on_every_rank(Local&& local, const Group& group, bool raise = true) {
   return false;
 }
 
-/// This rank's share of the checked scalar: each floating output times its fixed random weight, summed.
+/// This rank's share of the checked scalar: each floating output times its fixed random weight, summed on
+/// the host (where the sum is all-reduced) whatever device the outputs are on.
 Tensor weighted_sum(const tensor_list& outputs, const tensor_list& weights) {
   Tensor sum = zeros({}, kDouble);
   for (size_t k = 0; k < outputs.size() && k < weights.size(); ++k)
-    if (outputs[k].defined() && weights[k].defined()) sum = sum + (outputs[k] * weights[k]).sum();
+    if (outputs[k].defined() && weights[k].defined()) sum = sum + (outputs[k] * weights[k]).sum().cpu();
   return sum;
 }
 
@@ -94,7 +95,7 @@ bool gradcheck(const autograd::GradcheckFn& fn, const tensor_list& inputs, const
     // A private generator per rank, so that the caller's random stream is untouched and ranks weigh differently.
     Generator gen(1 + rank);
     for (const Tensor& out : outputs)
-      weights.push_back(out.defined() && out.is_floating_point() ? randn(out.sizes(), kDouble, &gen) : Tensor());
+      weights.push_back(out.defined() && out.is_floating_point() ? randn(out.sizes(), kDouble, &gen).to(out.device()) : Tensor());
     const Tensor sum = weighted_sum(outputs, weights);
     functional::backward(sum.requires_grad() ? tensor_list{sum} : tensor_list{});
   }

@@ -14,6 +14,7 @@
 #include "strata/autograd/grad_mode.h"
 #include "strata/distributed/collectives.h"
 #include "strata/tensor/creation.h"
+#include "strata/tensor/cuda.h"
 
 namespace strata::nn {
 
@@ -128,7 +129,13 @@ class Progress {
     {
       std::lock_guard lock(mutex_);
       works_.push_back(std::move(work));
-      if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+      // CUDA calls on the new thread (event queries, the staged path's copies) must go to this rank's GPU:
+      // a thread starts on device 0, where they would open a second context.
+      if (!thread_.joinable())
+        thread_ = std::thread([this, device = cuda::is_available() ? cuda::current_device() : -1] {
+          if (device >= 0) cuda::set_device(device);
+          run();
+        });
     }
     changed_.notify_all();
   }

@@ -119,18 +119,18 @@ std::string shape_change_message(int from_stage, const Meta& before, const Meta&
 // Note [stage devices]: a stage receives activations (and its last stage the labels) on the device of its
 // module's parameters, and gradients on the device of the outputs they belong to. Sender and receiver of one
 // transfer must use the same device type, since a CPU tensor and a GPU tensor may travel through different
-// backends (MPI and NCCL) that never meet; so every stage with parameters must be on the same type. A stage
-// without parameters takes the others' type (a GPU stage then uses the current CUDA device).
+// backends (MPI and NCCL) that never meet; so every stage with parameters must be on the same type, and so
+// must every replica (their gradients are averaged, their parameters broadcast): the type is agreed over
+// WORLD. A stage without parameters takes the others' type (a GPU stage then uses the current CUDA device).
 Device stage_device(const PipelineModule& module, const PipelineParallelGrid& grid) {
   const std::optional<Device> own = nn::parameters_device(module, "PipelineEngine");
-  if (grid.get_pipe_parallel_world_size() == 1) return own.value_or(Device(kCPU));
   constexpr int64_t kNone = -1, kCpu = 0, kGpu = 1;
   const int64_t type = !own ? kNone : own->is_cpu() ? kCpu : kGpu;
-  // MAX over the stages of (type, -type): the highest and lowest types among stages with parameters.
+  // MAX over the ranks of (type, -type): the highest and lowest types among stages with parameters.
   Tensor types = tensor({type, own ? -type : -kGpu});
-  dist::all_reduce(types, dist::ReduceOp::MAX, grid.get_pipe_parallel_group());
+  dist::all_reduce(types, dist::ReduceOp::MAX);
   const int64_t highest = types[0].item<int64_t>(), lowest = -types[1].item<int64_t>();
-  STRATA_CHECK(highest == kNone || highest == lowest, "PipelineEngine: some stages hold their modules on the CPU ",
+  STRATA_CHECK(highest == kNone || highest == lowest, "PipelineEngine: some ranks hold their stage's modules on the CPU ",
                "and others on a GPU (this is stage ", grid.get_stage_id(), ", on ",
                own ? (own->is_cpu() ? "the CPU" : "a GPU") : "no device: it has no parameters",
                "); put every stage's module on the same kind of device");

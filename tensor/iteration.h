@@ -151,6 +151,22 @@ inline DimVector check_reduce_operands(ReduceOp op, const Tensor& in, IntArrayRe
   return out_strides;
 }
 
+/// arg_reduce's checks: Max or Min, in's dtype for values and Long for indices, both of in's sizes
+/// with dim set to 1. Returns dim wrapped.
+inline int64_t check_arg_reduce_operands(ReduceOp op, const Tensor& in, int64_t dim, const Tensor& values,
+                                         const Tensor& indices) {
+  const char* name = to_string(op);
+  STRATA_CHECK(op == ReduceOp::Max || op == ReduceOp::Min, "arg_reduce does not support ", name);
+  dim = wrap_dim(dim, in.dim(), name);
+  STRATA_CHECK(values.dtype() == in.dtype() && indices.dtype() == kLong, name, ": expected ", in.dtype(),
+               " values and Long indices, got ", values.dtype(), " and ", indices.dtype());
+  bool shaped = values.sizes() == indices.sizes() && values.dim() == in.dim();
+  for (int64_t d = 0; shaped && d < in.dim(); ++d) shaped = values.size(d) == (d == dim ? 1 : in.size(d));
+  STRATA_CHECK(shaped, name, ": expected values and indices of ", in.sizes(), " with dim ", dim, " set to 1, got ",
+               values.sizes(), " and ", indices.sizes());
+  return dim;
+}
+
 /// matmul's checks: 3-D a [B, M, K] and c [B, K, N] multiply into a contiguous out [B, M, N] of their dtype.
 inline void check_matmul_operands(const Tensor& a, const Tensor& c, const Tensor& out) {
   STRATA_CHECK(a.dim() == 3 && c.dim() == 3 && out.dim() == 3, "matmul: expected 3-D operands, got shapes ", a.sizes(),

@@ -156,7 +156,7 @@ class Tensor {
   Tensor to(Device d, bool copy = false) const;  ///< copies to device d (returns *this when already there and !copy)
   Tensor to(Device d, ScalarType t, bool copy = false) const;  ///< moves and converts in one copy
   Tensor cpu() const;  ///< to(Device(kCPU))
-  Tensor cuda(int index = 0) const;  ///< to(Device(kCUDA, index))
+  Tensor cuda(int index = -1) const;  ///< to(Device(kCUDA, index)); -1: the current device (cuda::current_device())
   Tensor clone() const;  ///< a contiguous copy (differentiable)
   Tensor contiguous() const;  ///< *this if contiguous, else a contiguous copy
   Tensor& copy_(const Tensor& src);  ///< copies src (broadcast, converted) into this tensor

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <numeric>
 
 #include <strata/tensor/kernels.h>
@@ -471,4 +472,18 @@ TEST(Kernels, AllocateIsAligned) {
     EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u);
     K().deallocate(Device(kCPU), p, n);
   }
+}
+
+// INT64_MIN / -1 overflows: it wraps as two's complement negation instead of trapping (SIGFPE on x86).
+TEST(Kernels, IntegerDivisionByMinusOneWraps) {
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  Tensor a = tensor({kMin, int64_t{7}, int64_t{-7}, int64_t{5}});
+  Tensor b = tensor({int64_t{-1}, int64_t{-1}, int64_t{2}, int64_t{0}});
+  Tensor out = empty({4}, kLong);
+  K().binary(BinaryOp::Div, a, b, out);
+  const int64_t* p = out.data_ptr<int64_t>();
+  EXPECT_EQ(p[0], kMin);
+  EXPECT_EQ(p[1], -7);
+  EXPECT_EQ(p[2], -3);  // truncates toward zero
+  EXPECT_EQ(p[3], 0);   // x / 0 gives 0
 }

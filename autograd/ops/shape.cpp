@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "strata/autograd/ops/common.h"
+#include "strata/tensor/cuda.h"
 
 namespace strata {
 namespace {
@@ -527,8 +528,8 @@ Tensor Tensor::to(ScalarType type, bool copy) const { return to(device(), type, 
 Tensor Tensor::to(Device target, bool copy) const { return to(target, dtype(), copy); }
 Tensor Tensor::cpu() const { return to(Device(kCPU)); }
 Tensor Tensor::cuda(int index) const {
-  STRATA_CHECK(index >= 0 && index < 128, "cuda: device index must be in [0, 128), got ", index);
-  return to(Device(kCUDA, static_cast<int8_t>(index)));
+  STRATA_CHECK(index >= -1 && index < 128, "cuda: device index must be in [0, 128) or -1 (current), got ", index);
+  return to(Device(kCUDA, static_cast<int8_t>(index < 0 ? cuda::current_device() : index)));
 }
 
 Tensor Tensor::clone() const {

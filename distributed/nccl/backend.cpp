@@ -16,6 +16,11 @@
 
 #include <nccl.h>
 
+// ncclCommSplit and NCCL_SPLIT_NOCOLOR arrived in 2.18 (ncclAvg, ncclBfloat16 and ncclGetLastError earlier).
+#if NCCL_VERSION_CODE < NCCL_VERSION(2, 18, 0)
+#error "strata's NCCL backend needs NCCL 2.18 or newer"
+#endif
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>

@@ -17,6 +17,13 @@ void binary_loop(const Tensor& a, const Tensor& b, const Tensor& out, const F& f
   for_each(loop, [&](char* const* d, const int64_t* s, int64_t n) { map_inner<Out, T, T>(d, s, n, f); });
 }
 
+// Integer division as the ops define it: truncating, x / 0 = 0, and x / -1 negated with wrap-around
+// (INT64_MIN / -1 would trap on x86 instead).
+int64_t int_div(int64_t x, int64_t y) {
+  if (y == -1) return static_cast<int64_t>(0 - static_cast<uint64_t>(x));
+  return y ? x / y : 0;
+}
+
 int64_t int_pow(int64_t base, int64_t e) {
   if (e < 0) return base == 1 ? 1 : base == -1 ? (e % 2 ? -1 : 1) : 0;
   uint64_t result = 1, b = static_cast<uint64_t>(base);  // unsigned: overflow wraps, as in libtorch
@@ -54,7 +61,7 @@ void arithmetic(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out
       case BinaryOp::Sub: return binary_loop<T, T>(a, b, out, [](T x, T y) { return x - y; });
       case BinaryOp::Div:
         // Integer division truncates (ops promote to float first); x / 0 gives 0 instead of a trap.
-        if constexpr (std::is_integral_v<T>) return binary_loop<T, T>(a, b, out, [](T x, T y) { return y ? x / y : 0; });
+        if constexpr (std::is_integral_v<T>) return binary_loop<T, T>(a, b, out, [](T x, T y) { return int_div(x, y); });
         else return binary_loop<T, T>(a, b, out, [](T x, T y) { return x / y; });
       case BinaryOp::Pow:
         if constexpr (std::is_integral_v<T>) {

@@ -211,15 +211,9 @@ void CpuKernels::reduce(ReduceOp op, const Tensor& in, IntArrayRef dims, const T
 void CpuKernels::arg_reduce(ReduceOp op, const Tensor& in, int64_t dim, const Tensor& values,
                             const Tensor& indices) const {
   const char* name = to_string(op);
-  STRATA_CHECK(op == ReduceOp::Max || op == ReduceOp::Min, "arg_reduce does not support ", name);
-  if (in.dim() == 0)
+  if (in.dim() == 0 && (op == ReduceOp::Max || op == ReduceOp::Min))
     return arg_reduce(op, as_1d(in), 0, as_1d(values), as_1d(indices));
-  dim = wrap_dim(dim, in.dim(), name);
-  STRATA_CHECK(values.dtype() == in.dtype() && indices.dtype() == kLong, name, ": expected ", in.dtype(),
-               " values and Long indices, got ", values.dtype(), " and ", indices.dtype());
-  STRATA_CHECK(values.sizes() == indices.sizes() && values.dim() == in.dim() && values.size(dim) == 1, name,
-               ": expected values and indices of ", in.sizes(), " with dim ", dim, " set to 1, got ", values.sizes(),
-               " and ", indices.sizes());
+  dim = check_arg_reduce_operands(op, in, dim, values, indices);
   if (values.numel() == 0) return;
   STRATA_CHECK(in.size(dim) > 0, name, "(): cannot reduce over a zero-size dimension");
   visit_dtype(in.dtype(), [&]<class T>() {

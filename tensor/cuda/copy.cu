@@ -70,8 +70,35 @@ bool dense_run(const Loop<2>& loop, int64_t elem_size) {
   return loop.ndim == 1 && loop.strides[0][0] == elem_size && loop.strides[0][1] == elem_size;
 }
 
+/// The bytes [first, last] t can touch in its storage.
+std::pair<int64_t, int64_t> byte_span(const Tensor& t) {
+  int64_t lo = t.storage_offset(), hi = t.storage_offset();
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    const int64_t extent = (t.size(d) - 1) * t.stride(d);
+    (extent < 0 ? lo : hi) += extent;
+  }
+  const auto size = static_cast<int64_t>(t.element_size());
+  return {lo * size, hi * size + size - 1};
+}
+
+/// True when dst's writes may land on src elements not yet read: one storage, overlapping bytes and a
+/// different layout (a copy onto itself element for element is harmless).
+bool overlaps(const Tensor& src, const Tensor& dst) {
+  if (!src.is_alias_of(dst) || src.numel() == 0) return false;
+  if (src.dtype() == dst.dtype() && src.storage_offset() == dst.storage_offset() && src.strides() == dst.strides())
+    return false;
+  const auto [s0, s1] = byte_span(src);
+  const auto [d0, d1] = byte_span(dst);
+  return s0 <= d1 && d0 <= s1;
+}
+
 /// dst = src with both on one device.
 void copy_on_device(const Tensor& src, const Tensor& dst) {
+  if (overlaps(src, dst)) {  // as the CPU's memmove: read everything before writing anything
+    Tensor staged = empty(src.sizes(), src.options());
+    copy_on_device(src, staged);
+    return copy_on_device(staged, dst);
+  }
   const int d = dst.device().index;
   const cudaStream_t stream = current_stream(d);
   DeviceGuard guard(d);

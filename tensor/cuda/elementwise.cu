@@ -102,7 +102,10 @@ struct Mul {
 };
 struct Div {
   template <class T> __device__ T operator()(T x, T y) const {
-    if constexpr (std::is_integral_v<T>) return y ? x / y : T(0);  // truncates; x / 0 gives 0
+    if constexpr (std::is_integral_v<T>) {  // as the CPU's int_div: truncates, x / 0 = 0, x / -1 wraps
+      if (y == -1) return static_cast<T>(0 - static_cast<uint64_t>(x));
+      return y ? x / y : T(0);
+    }
     else return x / y;
   }
 };

@@ -4,9 +4,12 @@
 // Note [index check]: a kernel cannot throw, so an index outside [0, size) is skipped (memory is
 // never touched out of bounds) and recorded in two int64 slots of a per-call buffer: the
 // smallest and the largest bad value (atomicMin/atomicMax; in-range indices cost a compare).
-// The host reads the slots back after the launch, which waits for the kernel, as libtorch's
-// device-side assert does in effect, and throws the CPU's message: the smallest bad value when
+// The host reads the slots back after the launch, which waits for the kernel (one host
+// synchronisation per call: the price of an exception with the CPU's message, where libtorch's
+// asynchronous device-side assert kills the context), and throws the smallest bad value when
 // one is negative, else the largest, which is what the CPU's scan over all indices reports.
+// scatter_add adds with atomics, so float sums into one element may round in any order: its
+// results can differ in the last bits from run to run, unlike the CPU's.
 // When it throws, the elements with good indices have been written (scatter_add has added
 // them); the ops above write into a fresh tensor, so nothing the caller sees is left half done.
 
@@ -15,6 +18,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "strata/tensor/creation.h"
 #include "strata/tensor/cuda/device.cuh"
 
 namespace strata::cuda {
@@ -137,9 +141,19 @@ void CudaKernels::scatter_add(const Tensor& out, int64_t dim, const Tensor& inde
   check_index_operands(index, out, src, dim, "scatter_add");
   STRATA_CHECK(out.dtype() != kBool, "scatter_add does not support ", out.dtype());
   if (index.numel() == 0) return;
+  if (is_reduced_floating_point(out.dtype())) {
+    // Note [16-bit scatter_add]: a 16-bit atomic rounds after every add (a bfloat16 sum of 1000 ones
+    // stops at 256), so the sums run in float32 and round once, as every other 16-bit op here.
+    Tensor acc = empty(out.sizes(), TensorOptions(kFloat).device(out.device()));
+    Tensor src32 = empty(src.sizes(), TensorOptions(kFloat).device(src.device()));
+    copy(out, acc);
+    copy(src, src32);
+    scatter_add(acc, dim, index, src32);
+    return copy(acc, out);
+  }
   const int64_t size = out.size(dim);
   visit_cuda_dtype(out.dtype(), [&]<class T>() {
-    if constexpr (!std::is_same_v<T, bool>) {
+    if constexpr (!std::is_same_v<T, bool> && !is_reduced_v<T>) {
       constexpr auto kSize = static_cast<int64_t>(sizeof(T));
       const DimVector out_strides = strides_without(out, dim);
       const Loop<3> loop = index_loop(out, out_strides, index, src, src.strides(), kSize);

@@ -323,14 +323,8 @@ void CudaKernels::reduce(ReduceOp op, const Tensor& in, IntArrayRef dims, const 
 void CudaKernels::arg_reduce(ReduceOp op, const Tensor& in, int64_t dim, const Tensor& values,
                              const Tensor& indices) const {
   const char* name = to_string(op);
-  STRATA_CHECK(op == ReduceOp::Max || op == ReduceOp::Min, "arg_reduce does not support ", name);
-  dim = wrap_dim(dim, in.dim(), name);
+  dim = check_arg_reduce_operands(op, in, dim, values, indices);
   const bool scalar = in.dim() == 0;  // one element; dim 0 names it
-  STRATA_CHECK(values.dtype() == in.dtype() && indices.dtype() == kLong, name, ": expected ", in.dtype(),
-               " values and Long indices, got ", values.dtype(), " and ", indices.dtype());
-  STRATA_CHECK(values.sizes() == indices.sizes() && values.dim() == in.dim() && (scalar || values.size(dim) == 1),
-               name, ": expected values and indices of ", in.sizes(), " with dim ", dim, " set to 1, got ",
-               values.sizes(), " and ", indices.sizes());
   if (values.numel() == 0) return;
   const int64_t len = scalar ? 1 : in.size(dim);
   STRATA_CHECK(len > 0, name, "(): cannot reduce over a zero-size dimension");

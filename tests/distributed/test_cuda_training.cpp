@@ -132,6 +132,6 @@ TEST(CudaPipeEngine, StagesOnDifferentKindsOfDeviceAreAnError) {
   if (grid.get_stage_id() == 1) model->to(my_gpu());
   auto sgd = std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions(0.1));
   EXPECT_THROW_MSG(pipe::PipelineEngine(model, grid, sgd),
-                   "PipelineEngine: some stages hold their modules on the CPU and others on a GPU (this is stage " +
+                   "PipelineEngine: some ranks hold their stage's modules on the CPU and others on a GPU (this is stage " +
                        std::to_string(grid.get_stage_id()));
 }
