@@ -14,9 +14,6 @@
 
 namespace strata::testing {
 
-/// The first GPU.
-inline Device gpu() { return Device(kCUDA, 0); }
-
 /// A CPU tensor of values uniform in [lo, hi) from a private stream (never zeros, never the default generator's).
 inline Tensor uniform(IntArrayRef sizes, double lo, double hi, ScalarType dt = kFloat, uint64_t seed = 1) {
   Generator gen(seed);

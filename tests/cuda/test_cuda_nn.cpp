@@ -25,7 +25,6 @@ namespace {
 using testing::normalized_error;
 using testing::same_tensor;
 
-const Device kGpu(kCUDA, 0);
 
 enum class OptimizerKind { SgdMomentum, AdamW };
 
@@ -89,7 +88,7 @@ void expect_gpu_training_matches_cpu(const Task& task, OptimizerKind kind, Scala
   manual_seed(0);
   std::shared_ptr<nn::Module> gpu = task.make();
   cpu->to(dtype);
-  gpu->to(kGpu, dtype);
+  gpu->to(strata::testing::gpu(), dtype);
   auto cpu_opt = make_optimizer(kind, trainable(*cpu)), gpu_opt = make_optimizer(kind, trainable(*gpu));
   for (int step = 0; step < 3; ++step) {
     auto [x, y] = task.batch(step);
@@ -99,7 +98,7 @@ void expect_gpu_training_matches_cpu(const Task& task, OptimizerKind kind, Scala
     cpu_loss.backward();
     cpu_opt->step();
     gpu_opt->zero_grad();
-    Tensor gpu_loss = task.loss(task.forward(*gpu, cx.to(kGpu)), cy.to(kGpu));
+    Tensor gpu_loss = task.loss(task.forward(*gpu, cx.to(strata::testing::gpu())), cy.to(strata::testing::gpu()));
     gpu_loss.backward();
     gpu_opt->step();
     EXPECT_TRUE(gpu_loss.is_cuda());
@@ -108,16 +107,16 @@ void expect_gpu_training_matches_cpu(const Task& task, OptimizerKind kind, Scala
   const nn::NamedTensors gpu_params = gpu->named_parameters(), cpu_params = cpu->named_parameters();
   for (size_t i = 0; i < gpu_params.size(); ++i) {
     const auto& [name, p] = gpu_params[i];
-    EXPECT_EQ(p.device(), kGpu) << name;
+    EXPECT_EQ(p.device(), strata::testing::gpu()) << name;
     if (p.requires_grad()) {
-      EXPECT_EQ(p.grad().device(), kGpu) << name;
+      EXPECT_EQ(p.grad().device(), strata::testing::gpu()) << name;
     }
     EXPECT_LT(normalized_error(p, cpu_params[i].second), tolerance) << name;
   }
   for (const auto& [key, t] : gpu_opt->state_dict()) {
     if (!key.starts_with("state.")) continue;
     // Adam's step count stays on the host, so a step never waits for the GPU.
-    EXPECT_EQ(t.device(), key.ends_with(".step") ? Device(kCPU) : kGpu) << key;
+    EXPECT_EQ(t.device(), key.ends_with(".step") ? Device(kCPU) : strata::testing::gpu()) << key;
   }
 }
 
@@ -156,18 +155,18 @@ tensor_list with_parameters(const Tensor& x, const nn::Module& m) {
 TEST(CudaGradcheck, Layers) {
   STRATA_REQUIRE_CUDA();
   manual_seed(3);
-  const TensorOptions gpu64 = TensorOptions(kDouble).device(kGpu).requires_grad(true);
+  const TensorOptions gpu64 = TensorOptions(kDouble).device(strata::testing::gpu()).requires_grad(true);
 
   nn::Linear fc(4, 3);
-  fc->to(kGpu, kDouble);
+  fc->to(strata::testing::gpu(), kDouble);
   EXPECT_GRADCHECK([&](const tensor_list& in) { return fc(in[0]); }, with_parameters(randn({2, 4}, gpu64), *fc));
 
   nn::LayerNorm ln(5);
-  ln->to(kGpu, kDouble);
+  ln->to(strata::testing::gpu(), kDouble);
   EXPECT_GRADCHECK([&](const tensor_list& in) { return ln(in[0]); }, with_parameters(randn({3, 5}, gpu64), *ln));
 
   nn::CausalSelfAttention attn(4, 2);
-  attn->to(kGpu, kDouble);
+  attn->to(strata::testing::gpu(), kDouble);
   EXPECT_GRADCHECK([&](const tensor_list& in) { return attn(in[0]); },
                    with_parameters(randn({2, 3, 4}, gpu64), *attn));
 }
@@ -175,10 +174,10 @@ TEST(CudaGradcheck, Layers) {
 TEST(CudaGradcheck, CrossEntropy) {
   STRATA_REQUIRE_CUDA();
   manual_seed(4);
-  const Tensor logits = randn({4, 5}, TensorOptions(kDouble).device(kGpu).requires_grad(true));
-  const Tensor target = tensor({0, 3, 4, 1}).to(kGpu);
+  const Tensor logits = randn({4, 5}, TensorOptions(kDouble).device(strata::testing::gpu()).requires_grad(true));
+  const Tensor target = tensor({0, 3, 4, 1}).to(strata::testing::gpu());
   EXPECT_GRADCHECK([&](const tensor_list& in) { return cross_entropy(in[0], target); }, {logits});
-  const Tensor weight = tensor({1.0, 0.5, 2.0, 1.0, 0.25}, kDouble).to(kGpu);
+  const Tensor weight = tensor({1.0, 0.5, 2.0, 1.0, 0.25}, kDouble).to(strata::testing::gpu());
   EXPECT_GRADCHECK([&](const tensor_list& in) {
     return cross_entropy(in[0], target, {.ignore_index = 3, .label_smoothing = 0.1, .weight = weight});
   }, {logits});
@@ -188,7 +187,7 @@ TEST(CudaGradcheck, CrossEntropy) {
 // The GPU path of gradcheck can fail: x * x.detach() has gradient x, not 2x.
 TEST(CudaGradcheck, FindsAWrongGradient) {
   STRATA_REQUIRE_CUDA();
-  const Tensor x = randn({3}, TensorOptions(kDouble).device(kGpu).requires_grad(true));
+  const Tensor x = randn({3}, TensorOptions(kDouble).device(strata::testing::gpu()).requires_grad(true));
   EXPECT_FALSE(autograd::gradcheck([](const tensor_list& in) { return in[0] * in[0].detach(); }, {x},
                                    {.raise_exception = false}));
   EXPECT_THROW_MSG(autograd::gradcheck([](const tensor_list& in) { return in[0] * in[0].detach(); }, {x}),
@@ -205,33 +204,33 @@ TEST(CudaModule, ToMovesParametersBuffersAndGradsBehindTheSameHandles) {
   (w * w).sum().backward();
   const Tensor w_before = w.detach().clone(), grad_before = w.grad().clone();
 
-  m->to(kGpu);
-  EXPECT_EQ(w.device(), kGpu);
-  EXPECT_EQ(steps.device(), kGpu);
-  EXPECT_EQ(w.grad().device(), kGpu);  // gradients move with their tensors, as torch's Module._apply
+  m->to(strata::testing::gpu());
+  EXPECT_EQ(w.device(), strata::testing::gpu());
+  EXPECT_EQ(steps.device(), strata::testing::gpu());
+  EXPECT_EQ(w.grad().device(), strata::testing::gpu());  // gradients move with their tensors, as torch's Module._apply
   EXPECT_TRUE(w.requires_grad() && w.is_leaf());
   EXPECT_TRUE(same_tensor(w.cpu(), w_before));
   EXPECT_TRUE(same_tensor(w.grad().cpu(), grad_before));
-  EXPECT_EQ(nn::parameters_device(*m, "test").value_or(Device(kCPU)), kGpu);
+  EXPECT_EQ(nn::parameters_device(*m, "test").value_or(Device(kCPU)), strata::testing::gpu());
 
   optim::SGD sgd(std::vector<Tensor>{w}, optim::SGDOptions(0.5));  // made after the move, as in libtorch
   sgd.step();
-  EXPECT_EQ(w.device(), kGpu);
+  EXPECT_EQ(w.device(), strata::testing::gpu());
   EXPECT_LT(normalized_error(w, w_before - grad_before * 0.5), 1e-7);
 
   m->to(Device(kCPU));
   EXPECT_TRUE(w.is_cpu() && steps.is_cpu() && w.grad().is_cpu());
   EXPECT_VALUES(steps, {5});
 
-  m->to(kGpu, kHalf);  // a dtype change drops the gradients, as to(dtype)
-  EXPECT_EQ(w.device(), kGpu);
+  m->to(strata::testing::gpu(), kHalf);  // a dtype change drops the gradients, as to(dtype)
+  EXPECT_EQ(w.device(), strata::testing::gpu());
   EXPECT_EQ(w.dtype(), kHalf);
   EXPECT_EQ(steps.dtype(), kLong);
   EXPECT_FALSE(w.grad().defined());
 
   auto mixed = std::make_shared<nn::Module>("Mixed");
   mixed->register_parameter("a", zeros({2}));
-  mixed->register_parameter("b", zeros({2}, kGpu));
+  mixed->register_parameter("b", zeros({2}, strata::testing::gpu()));
   EXPECT_THROW_MSG(nn::parameters_device(*mixed, "DistributedDataParallel"),
                    "DistributedDataParallel: the module's parameters are on more than one device (a on cpu, b on "
                    "cuda:0)");
@@ -266,7 +265,7 @@ TEST_F(CudaCheckpoint, SavedOnTheGpuLoadsOnTheCpuAndBackBitForBit) {
   STRATA_REQUIRE_CUDA();
   manual_seed(1);
   nn::Sequential gpu = small_mlp();
-  gpu->to(kGpu);
+  gpu->to(strata::testing::gpu());
   optim::AdamW gpu_opt(gpu->parameters(), optim::AdamWOptions(1e-2));
   two_steps(gpu, gpu_opt, 10);
   const std::string from_gpu = file("gpu.safetensors");
@@ -285,15 +284,15 @@ TEST_F(CudaCheckpoint, SavedOnTheGpuLoadsOnTheCpuAndBackBitForBit) {
   nn::save_checkpoint(from_cpu, *cpu, &cpu_opt);
   manual_seed(3);
   nn::Sequential back = small_mlp();
-  back->to(kGpu);
+  back->to(strata::testing::gpu());
   optim::AdamW back_opt(back->parameters(), optim::AdamWOptions(1e-2));
   nn::load_checkpoint(from_cpu, *back, &back_opt);
   EXPECT_TRUE(same_on_host(back->state_dict(), gpu->state_dict()));
   EXPECT_TRUE(same_on_host(back_opt.state_dict(), gpu_opt.state_dict()));
-  for (const Tensor& p : back->parameters()) EXPECT_EQ(p.device(), kGpu);
+  for (const Tensor& p : back->parameters()) EXPECT_EQ(p.device(), strata::testing::gpu());
   for (const auto& [key, t] : back_opt.state_dict()) {
     if (key.starts_with("state.")) {
-      EXPECT_EQ(t.device(), key.ends_with(".step") ? Device(kCPU) : kGpu) << key;
+      EXPECT_EQ(t.device(), key.ends_with(".step") ? Device(kCPU) : strata::testing::gpu()) << key;
     }
   }
 
@@ -309,7 +308,7 @@ TEST_F(CudaCheckpoint, SavedOnTheGpuLoadsOnTheCpuAndBackBitForBit) {
   nn::load(*cpu, module_file);
   EXPECT_TRUE(same_on_host(cpu->state_dict(), gpu->state_dict()));
   const Tensor x = randn({4, 3});
-  nn::save_file({{"h", x.to(kGpu, kHalf)}, {"b", x.to(kGpu, kBFloat16).t()}}, file("half.safetensors"));
+  nn::save_file({{"h", x.to(strata::testing::gpu(), kHalf)}, {"b", x.to(strata::testing::gpu(), kBFloat16).t()}}, file("half.safetensors"));
   const nn::StateDict halves = nn::load_file(file("half.safetensors"));
   EXPECT_TRUE(same_tensor(halves.at("h"), x.to(kHalf)));
   EXPECT_TRUE(same_tensor(halves.at("b"), x.to(kBFloat16).t().contiguous()));
@@ -322,9 +321,9 @@ TEST(CudaMemory, TrainingStepsAfterWarmUpReserveNoNewMemory) {
   STRATA_REQUIRE_CUDA();
   manual_seed(5);
   nn::TransformerBlock block(64, 4);
-  block->to(kGpu);
+  block->to(strata::testing::gpu());
   optim::AdamW opt(block->parameters(), optim::AdamWOptions(1e-3));
-  const Tensor x = randn({4, 32, 64}).to(kGpu), y = randn({4, 32, 64}).to(kGpu);
+  const Tensor x = randn({4, 32, 64}).to(strata::testing::gpu()), y = randn({4, 32, 64}).to(strata::testing::gpu());
   auto step = [&] {
     opt.zero_grad();
     mse_loss(block(x), y).backward();

@@ -20,14 +20,12 @@ namespace dist = strata::distributed;
 namespace F = strata::distributed::functional;
 using namespace strata;
 using dist::ReduceOp;
+using strata::testing::gpu;
 
 namespace {
 
 int rank() { return dist::get_rank(); }
 int world() { return dist::get_world_size(); }
-
-/// The GPU this rank uses (init() made it current).
-Device gpu() { return Device(kCUDA, static_cast<int8_t>(cuda::current_device())); }
 
 TensorOptions on(Device d, ScalarType t) { return TensorOptions(t).device(d); }
 

@@ -1,6 +1,6 @@
 // Data parallel and the pipeline engine with CUDA tensors, under mpirun like the rest of the distributed tests:
 // the same comparisons with single-process training on the CPU as test_ddp.cpp and test_pipe_engine.cpp (their
-// helpers, with the model on this rank's GPU). Ranks share the GPUs there are (rank % device_count()): with
+// helpers, with the model on this rank's GPU, which init() made current: local rank % device_count()). With
 // fewer GPUs than ranks the group's CUDA backend stages through the host. Every rank skips alike without a GPU.
 
 #include <stdlib.h>
@@ -17,31 +17,20 @@ using namespace strata;
 namespace dp = strata::testing::ddp_training;
 namespace pp = strata::testing::pipe_training;
 
-namespace {
-
-// This rank's GPU, made current as torch.cuda.set_device(local_rank) does.
-Device my_gpu() {
-  const int index = dist::get_rank() % cuda::device_count();
-  cuda::set_device(index);
-  return Device(kCUDA, static_cast<int8_t>(index));
-}
-
-}  // namespace
-
 TEST(CudaDDP, MatchesSingleProcessTrainingFloat64) {
   STRATA_REQUIRE_CUDA();
-  dp::expect_matches_single_process(kDouble, 1e-12, my_gpu());
+  dp::expect_matches_single_process(kDouble, 1e-12, strata::testing::gpu());
 }
 
 TEST(CudaDDP, MatchesSingleProcessTrainingFloat32) {
   STRATA_REQUIRE_CUDA();
-  dp::expect_matches_single_process(kFloat, 1e-5, my_gpu());
+  dp::expect_matches_single_process(kFloat, 1e-5, strata::testing::gpu());
 }
 
 // The flags that say which parameters got a gradient travel with the bucket and are read on the host.
 TEST(CudaDDP, UnusedParametersCountAsZerosAndGradientsStayOnTheGpu) {
   STRATA_REQUIRE_CUDA();
-  const Device gpu = my_gpu();
+  const Device gpu = strata::testing::gpu();
   for (double cap : {25.0, 1e-6}) {
     auto m = std::make_shared<nn::Module>("Bare");
     const Tensor used = m->register_parameter("used", ones({2}, kDouble));
@@ -63,7 +52,7 @@ TEST(CudaDDP, UnusedParametersCountAsZerosAndGradientsStayOnTheGpu) {
 TEST(CudaDDP, AModuleOnTwoDevicesIsAnError) {
   STRATA_REQUIRE_CUDA();
   dp::Mlp model = dp::make_mlp(7, kFloat);
-  model->fc3->to(my_gpu());
+  model->fc3->to(strata::testing::gpu());
   EXPECT_THROW_MSG(nn::DistributedDataParallel{model},
                    "DistributedDataParallel: the module's parameters are on more than one device (fc1.weight on cpu, "
                    "fc3.weight on cuda:");
@@ -71,7 +60,7 @@ TEST(CudaDDP, AModuleOnTwoDevicesIsAnError) {
 
 TEST(CudaPipeEngine, MatchesSingleProcessTraining) {
   STRATA_REQUIRE_CUDA();
-  const Device gpu = my_gpu();
+  const Device gpu = strata::testing::gpu();
   pp::expect_matches_single_process({.layers = pp::mlp_layers(), .device = gpu});
   pp::expect_matches_single_process({.layers = pp::mlp_layers(), .dtype = kFloat, .tolerance = 1e-5, .device = gpu});
   pp::expect_matches_single_process({.layers = pp::tied_layers(), .device = gpu});
@@ -84,7 +73,7 @@ TEST(CudaPipeEngine, MatchesSingleProcessTraining) {
 // and optimizer state, and the next step agrees.
 TEST(CudaPipeEngine, CheckpointsLoadOntoTheStageDevice) {
   STRATA_REQUIRE_CUDA();
-  const Device gpu = my_gpu();
+  const Device gpu = strata::testing::gpu();
   std::string dir = (std::filesystem::temp_directory_path() / "strata_cuda_pipe_ckpt_XXXXXX").string();
   if (dist::get_rank() == 0) {
     ASSERT_NE(mkdtemp(dir.data()), nullptr);
@@ -129,7 +118,7 @@ TEST(CudaPipeEngine, StagesOnDifferentKindsOfDeviceAreAnError) {
   if (dist::get_world_size() % 2 != 0) GTEST_SKIP() << "needs an even world size for two stages";
   pipe::PipelineParallelGrid grid(2);
   auto model = std::make_shared<pipe::PipelineModule>(pp::mlp_layers(), grid, pp::module_options());
-  if (grid.get_stage_id() == 1) model->to(my_gpu());
+  if (grid.get_stage_id() == 1) model->to(strata::testing::gpu());
   auto sgd = std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions(0.1));
   EXPECT_THROW_MSG(pipe::PipelineEngine(model, grid, sgd),
                    "PipelineEngine: some ranks hold their stage's modules on the CPU and others on a GPU (this is stage " +
