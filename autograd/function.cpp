@@ -55,6 +55,9 @@ void finish_custom_function(Node& node, AutogradContext& ctx, const tensor_list&
       const AutogradMeta* m = meta(out);
       STRATA_CHECK(!(m && m->requires_grad && !m->grad_fn), name,
                    ": a leaf Variable that requires grad has been used in an in-place operation (mark_dirty).");
+      // Its base would keep a history that no longer matches its values (CopySlices covers strata's own ops).
+      STRATA_CHECK(!out.impl().view_base, name, ": mark_dirty on a view is not supported; apply the function to "
+                   "the tensor the view was taken from, or to a clone of the view");
     }
     if (out.is_floating_point()) set_history(out, self, static_cast<uint32_t>(i));
   }

@@ -3,6 +3,7 @@
 
 #include "strata/autograd/gradcheck.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -32,6 +33,16 @@ std::vector<size_t> differentiable_outputs(const tensor_list& outputs) {
     if (outputs[i].defined() && outputs[i].is_floating_point()) out.push_back(i);
   return out;
 }
+
+// What a mismatch message calls the check, an output and an input: gradcheck's own function's, or, for
+// gradgradcheck, those of the vector-Jacobian product it checks in terms of the user's function.
+struct Names {
+  const char* check = "gradcheck";
+  std::function<std::string(size_t)> output = [](size_t k) { return "output " + std::to_string(k); };
+  std::function<std::string(size_t)> input = [](size_t i) { return "input " + std::to_string(i); };
+};
+
+bool check_jacobians(const GradcheckFn& fn, const tensor_list& inputs, const GradcheckOptions& o, const Names& names);
 
 }  // namespace
 
@@ -72,7 +83,9 @@ std::string index_string(const Tensor& t, int64_t i) {
 
 }  // namespace detail
 
-bool gradcheck(const GradcheckFn& fn, const tensor_list& inputs, const GradcheckOptions& o) {
+namespace {
+
+bool check_jacobians(const GradcheckFn& fn, const tensor_list& inputs, const GradcheckOptions& o, const Names& names) {
   std::vector<size_t> diff_inputs;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& x = inputs[i];
@@ -80,7 +93,7 @@ bool gradcheck(const GradcheckFn& fn, const tensor_list& inputs, const Gradcheck
     detail::check_input(x, i);
     diff_inputs.push_back(i);
   }
-  STRATA_CHECK(!diff_inputs.empty(), "gradcheck: no input requires grad");
+  STRATA_CHECK(!diff_inputs.empty(), names.check, ": no input requires grad");
 
   tensor_list outputs = fn(inputs);
   const std::vector<size_t> diff_outputs = differentiable_outputs(outputs);
@@ -98,7 +111,7 @@ bool gradcheck(const GradcheckFn& fn, const tensor_list& inputs, const Gradcheck
       auto evaluate = [&] {
         tensor_list out = fn(inputs);
         for (Tensor& t : out)
-          if (t.defined()) t = t.to(Device(kCPU), /*copy=*/true);
+          if (t.defined()) t = t.to(Device(kCPU), /*non_blocking=*/false, /*copy=*/true);
         return out;
       };
       for (int64_t j = 0; j < x.numel(); ++j) {
@@ -136,10 +149,10 @@ bool gradcheck(const GradcheckFn& fn, const tensor_list& inputs, const Gradcheck
           const double nu = numerical[a][j][flat_base + e];
           if (std::abs(an - nu) <= o.atol + o.rtol * std::abs(nu)) continue;
           if (!o.raise_exception) return false;
-          STRATA_CHECK(false, "gradcheck: Jacobian mismatch for output ", k, " with respect to input ",
-                       diff_inputs[a], " at input element ", detail::index_string(x, j), " and output element ",
-                       detail::index_string(out, e), ": analytical ", an, " vs numerical ", nu, " (eps ", o.eps,
-                       ", atol ", o.atol, ", rtol ", o.rtol, ")");
+          STRATA_CHECK(false, names.check, ": Jacobian mismatch for ", names.output(k), " with respect to ",
+                       names.input(diff_inputs[a]), " at input element ", detail::index_string(x, j),
+                       " and output element ", detail::index_string(out, e), ": analytical ", an, " vs numerical ",
+                       nu, " (eps ", o.eps, ", atol ", o.atol, ", rtol ", o.rtol, ")");
         }
       }
     }
@@ -148,12 +161,20 @@ bool gradcheck(const GradcheckFn& fn, const tensor_list& inputs, const Gradcheck
   return true;
 }
 
+}  // namespace
+
+bool gradcheck(const GradcheckFn& fn, const tensor_list& inputs, const GradcheckOptions& o) {
+  return check_jacobians(fn, inputs, o, Names{});
+}
+
 bool gradcheck(const std::function<Tensor(const tensor_list&)>& fn, const tensor_list& inputs,
                const GradcheckOptions& options) {
   return gradcheck([&](const tensor_list& in) { return tensor_list{fn(in)}; }, inputs, options);
 }
 
 bool gradgradcheck(const GradcheckFn& fn, const tensor_list& inputs, const GradcheckOptions& options) {
+  STRATA_CHECK(std::any_of(inputs.begin(), inputs.end(), [](const Tensor& t) { return t.defined() && t.requires_grad(); }),
+               "gradgradcheck: no input requires grad");
   tensor_list outputs = fn(inputs);
   const std::vector<size_t> diff_outputs = differentiable_outputs(outputs);
   // Random cotangents from a private generator, so the caller's random stream is untouched.
@@ -174,7 +195,20 @@ bool gradgradcheck(const GradcheckFn& fn, const tensor_list& inputs, const Gradc
       if (!g[i].defined()) g[i] = zeros(wrt[i].sizes(), wrt[i].options());
     return g;
   };
-  return gradcheck(vjp, all, options);
+  // The checked function's outputs are the first derivatives, its inputs fn's inputs and the cotangents.
+  std::vector<size_t> wrt_inputs;
+  for (size_t i = 0; i < n; ++i)
+    if (inputs[i].defined() && inputs[i].requires_grad()) wrt_inputs.push_back(i);
+  Names names;
+  names.check = "gradgradcheck";
+  names.output = [wrt_inputs](size_t k) {
+    return "the first derivative (a vector-Jacobian product) with respect to input " + std::to_string(wrt_inputs.at(k));
+  };
+  names.input = [n, diff_outputs](size_t i) {
+    return i < n ? "input " + std::to_string(i)
+                 : "the grad_output (random cotangent) of output " + std::to_string(diff_outputs.at(i - n));
+  };
+  return check_jacobians(vjp, all, options, names);
 }
 
 bool gradgradcheck(const std::function<Tensor(const tensor_list&)>& fn, const tensor_list& inputs,

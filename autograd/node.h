@@ -92,8 +92,8 @@ struct AutogradMeta final : AutogradMetaInterface {
   /// A leaf's hooks run after its AccumulateGrad wrote grad() (null slots were removed).
   std::vector<std::function<void(const Tensor&)>> post_accumulate_hooks;
   bool retains_grad = false;            ///< a non-leaf that keeps grad() (retain_grad())
-  std::weak_ptr<TensorImpl> view_base;  ///< for views with history: the tensor viewed
-  const Node* base_grad_fn = nullptr;   ///< the base's grad_fn when the view was taken (see check_view_history)
+  /// A view's history is built on its base's grad_fn; this is that grad_fn (Note [view history]).
+  const Node* base_grad_fn = nullptr;
   uint32_t output_nr = 0;               ///< which output of grad_fn
   Tensor grad;                          ///< the accumulated gradient
   std::shared_ptr<Node> grad_fn;        ///< the op that made this tensor
@@ -119,16 +119,14 @@ std::shared_ptr<LambdaNode> record(const char* name, const Tensor& input, const 
 std::shared_ptr<LambdaNode> record(const char* name, const Tensor& a, const Tensor& b, const Tensor& output);
 /// Makes `node` the grad_fn of `t` as output output_nr.
 void set_history(const Tensor& t, const std::shared_ptr<Node>& node, uint32_t output_nr = 0);
-/// Marks `view` as a view of `base` for the in-place checks; every view op calls it after recording.
+/// Marks `view` as a view of `base` (Note [view history]); every view op calls it after recording.
 void mark_view(const Tensor& view, const Tensor& base);
-/// Throws when a view's base was rebased by an in-place op after the view was taken.
-void check_view_history(const AutogradMeta& m);
-/// Called by every in-place op before it writes: checks the target may be modified (records_grad: the op
-/// will record history, i.e. an operand requires grad) and bumps its version.
-void check_inplace(const Tensor& t, const char* op, bool records_grad = false);
+/// Called by every in-place op before it writes: checks the target may be modified and bumps its version.
+void check_inplace(const Tensor& t, const char* op);
 /// The shared "graph already freed" error of nodes whose saved state was released.
 [[noreturn]] void throw_released(const char* name);
-/// After an in-place differentiable op: rebases t's history onto `node` (null when no grad needed).
+/// After an in-place differentiable op: makes `node` (null when no grad needed) t's history, or, for a view,
+/// its base's through a CopySlices node (Note [CopySlices] in autograd/ops/shape.cpp).
 void rebase_history(const Tensor& t, const std::shared_ptr<Node>& node);
 
 /// A tensor saved for backward, checked against in-place changes when unpacked.

@@ -7,6 +7,7 @@
 #include "strata/autograd/engine.h"
 #include "strata/autograd/grad_mode.h"
 #include "strata/autograd/node.h"
+#include "strata/autograd/ops/common.h"
 #include "strata/tensor/kernels.h"
 
 namespace strata {
@@ -73,6 +74,29 @@ AutogradMeta& ensure_meta(const Tensor& t) {
 }
 
 namespace {
+// The autograd state of a view's base, or null.
+const AutogradMeta* base_meta(const TensorImpl& view) {
+  return static_cast<const AutogradMeta*>(view.view_base->autograd_meta.get());
+}
+
+bool meta_requires_grad(const AutogradMeta* m) { return m && (m->requires_grad || m->grad_fn); }
+
+// Note [view history]: a view's history is a view node over its base's history, valid while the base's
+// grad_fn is the one it was built on (base_grad_fn). An in-place op on the base, or on another view of it
+// (CopySlices), gives the base a new grad_fn; a view that requires grad through its base but has no history
+// yet (taken before the base required grad, or under NoGradGuard) has none to match. Either way the view's
+// history is rebuilt, when it is next used, as an as_strided view of the base's current history, as in
+// libtorch. base_grad_fn cannot dangle into a new node at the same address: the view's history holds it.
+void refresh_view_history(const Tensor& t) {
+  const TensorImpl& impl = t.impl();
+  if (!impl.view_base) return;
+  const AutogradMeta* bm = base_meta(impl);
+  if (!meta_requires_grad(bm)) return;
+  const AutogradMeta* m = meta(t);
+  if (m && m->grad_fn && m->base_grad_fn == bm->grad_fn.get()) return;
+  ops::set_view_history(t);
+}
+
 std::shared_ptr<Node> grad_accumulator(const Tensor& t) {
   AutogradMeta& m = ensure_meta(t);
   if (auto acc = m.grad_accumulator.lock()) return acc;
@@ -83,12 +107,10 @@ std::shared_ptr<Node> grad_accumulator(const Tensor& t) {
 }  // namespace
 
 Edge gradient_edge(const Tensor& t) {
+  refresh_view_history(t);
   AutogradMeta* m = meta(t);
   if (!m) return {};
-  if (m->grad_fn) {
-    check_view_history(*m);
-    return {m->grad_fn, m->output_nr};
-  }
+  if (m->grad_fn) return {m->grad_fn, m->output_nr};
   if (m->requires_grad) return {grad_accumulator(t), 0};
   return {};
 }
@@ -138,34 +160,28 @@ std::shared_ptr<LambdaNode> record(const char* name, const Tensor& a, const Tens
 }
 
 void mark_view(const Tensor& view, const Tensor& base) {
-  view.impl().is_view = true;
-  AutogradMeta* m = meta(view);
-  if (!m || !m->grad_fn) return;
-  m->view_base = base.impl_ptr();
-  m->base_grad_fn = base.grad_fn().get();
+  TensorImpl& impl = view.impl();
+  impl.view_base = base.impl().view_base ? base.impl().view_base : base.impl_ptr();
+  if (AutogradMeta* m = meta(view); m && m->grad_fn) {
+    const AutogradMeta* bm = base_meta(impl);
+    m->base_grad_fn = bm ? bm->grad_fn.get() : nullptr;
+  }
 }
 
-// Note [view history]: strata does not regenerate a view's history when an in-place op rebases
-// its base (libtorch does, with CopySlices); using such a view would give silently wrong
-// gradients, so it throws instead.
-void check_view_history(const AutogradMeta& m) {
-  auto base = m.view_base.lock();
-  if (!base) return;
-  const AutogradMeta* bm = static_cast<const AutogradMeta*>(base->autograd_meta.get());
-  STRATA_CHECK(bm && bm->grad_fn.get() == m.base_grad_fn,
-               "a view was used after an in-place operation modified its base with autograd recording; its "
-               "gradient would be wrong (strata does not regenerate view history): take the view again after the "
-               "in-place operation");
-}
-
-void check_inplace(const Tensor& t, const char* op, bool records_grad) {
+void check_inplace(const Tensor& t, const char* op) {
+  // Several elements on one memory location (an expanded tensor): which write wins is undefined.
+  STRATA_CHECK(t.is_contiguous() || is_non_overlapping(t.sizes(), t.strides()), op,
+               ": unsupported operation: more than one element of the written-to tensor refers to a single memory "
+               "location (shape ", t.sizes(), ", strides ", t.strides(), "). Please clone() the tensor before "
+               "performing the operation.");
   if (GradMode::is_enabled()) {
     const AutogradMeta* m = meta(t);
     STRATA_CHECK(!(m && m->requires_grad && !m->grad_fn), op,
                  ": a leaf Variable that requires grad is being used in an in-place operation.");
-    STRATA_CHECK(!t.impl().is_view || !(records_grad || t.requires_grad()), op,
-                 ": in-place operation on a view, with an operand that requires grad, is not supported (strata "
-                 "does not propagate it to the base); build the result out of place, e.g. with cat or stack");
+    const TensorImpl& impl = t.impl();
+    const AutogradMeta* bm = impl.view_base ? base_meta(impl) : nullptr;
+    STRATA_CHECK(!(bm && bm->requires_grad && !bm->grad_fn), op,
+                 ": a view of a leaf Variable that requires grad is being used in an in-place operation.");
   }
   ++t.impl().storage->version;
 }
@@ -173,7 +189,10 @@ void check_inplace(const Tensor& t, const char* op, bool records_grad) {
 void rebase_history(const Tensor& t, const std::shared_ptr<Node>& node) {
   if (!node) return;
   node->num_outputs = 1;
-  set_history(t, node, 0);
+  if (t.impl().view_base)
+    ops::rebase_view_history(t, node);
+  else
+    set_history(t, node, 0);
 }
 
 SavedVariable::SavedVariable(const Tensor& t, bool is_output) {
@@ -251,8 +270,8 @@ using autograd::AutogradMeta;
 using autograd::meta;
 
 bool Tensor::requires_grad() const {
-  const AutogradMeta* m = meta(*this);
-  return m && (m->requires_grad || m->grad_fn);
+  if (autograd::meta_requires_grad(meta(*this))) return true;
+  return impl().view_base && autograd::meta_requires_grad(autograd::base_meta(impl()));  // Note [view history]
 }
 
 Tensor& Tensor::requires_grad_(bool r) {
@@ -275,6 +294,7 @@ Tensor& Tensor::mutable_grad() { return autograd::ensure_meta(*this).grad; }
 
 const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {
   static const std::shared_ptr<autograd::Node> none;
+  autograd::refresh_view_history(*this);
   const AutogradMeta* m = meta(*this);
   return m ? m->grad_fn : none;
 }
@@ -365,12 +385,12 @@ void Tensor::set_data(const Tensor& data) const {
   self.offset = src.offset;
   self.numel = src.numel;
   self.dtype = src.dtype;
-  self.is_view = src.is_view;
+  self.view_base = src.view_base;
 }
 
 Tensor& Tensor::detach_() {
   if (AutogradMeta* m = meta(*this)) {
-    STRATA_CHECK(!impl().is_view, "detach_: can't detach views in-place. Use detach() instead.");
+    STRATA_CHECK(!impl().view_base, "detach_: can't detach views in-place. Use detach() instead.");
     m->grad_fn = nullptr;
     m->requires_grad = false;
   }

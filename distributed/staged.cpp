@@ -59,7 +59,7 @@ ScalarType host_dtype(ScalarType t, bool reduces) { return reduces && is_reduced
 
 // A host copy of t (undefined stays undefined).
 Tensor stage_in(const Tensor& t, bool reduces = false) {
-  return t.defined() ? t.detach().to(kHost, host_dtype(t.dtype(), reduces), /*copy=*/true) : Tensor();
+  return t.defined() ? t.detach().to(kHost, host_dtype(t.dtype(), reduces), /*non_blocking=*/false, /*copy=*/true) : Tensor();
 }
 
 // A host tensor to receive t's result (undefined stays undefined).

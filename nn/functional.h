@@ -14,7 +14,6 @@ using strata::Reduction;  ///< None, Mean or Sum
 
 using strata::cross_entropy;  ///< log_softmax over dim 1, then nll_loss
 using strata::dropout;  ///< random zeroing while training
-using strata::embedding;  ///< rows of a table
 using strata::gelu;  ///< x * Phi(x), exact or tanh
 using strata::layer_norm;  ///< normalisation over trailing dims
 using strata::log_softmax;  ///< log of softmax
@@ -26,5 +25,9 @@ using strata::sigmoid;  ///< 1 / (1 + exp(-x))
 using strata::silu;  ///< x * sigmoid(x)
 using strata::softmax;  ///< exp normalised along a dim
 using strata::tanh;  ///< hyperbolic tangent
+
+/// Rows of `weight` picked by `input`, in libtorch's argument order (strata::embedding, like ATen's, takes
+/// the weight first).
+inline Tensor embedding(const Tensor& input, const Tensor& weight) { return strata::embedding(weight, input); }
 
 }  // namespace strata::nn::functional

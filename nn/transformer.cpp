@@ -29,7 +29,7 @@ Tensor CausalSelfAttentionImpl::forward(const Tensor& x) {
   // Scaling q costs B*T*C multiplications, scaling the scores B*H*T*T.
   Tensor q = heads(qkv[0]) * (1.0 / std::sqrt(static_cast<double>(D)));
   Tensor att = matmul(q, heads(qkv[1]).transpose(-2, -1));  // [B, H, T, T]
-  Tensor pos = arange(static_cast<double>(T), TensorOptions(kLong).device(x.device()));
+  Tensor pos = arange(T, TensorOptions(kLong).device(x.device()));
   Tensor future = pos.unsqueeze(0).gt(pos.unsqueeze(1));  // [T, T]: key position > query position
   att = attn_dropout(softmax(masked_fill(att, future, -std::numeric_limits<double>::infinity()), -1));
   Tensor y = matmul(att, heads(qkv[2])).transpose(1, 2).reshape({B, T, C});  // heads side by side again

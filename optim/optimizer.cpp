@@ -171,7 +171,7 @@ void Optimizer::load_state_dict(const StateDict& dict) {
                      "\" holds a negative step count ", value.item<int64_t>());
         // A copy where step() keeps it: the count on the host, buffers on the parameter's device (a file is
         // read to the CPU).
-        state[i].emplace(name, value.to(name == "step" ? Device(kCPU) : p.device(), /*copy=*/true));
+        state[i].emplace(name, value.to(name == "step" ? Device(kCPU) : p.device(), /*non_blocking=*/false, /*copy=*/true));
         used.insert(key);
       }
     }

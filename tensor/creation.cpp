@@ -49,6 +49,31 @@ TensorOptions like(const Tensor& t, const std::optional<TensorOptions>& options)
   return options ? options->merged_with(t.dtype(), t.device()) : t.options();
 }
 
+// options with the dtype libtorch infers from a factory's numbers when none was given: Bool for
+// bools (full only), Long when every number is an integer, else the default Float.
+TensorOptions infer_dtype(TensorOptions options, std::initializer_list<Scalar> values) {
+  if (options.has_dtype()) return options;
+  bool all_bool = true, all_integral = true;
+  for (const Scalar& v : values) {
+    all_bool &= v.isBoolean();
+    all_integral &= !v.isFloatingPoint();
+  }
+  return options.dtype(all_bool ? kBool : all_integral ? kLong : kFloat);
+}
+
+// A tensor of options' dtype (Float when unset) filled with value. The kernels fill from a double: an
+// integer that a double cannot hold exactly (beyond 2^53) would silently become another, so it is refused.
+Tensor filled(IntArrayRef sizes, const Scalar& value, const TensorOptions& options, const char* op) {
+  check_sizes(sizes, op);
+  const double v = value.to<double>();
+  STRATA_CHECK(!value.isIntegral() || is_floating_point(options.dtype()) ||
+                   (v >= -0x1p63 && v < 0x1p63 && static_cast<int64_t>(v) == value.to<int64_t>()),
+               op, ": ", value, " is not exactly representable in the kernels' double fill value");
+  Tensor t = allocate(sizes, options.dtype(), options.device());
+  kernels_for(options.device()).fill(t, v);
+  return finish(t, options);
+}
+
 }  // namespace
 
 Tensor empty(IntArrayRef sizes, TensorOptions options) {
@@ -56,23 +81,26 @@ Tensor empty(IntArrayRef sizes, TensorOptions options) {
   return finish(allocate(sizes, options.dtype(), options.device()), options);
 }
 
-Tensor full(IntArrayRef sizes, double value, TensorOptions options) {
-  check_sizes(sizes, "full");
-  Tensor t = allocate(sizes, options.dtype(), options.device());
-  kernels_for(options.device()).fill(t, value);
-  return finish(t, options);
+Tensor full(IntArrayRef sizes, Scalar value, TensorOptions options) {
+  return filled(sizes, value, infer_dtype(options, {value}), "full");
 }
+Tensor zeros(IntArrayRef sizes, TensorOptions options) { return filled(sizes, 0, options, "zeros"); }
+Tensor ones(IntArrayRef sizes, TensorOptions options) { return filled(sizes, 1, options, "ones"); }
 
-Tensor zeros(IntArrayRef sizes, TensorOptions options) { return full(sizes, 0, options); }
-Tensor ones(IntArrayRef sizes, TensorOptions options) { return full(sizes, 1, options); }
+Tensor arange(Scalar end, TensorOptions options) { return arange(0, end, 1, options); }
+Tensor arange(Scalar start, Scalar end, TensorOptions options) { return arange(start, end, 1, options); }
 
-Tensor arange(double end, TensorOptions options) { return arange(0, end, 1, options); }
-
-Tensor arange(double start, double end, double step, TensorOptions options) {
+Tensor arange(Scalar start_value, Scalar end_value, Scalar step_value, TensorOptions options) {
+  options = infer_dtype(options, {start_value, end_value, step_value});
+  const double start = start_value.to<double>(), end = end_value.to<double>(), step = step_value.to<double>();
   STRATA_CHECK(step != 0, "arange: step must be nonzero");
   STRATA_CHECK(std::isfinite(start) && std::isfinite(end), "arange: unsupported range: ", start, " -> ", end);
   STRATA_CHECK((end - start) / step >= 0, "arange: upper bound and larger bound inconsistent with step sign (start ",
                start, ", end ", end, ", step ", step, ")");
+  // libtorch truncates a fractional step for integer dtypes and so returns other values than its size implies.
+  STRATA_CHECK(is_floating_point(options.dtype()) || (start == std::trunc(start) && step == std::trunc(step)),
+               "arange: an integer dtype (", options.dtype(), ") needs an integral start and step, got start ", start,
+               " and step ", step);
   const auto n = static_cast<int64_t>(std::ceil((end - start) / step));
   Tensor t = allocate({n}, options.dtype(), options.device());
   kernels_for(options.device()).arange(t, start, step);
@@ -132,7 +160,9 @@ Tensor randint(int64_t high, IntArrayRef sizes, TensorOptions options, Generator
 Tensor empty_like(const Tensor& t, std::optional<TensorOptions> o) { return empty(t.sizes(), like(t, o)); }
 Tensor zeros_like(const Tensor& t, std::optional<TensorOptions> o) { return zeros(t.sizes(), like(t, o)); }
 Tensor ones_like(const Tensor& t, std::optional<TensorOptions> o) { return ones(t.sizes(), like(t, o)); }
-Tensor full_like(const Tensor& t, double v, std::optional<TensorOptions> o) { return full(t.sizes(), v, like(t, o)); }
+Tensor full_like(const Tensor& t, Scalar v, std::optional<TensorOptions> o) {
+  return filled(t.sizes(), v, like(t, o), "full_like");
+}
 Tensor rand_like(const Tensor& t, std::optional<TensorOptions> o) { return rand(t.sizes(), like(t, o)); }
 Tensor randn_like(const Tensor& t, std::optional<TensorOptions> o) { return randn(t.sizes(), like(t, o)); }
 
@@ -185,6 +215,6 @@ Tensor tensor(const std::vector<int64_t>& v, TensorOptions o) { return from_valu
 Tensor tensor(std::initializer_list<int> v, TensorOptions o) { return from_values<int64_t>(v, o); }
 Tensor tensor(std::initializer_list<bool> v, TensorOptions o) { return from_values<bool>(v, o); }
 
-Tensor scalar_tensor(double value, TensorOptions options) { return full({}, value, options); }
+Tensor scalar_tensor(double value, TensorOptions options) { return filled({}, value, options, "scalar_tensor"); }
 
 }  // namespace strata

@@ -61,12 +61,16 @@ Tensor empty(IntArrayRef sizes, TensorOptions options = {});
 Tensor zeros(IntArrayRef sizes, TensorOptions options = {});
 /// Tensor of ones.
 Tensor ones(IntArrayRef sizes, TensorOptions options = {});
-/// Tensor filled with value.
-Tensor full(IntArrayRef sizes, double value, TensorOptions options = {});
-/// 0, 1, ..., end-1.
-Tensor arange(double end, TensorOptions options = {});
-/// start, start+step, ... below end (above end for negative step).
-Tensor arange(double start, double end, double step = 1, TensorOptions options = {});
+/// Tensor filled with value; without a dtype in options it is inferred from value as in libtorch
+/// (bool: Bool, integer: Long, floating: Float).
+Tensor full(IntArrayRef sizes, Scalar value, TensorOptions options = {});
+/// 0, 1, ..., end-1; Long when end is an integer and options name no dtype, else Float.
+Tensor arange(Scalar end, TensorOptions options = {});
+/// start, start+1, ... below end; Long when both are integers and options name no dtype, else Float.
+Tensor arange(Scalar start, Scalar end, TensorOptions options = {});
+/// start, start+step, ... below end (above end for negative step); Long when all three are integers and
+/// options name no dtype, else Float. An integer dtype needs an integral start and step.
+Tensor arange(Scalar start, Scalar end, Scalar step, TensorOptions options = {});
 /// n x m identity (m defaults to n).
 Tensor eye(int64_t n, std::optional<int64_t> m = std::nullopt, TensorOptions options = {});
 /// Uniform in [0, 1).
@@ -83,8 +87,8 @@ Tensor empty_like(const Tensor& t, std::optional<TensorOptions> options = std::n
 Tensor zeros_like(const Tensor& t, std::optional<TensorOptions> options = std::nullopt);
 /// ones() shaped like t.
 Tensor ones_like(const Tensor& t, std::optional<TensorOptions> options = std::nullopt);
-/// full() shaped like t.
-Tensor full_like(const Tensor& t, double value, std::optional<TensorOptions> options = std::nullopt);
+/// full() shaped like t, with t's dtype unless options say otherwise.
+Tensor full_like(const Tensor& t, Scalar value, std::optional<TensorOptions> options = std::nullopt);
 /// rand() shaped like t.
 Tensor rand_like(const Tensor& t, std::optional<TensorOptions> options = std::nullopt);
 /// randn() shaped like t.

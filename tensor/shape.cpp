@@ -1,6 +1,7 @@
 #include "strata/tensor/shape.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 namespace strata {
 
@@ -97,6 +98,23 @@ DimVector broadcast_shapes(IntArrayRef a, IntArrayRef b, const char* op) {
     out[i] = da == 1 ? db : da;
   }
   return out;
+}
+
+bool is_non_overlapping(IntArrayRef sizes, IntArrayRef strides) {
+  DimVector order;  // dims that step, by increasing |stride|
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) return true;
+    if (sizes[d] > 1) order.push_back(static_cast<int64_t>(d));
+  }
+  std::sort(order.begin(), order.end(),
+            [&](int64_t a, int64_t b) { return std::abs(strides[a]) < std::abs(strides[b]); });
+  int64_t span = 0;  // the last element the smaller dims reach from the first
+  for (int64_t d : order) {
+    const int64_t stride = std::abs(strides[d]);
+    if (stride <= span) return false;
+    span += stride * (sizes[d] - 1);
+  }
+  return true;
 }
 
 }  // namespace strata

@@ -88,5 +88,8 @@ DimVector contiguous_strides(IntArrayRef sizes);
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op);
 /// NumPy broadcast of two shapes; throws naming `op` and both shapes when they do not broadcast.
 DimVector broadcast_shapes(IntArrayRef a, IntArrayRef b, const char* op);
+/// True when no two elements of the geometry share a memory location, by a sufficient test: ordered by
+/// stride, each dim steps past everything the smaller ones span (false for any stride 0 of a dim of size > 1).
+bool is_non_overlapping(IntArrayRef sizes, IntArrayRef strides);
 
 }  // namespace strata

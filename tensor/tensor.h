@@ -55,7 +55,8 @@ struct TensorImpl {
   int64_t offset = 0;                ///< first element, in elements from storage->data
   int64_t numel = 0;                 ///< product of sizes
   ScalarType dtype = kFloat;         ///< element type
-  bool is_view = false;              ///< made by a view op: shares storage with the tensor it came from
+  /// Set by view ops: the tensor whose storage this view shares (the first non-view one up the chain).
+  std::shared_ptr<TensorImpl> view_base;
   std::unique_ptr<AutogradMetaInterface> autograd_meta;  ///< null until autograd needs it
 };
 
@@ -70,6 +71,7 @@ class TensorOptions {
   TensorOptions requires_grad(bool r) const { auto o = *this; o.requires_grad_ = r; return o; }  ///< with requires_grad r
   ScalarType dtype() const { return dtype_.value_or(kFloat); }  ///< element type (default float32)
   bool has_dtype() const { return dtype_.has_value(); }  ///< whether dtype was set explicitly
+  bool has_device() const { return has_device_; }  ///< whether device was set explicitly
   /// These options with the dtype and device of `like` filling what was not set, as *_like factories do.
   TensorOptions merged_with(ScalarType like_dtype, Device like_device) const {
     auto o = *this;
@@ -152,9 +154,18 @@ class Tensor {
   void set_data(const Tensor& data) const;
 
   // ---- conversion and copies ----
-  Tensor to(ScalarType t, bool copy = false) const;  ///< converts the dtype (returns *this when equal and !copy)
-  Tensor to(Device d, bool copy = false) const;  ///< copies to device d (returns *this when already there and !copy)
-  Tensor to(Device d, ScalarType t, bool copy = false) const;  ///< moves and converts in one copy
+  // libtorch's signatures: non_blocking is accepted and may be ignored (strata's copies are ordered on the
+  // device's stream and wait where the host reads); copy forces a new tensor when nothing would change.
+  /// Converts the dtype (returns *this when equal and !copy).
+  Tensor to(ScalarType t, bool non_blocking = false, bool copy = false) const;
+  /// Copies to device d (returns *this when already there and !copy).
+  Tensor to(Device d, bool non_blocking = false, bool copy = false) const;
+  /// Moves and converts in one copy.
+  Tensor to(Device d, ScalarType t, bool non_blocking = false, bool copy = false) const;
+  /// The dtype and device that `options` set (the rest kept); requires_grad may not be set.
+  Tensor to(const TensorOptions& options, bool non_blocking = false, bool copy = false) const;
+  /// other's dtype and device.
+  Tensor to(const Tensor& other, bool non_blocking = false, bool copy = false) const;
   Tensor cpu() const;  ///< to(Device(kCPU))
   Tensor cuda(int index = -1) const;  ///< to(Device(kCUDA, index)); -1: the current device (cuda::current_device())
   Tensor clone() const;  ///< a contiguous copy (differentiable)

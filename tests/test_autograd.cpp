@@ -206,6 +206,26 @@ struct SplitHalves : autograd::Function<SplitHalves> {  // two outputs, one non-
   static tensor_list backward(autograd::AutogradContext*, tensor_list grads) { return {grads[0] * 2.0}; }
 };
 
+struct DoubleInPlace : autograd::Function<DoubleInPlace> {  // modifies its input and says so
+  static Tensor forward(autograd::AutogradContext* ctx, Tensor x) {
+    x.mul_(2.0);
+    ctx->mark_dirty({x});
+    return x;
+  }
+  static tensor_list backward(autograd::AutogradContext*, tensor_list grads) { return {grads[0] * 2.0}; }
+};
+
+struct CubeWithDetachedBackward : autograd::Function<CubeWithDetachedBackward> {  // right first, wrong second
+  static Tensor forward(autograd::AutogradContext* ctx, const Tensor& x) {
+    ctx->save_for_backward({x});
+    return x * x * x;
+  }
+  static tensor_list backward(autograd::AutogradContext* ctx, tensor_list grads) {
+    Tensor x = ctx->get_saved_variables()[0].detach();
+    return {grads[0] * 3.0 * x * x};
+  }
+};
+
 struct WrongCount : autograd::Function<WrongCount> {
   static Tensor forward(autograd::AutogradContext*, const Tensor& x, const Tensor& y) { return x * y; }
   static tensor_list backward(autograd::AutogradContext*, tensor_list grads) { return {grads[0]}; }
@@ -241,6 +261,32 @@ TEST(Autograd, CustomFunctions) {
                    "gradcheck: Jacobian mismatch for output 0 with respect to input 0 at input element [0] and "
                    "output element [0]: analytical 1 vs numerical 2");
   EXPECT_FALSE(autograd::gradcheck(wrong, {tensor({1.0, 3.0}, f64())}, {.raise_exception = false}));
+}
+
+TEST(Autograd, CustomFunctionMarkDirty) {
+  Tensor x = tensor({1.0, 2.0}, f64());
+  Tensor y = x * 3.0;
+  Tensor out = DoubleInPlace::apply(y);
+  EXPECT_TRUE(out.is_same(y));  // the input itself, with the function as its history
+  EXPECT_VALUES(y, {6, 12});
+  y.sum().backward();
+  EXPECT_VALUES(x.grad(), {6, 6});
+  EXPECT_THROW_MSG(DoubleInPlace::apply(x), "a leaf Variable that requires grad has been used in an in-place");
+  // A dirty view would leave its base's history stale: refused.
+  Tensor z = x * 1.0;
+  EXPECT_THROW_MSG(DoubleInPlace::apply(z.narrow(0, 0, 1)), "mark_dirty on a view is not supported");
+}
+
+// gradgradcheck's messages speak of the user's function: which derivative, with respect to what.
+TEST(Autograd, GradgradcheckNamesTheSecondDerivativeThatFailed) {
+  auto f = [](const tensor_list& in) { return CubeWithDetachedBackward::apply(in[0]) * in[1]; };
+  const tensor_list inputs = {tensor({1.0, 2.0}, f64()), tensor({0.5, 1.5}, f64())};
+  EXPECT_GRADCHECK(f, inputs);
+  EXPECT_THROW_MSG(autograd::gradgradcheck(f, inputs),
+                   "gradgradcheck: Jacobian mismatch for the first derivative (a vector-Jacobian product) with "
+                   "respect to input 0 with respect to input 0 at input element [0] and output element [0]");
+  auto g = [](const tensor_list& in) { return in[0] * 2.0; };
+  EXPECT_THROW_MSG(autograd::gradgradcheck(g, {tensor({1.0}, kFloat64)}), "gradgradcheck: no input requires grad");
 }
 
 TEST(Autograd, GradcheckChecksItsInputs) {
@@ -279,25 +325,32 @@ TEST(Autograd, CreateGraphLeafGradientsAreNotAliased) {
   EXPECT_VALUES(b.grad(), {1, 1});
 }
 
-TEST(Autograd, StaleViewsAndInplaceThroughViewsThrow) {
+// Note [view history]: a view taken before an in-place op rebased its base follows the base's new history.
+TEST(Autograd, StaleViewsFollowTheirBase) {
   Tensor x = tensor({1.0, 2.0}, f64());
   Tensor y = x * 1.0;
   Tensor v = y.select(0, 0);
-  y.mul_(2.0);  // rebases y; v's history would now be wrong
-  EXPECT_THROW_MSG(v.sum().backward(), "a view was used after an in-place operation modified its base");
-  Tensor fresh = y.select(0, 0);  // taken after the in-place op: fine
-  fresh.sum().backward();
-  EXPECT_VALUES(x.grad(), {2, 0});
+  y.mul_(2.0);  // rebases y; v is regenerated as a view of y's new history
+  (v * 3.0).sum().backward();
+  EXPECT_VALUES(x.grad(), {6, 0});
+  EXPECT_VALUES(v, {2});
 
+  // A view taken before its base required grad: after an in-place op with a grad operand, it requires grad.
   Tensor out = zeros({2, 2}, kFloat64);
+  Tensor row1 = out.select(0, 1);
   Tensor h = tensor({1.0, 2.0}, f64());
-  EXPECT_THROW_MSG(out.select(0, 0).copy_(h), "in-place operation on a view, with an operand that requires grad");
-  EXPECT_VALUES(out, {0, 0, 0, 0});  // nothing was written
+  EXPECT_FALSE(row1.requires_grad());
+  out.select(0, 0).copy_(h);
+  EXPECT_TRUE(out.requires_grad());
+  EXPECT_STREQ(out.grad_fn()->name(), "CopySlices");
+  EXPECT_TRUE(row1.requires_grad());
+  (out * tensor({1.0, 2.0, 3.0, 4.0}, kFloat64).reshape({2, 2})).sum().backward();
+  EXPECT_VALUES(h.grad(), {1, 2});
   {
     NoGradGuard no_grad;
     out.select(0, 1).copy_(h);  // without recording, writing through views is fine
   }
-  EXPECT_VALUES(out, {0, 0, 1, 2});
+  EXPECT_VALUES(out, {1, 2, 1, 2});
 }
 
 TEST(Autograd, MaxIndicesReturnedToTheUserAreNotTheSavedOnes) {

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <sstream>
 
+#include <limits>
+
 #include "helpers.h"
 
 using namespace strata;
@@ -261,6 +263,40 @@ TEST(Elementwise, BoolArithmeticIsRejected) {
   EXPECT_THROW_MSG(-b, "neg: arithmetic on bool tensors is not supported");
   EXPECT_VALUES(b * tensor({2.0, 3.0}), {2, 0});  // mixed with numbers it promotes
   EXPECT_VALUES(b / tensor({true, true}), {1, 0});  // division is true division, in float32
+}
+
+// libtorch refuses subtraction with any bool operand, Long - Bool included.
+TEST(Elementwise, SubtractionWithABoolIsRejected) {
+  const Tensor b = tensor({true, false}), l = tensor({3, 4});
+  const std::string msg = "subtraction, the `-` operator, with a bool tensor is not supported";
+  EXPECT_THROW_MSG(l - b, "sub: " + msg);
+  EXPECT_THROW_MSG(b - l, msg);
+  EXPECT_THROW_MSG(tensor({1.0, 2.0}) - b, msg);
+  EXPECT_THROW_MSG(l - true, msg);
+  EXPECT_THROW_MSG(1 - b, msg);
+  EXPECT_THROW_MSG(l.sub(b), msg);
+  Tensor target = tensor({5, 6});
+  EXPECT_THROW_MSG(target.sub_(b), "sub_: " + msg);
+  EXPECT_THROW_MSG(target -= true, msg);
+  EXPECT_VALUES(target, {5, 6});
+  EXPECT_VALUES(l - b.logical_not().to(kLong), {3, 3});
+}
+
+// libtorch's NaN rules: relu passes the gradient of a NaN through (zero only where y <= 0); maximum and
+// minimum give an input nothing only where it loses, so with a NaN on either side both get the gradient.
+TEST(Elementwise, NanGradientRulesMatchLibtorch) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Tensor x = tensor({nan, -1.0, 2.0}, f64());
+  x.relu().sum().backward();
+  EXPECT_VALUES(x.grad(), {1, 0, 1});
+  Tensor a = tensor({nan, 1.0, 3.0, 2.0}, f64()), b = tensor({0.0, nan, 1.0, 2.0}, f64());
+  a.maximum(b).sum().backward();
+  EXPECT_VALUES(a.grad(), {1, 1, 1, 0.5});
+  EXPECT_VALUES(b.grad(), {1, 1, 0, 0.5});
+  Tensor c = tensor({nan, 1.0, 3.0}, f64()), d = tensor({0.0, nan, 1.0}, f64());
+  c.minimum(d).sum().backward();
+  EXPECT_VALUES(c.grad(), {1, 1, 0});
+  EXPECT_VALUES(d.grad(), {1, 1, 1});
 }
 
 // ---- errors ----

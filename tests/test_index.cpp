@@ -7,7 +7,7 @@ using namespace strata;
 
 namespace {
 /// arange(numel).reshape(sizes) as float32.
-Tensor iota(IntArrayRef sizes) { return arange(multiply(sizes)).reshape(sizes); }
+Tensor iota(IntArrayRef sizes) { return arange(multiply(sizes), kFloat).reshape(sizes); }
 /// An int64 tensor of the given values and sizes.
 Tensor longs(std::initializer_list<int64_t> values, IntArrayRef sizes) { return tensor(values).view(sizes); }
 }  // namespace

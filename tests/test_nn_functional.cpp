@@ -222,6 +222,33 @@ TEST(NnFunctional, LossGradients) {
   EXPECT_GRADGRADCHECK(ce, {leaf({4, 3})});
 }
 
+// Every target ignored (a fully padded batch): the mean over no targets is NaN, as in libtorch, and the
+// gradient is 0 (libtorch's), not NaN, so one such batch cannot poison the weights.
+TEST(NnFunctional, LossesWithEveryTargetIgnoredHaveZeroGradients) {
+  const Tensor ignored = tensor({-100, -100});
+  const Tensor w = tensor({0.5, 2.0, 1.0}, kFloat64);
+  for (const LossOptions& o : {LossOptions{}, LossOptions{.weight = w}, LossOptions{.label_smoothing = 0.1},
+                               LossOptions{.label_smoothing = 0.2, .weight = w}}) {
+    Tensor logits = randn({2, 3}, f64());
+    Tensor loss = cross_entropy(logits, ignored, o);
+    EXPECT_TRUE(std::isnan(loss.item<double>()));
+    loss.backward();
+    EXPECT_VALUES(logits.grad(), {0, 0, 0, 0, 0, 0});
+    if (o.label_smoothing != 0) continue;
+    Tensor log_probs = randn({2, 3}, f64());
+    Tensor nll = nll_loss(log_probs, ignored, o);
+    EXPECT_TRUE(std::isnan(nll.item<double>()));
+    nll.backward();
+    EXPECT_VALUES(log_probs.grad(), {0, 0, 0, 0, 0, 0});
+  }
+  // Sum over no targets is 0 with a 0 gradient; one kept target is unaffected by the guard.
+  Tensor logits = randn({2, 3}, f64());
+  cross_entropy(logits, ignored, {.reduction = Reduction::Sum}).backward();
+  EXPECT_VALUES(logits.grad(), {0, 0, 0, 0, 0, 0});
+  auto one_kept = [](const tensor_list& in) { return cross_entropy(in[0], tensor({-100, 2})); };
+  EXPECT_GRADCHECK(one_kept, {leaf({2, 3})});
+}
+
 TEST(NnFunctional, MseLossValues) {
   Tensor a = tensor({1.0, 2.0, 4.0}), b = tensor({1.0, 0.0, 1.0});
   EXPECT_VALUES(mse_loss(a, b), {13.0 / 3});  // (0 + 4 + 9) / 3

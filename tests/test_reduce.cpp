@@ -2,6 +2,8 @@
 // gradgradcheck), dtype rules, and the errors users hit.
 
 #include <cmath>
+#include <limits>
+#include <functional>
 
 #include <strata/autograd/ops/common.h>  // ops::sum_to, internal but tested here
 
@@ -287,6 +289,62 @@ TEST(Reduce, LogsumexpValues) {
   const double all_neg_inf = full({2}, -INFINITY).logsumexp({0}).item<double>();
   EXPECT_TRUE(std::isinf(all_neg_inf) && all_neg_inf < 0) << all_neg_inf;
   EXPECT_EQ(tensor({1, 2}).logsumexp({0}).dtype(), kFloat);
+  // The log of an empty sum is -inf, as in libtorch.
+  Tensor empty_rows = zeros({2, 0}, f64());
+  Tensor lse = empty_rows.logsumexp({1});
+  for (double v : strata::testing::values(lse)) EXPECT_TRUE(std::isinf(v) && v < 0) << v;
+  EXPECT_EQ(lse.sizes(), IntArrayRef({2}));
+  lse.sum().backward();
+  EXPECT_EQ(empty_rows.grad().sizes(), IntArrayRef({2, 0}));
+}
+
+// Where std, var or a norm is 0 its gradient is 0 (libtorch's definition), not the NaN that sqrt's or
+// pow's infinite slope times a zero gradient would give.
+TEST(Reduce, ZeroStatisticsHaveZeroGradients) {
+  using Fn = std::function<Tensor(const Tensor&)>;
+  for (const Fn& fn : std::vector<Fn>{[](const Tensor& x) { return x.std(); },
+                                      [](const Tensor& x) { return x.std({0}, false); },
+                                      [](const Tensor& x) { return x.var(); }}) {
+    Tensor constant = full({4}, 2.5, f64());
+    fn(constant).backward();
+    EXPECT_VALUES(constant.grad(), {0, 0, 0, 0});
+  }
+  for (double p : std::vector<double>{2, 3, 0.5, 1, INFINITY}) {
+    Tensor zero = zeros({4}, f64());
+    zero.norm(p).backward();
+    for (double g : strata::testing::values(zero.grad())) EXPECT_FALSE(std::isnan(g)) << "p = " << p;
+    if (p != 1 && p != INFINITY) EXPECT_VALUES(zero.grad(), {0, 0, 0, 0});  // abs's subgradient is 0 there too
+  }
+  // Rows with a zero std next to rows without: only the zero row's gradient is masked.
+  Tensor x = tensor({1.0, 1.0, 1.0, 3.0}, kFloat64).reshape({2, 2}).requires_grad_(true);
+  x.std({1}).sum().backward();
+  EXPECT_VALUES(x.grad(), {0, 0, -std::sqrt(0.5), std::sqrt(0.5)}, 1e-12);
+  // p < 1: a zero element next to non-zero ones gets 0, not NaN.
+  Tensor y = tensor({0.0, 4.0}, f64());
+  y.norm(0.5).backward();
+  EXPECT_VALUES(y.grad(), {0, 1}, 1e-12);
+  auto std_fn = [](const tensor_list& in) { return in[0].std({1}); };
+  EXPECT_GRADCHECK(std_fn, {leaf({3, 4})});
+  EXPECT_GRADGRADCHECK(std_fn, {leaf({3, 4})});
+  auto pnorm_fn = [](const tensor_list& in) { return in[0].norm(3, {0}); };
+  EXPECT_GRADCHECK(pnorm_fn, {leaf({3, 4})});
+  EXPECT_GRADGRADCHECK(pnorm_fn, {leaf({3, 4})});
+  auto half_norm_fn = [](const tensor_list& in) { return in[0].norm(0.5); };
+  EXPECT_GRADCHECK(half_norm_fn, {leaf_in({5}, 0.5, 2)});
+}
+
+// A NaN is the extreme of its slice: max() and amax send the gradient to the NaN elements (libtorch's max()).
+TEST(Reduce, NanExtremeGetsTheGradient) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Tensor x = tensor({1.0, nan, 3.0, nan}, f64());
+  x.max().backward();
+  EXPECT_VALUES(x.grad(), {0, 0.5, 0, 0.5});
+  Tensor y = tensor({1.0, nan, 3.0, 4.0}, kFloat64).reshape({2, 2}).requires_grad_(true);
+  amax(y, {1}).sum().backward();
+  EXPECT_VALUES(y.grad(), {0, 1, 0, 1});
+  Tensor z = tensor({nan, 1.0}, f64());
+  std::get<0>(z.min(0)).backward();
+  EXPECT_VALUES(z.grad(), {1, 0});
 }
 
 TEST(Reduce, LogsumexpGradients) {

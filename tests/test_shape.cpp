@@ -7,7 +7,7 @@ using namespace strata;
 
 namespace {
 /// arange(numel).reshape(sizes) as float32.
-Tensor iota(IntArrayRef sizes) { return arange(multiply(sizes)).reshape(sizes); }
+Tensor iota(IntArrayRef sizes) { return arange(multiply(sizes), kFloat).reshape(sizes); }
 }  // namespace
 
 // ---- storage sharing ----
@@ -223,8 +223,17 @@ TEST(Shape, AsStrided) {
 TEST(Shape, ToCloneCopy) {
   Tensor x = tensor({1.5, -2.5});
   EXPECT_TRUE(x.to(kFloat).is_same(x));
-  Tensor forced = x.to(kFloat, true);
+  // libtorch's signature: to(dtype, non_blocking, copy); only copy forces a new tensor.
+  EXPECT_TRUE(x.to(kFloat, /*non_blocking=*/true).is_same(x));
+  Tensor forced = x.to(kFloat, false, /*copy=*/true);
   EXPECT_FALSE(forced.is_alias_of(x));
+  EXPECT_FALSE(x.to(Device(kCPU), false, true).is_alias_of(x));
+  EXPECT_TRUE(x.to(TensorOptions()).is_same(x));
+  EXPECT_EQ(x.to(TensorOptions().dtype(kFloat64)).dtype(), kFloat64);
+  EXPECT_EQ(x.to(TensorOptions(Device(kCPU))).dtype(), kFloat);
+  EXPECT_EQ(x.to(tensor({1}, kLong)).dtype(), kLong);
+  EXPECT_TRUE(x.to(tensor({1.0})).is_same(x));
+  EXPECT_THROW_MSG(x.to(TensorOptions().requires_grad(true)), "to(options): options must not set requires_grad");
   EXPECT_VALUES(x.to(kLong), {1, -2});
   EXPECT_EQ(x.to(kFloat64).dtype(), kFloat64);
   Tensor c = x.clone();
@@ -252,7 +261,7 @@ TEST(Shape, ConversionGradients) {
   EXPECT_GRADCHECK(clone_fn, {leaf({2, 3})});
   auto contiguous_fn = [](const tensor_list& in) { return in[0].t().contiguous().view({-1}); };
   EXPECT_GRADCHECK(contiguous_fn, {leaf({2, 3})});
-  auto to_fn = [](const tensor_list& in) { return in[0].to(kFloat64, true) * in[0]; };
+  auto to_fn = [](const tensor_list& in) { return in[0].to(kFloat64, false, true) * in[0]; };
   EXPECT_GRADCHECK(to_fn, {leaf({4})});
 }
 
@@ -380,10 +389,12 @@ TEST(Shape, SplitPartialGradients) {
   EXPECT_VALUES(x.grad(), {2, 2, 0, 0, 1});
 }
 
-TEST(Shape, InPlaceThroughViewOfGradTensorThrows) {
+TEST(Shape, InPlaceThroughViewOfGradLeafThrows) {
   Tensor x = leaf({2, 3});
   Tensor v = x.view({6});
-  EXPECT_THROW_MSG(v.copy_(zeros({6})), "in-place operation on a view");
+  EXPECT_THROW_MSG(v.copy_(zeros({6})), "copy_: a view of a leaf Variable that requires grad is being used in an "
+                   "in-place operation.");
+  EXPECT_THROW_MSG(x.t().select(0, 1).mul_(2), "a view of a leaf Variable that requires grad");
   {
     NoGradGuard no_grad;  // optimizer-style writes through views are fine without grad
     x.select(0, 0).copy_(zeros({3}));

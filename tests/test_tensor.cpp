@@ -33,6 +33,31 @@ TEST(Tensor, MetadataAndFactories) {
   EXPECT_EQ(empty({0, 3}).numel(), 0);
 }
 
+// libtorch infers the dtype from a factory's numbers when none is given: integers give Long.
+TEST(Tensor, FactoriesInferDtypeFromTheirNumbers) {
+  EXPECT_EQ(arange(5).dtype(), kLong);
+  EXPECT_VALUES(arange(0, 10, 3), {0, 3, 6, 9});
+  EXPECT_EQ(arange(0, 10, 3).dtype(), kLong);
+  EXPECT_EQ(arange(2, 5).dtype(), kLong);
+  EXPECT_EQ(arange(5.0).dtype(), kFloat);
+  EXPECT_EQ(arange(0, 1, 0.25).dtype(), kFloat);
+  EXPECT_EQ(arange(0, 5, kDouble).dtype(), kDouble);
+  EXPECT_EQ(full({2}, 7).dtype(), kLong);
+  EXPECT_VALUES(full({2}, 7), {7, 7});
+  EXPECT_EQ(full({2}, 7.0).dtype(), kFloat);
+  EXPECT_EQ(full({2}, true).dtype(), kBool);
+  EXPECT_EQ(full({2}, 7, kDouble).dtype(), kDouble);
+  EXPECT_EQ(zeros({2}).dtype(), kFloat);  // zeros and ones keep the default dtype
+  EXPECT_EQ(full_like(zeros({2}, kDouble), 3).dtype(), kDouble);
+  // An integer dtype with a fractional start or step: libtorch truncates the step and returns wrong values.
+  EXPECT_THROW_MSG(arange(0, 10, 0.5, kLong), "arange: an integer dtype (Long) needs an integral start and step");
+  EXPECT_THROW_MSG(arange(0.5, 3, 1, kLong), "needs an integral start and step");
+  EXPECT_VALUES(arange(0, 4.5, 1, kLong), {0, 1, 2, 3, 4});
+  // Exact int64 fills, or an error where the double fill would change the value.
+  EXPECT_EQ(full({1}, int64_t{1} << 53).item<int64_t>(), int64_t{1} << 53);
+  EXPECT_THROW_MSG(full({1}, (int64_t{1} << 53) + 1), "is not exactly representable");
+}
+
 TEST(Tensor, TensorOptionsRequiresGrad) {
   Tensor w = zeros({2, 2}, TensorOptions().dtype(kFloat64).requires_grad(true));
   EXPECT_TRUE(w.requires_grad());
@@ -68,7 +93,7 @@ TEST(Tensor, ItemAndDataPtrErrors) {
   EXPECT_THROW_MSG(zeros({2}).data_ptr<double>(), "data_ptr: expected Double but the tensor holds Float");
   EXPECT_THROW_MSG(zeros({2, 3}).size(2), "size: dimension out of range (expected to be in range of [-2, 1], but got 2)");
   EXPECT_THROW_MSG(empty({-1}), "empty: negative dimension -1");
-  EXPECT_THROW_MSG(zeros({2, -3}), "full: negative dimension -3 in size [2, -3]");
+  EXPECT_THROW_MSG(zeros({2, -3}), "zeros: negative dimension -3 in size [2, -3]");
   EXPECT_THROW_MSG(Tensor().dim(), "tensor is undefined");
 }
 

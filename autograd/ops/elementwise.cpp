@@ -202,6 +202,13 @@ void check_alpha(const Scalar& alpha, ScalarType compute, const char* name) {
                ": for integral input tensors, argument alpha must not be a floating point number, got ", alpha);
 }
 
+// libtorch refuses subtraction with a bool operand (Long - Bool included): it is an inverted mask gone wrong.
+void check_sub_operands(ScalarType a, ScalarType b, const char* name) {
+  STRATA_CHECK(a != kBool && b != kBool, name, ": subtraction, the `-` operator, with a bool tensor is not supported "
+               "(operands ", a, " and ", b, "). If you are trying to invert a mask, use the `~` or `logical_not()` "
+               "operator instead.");
+}
+
 // a + alpha * b (op Add) or a - alpha * b (op Sub).
 Tensor add_impl(BinaryOp op, const Tensor& a, const Tensor& b, const Scalar& alpha, ScalarType compute,
                 const char* name, const char* node_name) {
@@ -257,13 +264,13 @@ void check_inplace_operands(const Tensor& self, const Tensor& other, ScalarType 
     STRATA_CHECK(IntArrayRef(shape) == self.sizes(), name, ": shape ", other.sizes(),
                  " cannot be broadcast to the in-place target's shape ", self.sizes());
   }
-  autograd::check_inplace(self, name, autograd::any_requires_grad({self, other}));
+  autograd::check_inplace(self, name);
 }
 
 // self = op(self, other) written straight into self (through a temporary only when the computation dtype differs).
 void write_inplace(BinaryOp op, const Tensor& self, const Tensor& other, ScalarType compute, double alpha = 1) {
   const Kernels& k = ops::kernels(self);
-  Tensor b = expand_to(cast(other, compute), self.sizes());
+  Tensor b = ops::unaliased(expand_to(cast(other, compute), self.sizes()), self);
   if (self.dtype() == compute) {
     run_binary(k, op, self, b, self, alpha);
     return;
@@ -372,6 +379,15 @@ ScalarType clamp_type(const Tensor& a, const std::optional<Scalar>& lo, const st
 
 namespace ops {
 Tensor scalar_like(Scalar v, const Tensor& t) { return zero_dim_tensor(v, t.dtype(), t.device()); }
+
+Tensor unaliased(const Tensor& operand, const Tensor& target) {
+  if (!operand.is_alias_of(target) || (operand.storage_offset() == target.storage_offset() &&
+                                       operand.strides() == target.strides() && operand.dtype() == target.dtype()))
+    return operand;
+  Tensor copy = empty(operand.sizes(), operand.options());
+  kernels(operand).copy(operand, copy);
+  return copy;
+}
 }  // namespace ops
 
 // ---- promotion ----
@@ -399,10 +415,12 @@ Tensor add(const Tensor& a, Scalar b, Scalar alpha) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
+  check_sub_operands(a.dtype(), b.dtype(), "sub");
   return add_impl(BinaryOp::Sub, a, b, alpha, result_type(a, b), "sub", "SubBackward0");
 }
 
 Tensor sub(const Tensor& a, Scalar b, Scalar alpha) {
+  check_sub_operands(a.dtype(), b.type(), "sub");
   const ScalarType c = result_type(a, b);
   return add_impl(BinaryOp::Sub, a, wrap(b, c, a), alpha, c, "sub", "SubBackward1");
 }
@@ -538,7 +556,8 @@ Tensor relu(const Tensor& a) {
   Tensor y = unary_kernel(UnaryOp::Relu, a, a.dtype());
   if (auto node = autograd::record("ReluBackward0", a, y))
     node->backward = [y = SavedVariable(y, true)](const tensor_list& g) -> tensor_list {
-      return {where(y.unpack().gt(0.0), g[0], ops::scalar_like(0, g[0]))};
+      // As libtorch's threshold_backward: zero where y <= 0, so a NaN passes its gradient through.
+      return {where(y.unpack().le(0.0), ops::scalar_like(0, g[0]), g[0])};
     };
   return y;
 }
@@ -595,7 +614,8 @@ Tensor clamp(const Tensor& a, std::optional<Scalar> min, std::optional<Scalar> m
   return y;
 }
 
-// maximum/minimum: the gradient goes to the selected input, split evenly on ties (as torch).
+// maximum/minimum: the gradient goes to the selected input, split evenly on ties. As in libtorch, an input
+// gets none only where it loses the comparison, so where either is NaN both get the whole gradient.
 namespace {
 Tensor extremum(BinaryOp op, const Tensor& a, const Tensor& b, const char* name, const char* node_name) {
   const ScalarType compute = result_type(a, b);
@@ -605,10 +625,12 @@ Tensor extremum(BinaryOp op, const Tensor& a, const Tensor& b, const char* name,
                       sa = SavedVariable(a), sb = SavedVariable(b)](const tensor_list& g) -> tensor_list {
       Tensor av = sa.unpack(), bv = sb.unpack();
       const ScalarType dt = g[0].dtype();
-      // a's share: 1 where a wins, 1/2 on ties, 0 where b wins (a constant: no second derivative).
-      Tensor share = cast(op == BinaryOp::Maximum ? av.gt(bv) : av.lt(bv), dt);
-      share = share + cast(av.eq(bv), dt) * 0.5;
-      return {ta.needed ? ta(g[0] * share) : Tensor(), tb.needed ? tb(g[0] * (1.0 - share)) : Tensor()};
+      // Each share is 1, 1/2 on ties, 0 where that input loses (constants: no second derivative).
+      const Tensor a_loses = op == BinaryOp::Maximum ? av.lt(bv) : av.gt(bv);
+      const Tensor b_loses = op == BinaryOp::Maximum ? av.gt(bv) : av.lt(bv);
+      const Tensor not_tied = 1.0 - cast(av.eq(bv), dt) * 0.5;
+      return {ta.needed ? ta(g[0] * (not_tied - cast(a_loses, dt))) : Tensor(),
+              tb.needed ? tb(g[0] * (not_tied - cast(b_loses, dt))) : Tensor()};
     };
   }
   return y;
@@ -724,6 +746,7 @@ Tensor operator+(Scalar a, const Tensor& b) { return add(b, a); }
 Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 Tensor operator-(const Tensor& a, Scalar b) { return sub(a, b); }
 Tensor operator-(Scalar a, const Tensor& b) {
+  check_sub_operands(a.type(), b.dtype(), "sub");
   const ScalarType c = result_type(b, a);
   return add_impl(BinaryOp::Sub, wrap(a, c, b), b, 1, c, "sub", "RsubBackward1");
 }
@@ -748,9 +771,11 @@ Tensor& Tensor::add_(Scalar o) {
   return add_inplace(BinaryOp::Add, *this, wrap(o, c, *this), 1, c, "add_");
 }
 Tensor& Tensor::sub_(const Tensor& o, Scalar alpha) {
+  check_sub_operands(dtype(), o.dtype(), "sub_");
   return add_inplace(BinaryOp::Sub, *this, o, alpha, result_type(*this, o), "sub_");
 }
 Tensor& Tensor::sub_(Scalar o) {
+  check_sub_operands(dtype(), o.type(), "sub_");
   const ScalarType c = result_type(*this, o);
   return add_inplace(BinaryOp::Sub, *this, wrap(o, c, *this), 1, c, "sub_");
 }
@@ -776,7 +801,8 @@ Tensor& fill_inplace(Tensor& self, const Scalar& value, const char* name) {
     ops::kernels(self).fill(self, value.to<double>());
   }
   if (auto node = autograd::record("FillBackward0", tensor_list{self}, {})) {
-    node->backward = [](const tensor_list&) -> tensor_list { return {Tensor()}; };
+    // The old values had no effect on the result: their gradient is zero, as in libtorch, not absent.
+    node->backward = [](const tensor_list& g) -> tensor_list { return {zeros_like(g[0])}; };
     autograd::rebase_history(self, node);
   }
   return self;

@@ -7,6 +7,7 @@
 // are compositions of other ops, so their gradients come free.
 
 #include <cmath>
+#include <limits>
 
 #include "strata/autograd/ops/common.h"
 
@@ -108,7 +109,7 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes) {
     STRATA_CHECK(hi < num_classes, "one_hot: class value ", hi, " is out of range for num_classes ", num_classes);
   }
   STRATA_CHECK(num_classes > 0, "one_hot: can not infer the number of classes from an empty tensor");
-  Tensor classes = arange(static_cast<double>(num_classes), TensorOptions(kLong).device(indices.device()));
+  Tensor classes = arange(num_classes, TensorOptions(kLong).device(indices.device()));
   return eq(indices.unsqueeze(-1), classes).to(kLong);
 }
 
@@ -168,12 +169,22 @@ ClassTargets check_targets(const Tensor& input, const Tensor& target, const Loss
   return t;
 }
 
+// sum(loss) / sum(weights). With every target ignored the total weight is 0: the mean is NaN, as in
+// libtorch, but its gradient is 0 (libtorch's), not 0 * inf = NaN, so a fully padded batch leaves the
+// weights alone. The division goes through a total that is never 0 and the NaN comes without history.
+Tensor weighted_mean(const Tensor& loss, const Tensor& weights) {
+  Tensor total = sum(weights);
+  Tensor none = total.eq(0.0);
+  Tensor nan = ops::scalar_like(std::numeric_limits<double>::quiet_NaN(), total);
+  return sum(loss) / where(none, ops::scalar_like(1, total), total) + where(none, nan, ops::scalar_like(0, total));
+}
+
 // -weights * input[n, target[n]] per element, reduced; Mean divides by the total weight of non-ignored targets.
 Tensor nll_from(const Tensor& log_probs, const ClassTargets& t, Reduction reduction) {
   Tensor picked = gather(log_probs, 1, t.safe.unsqueeze(1)).squeeze(1);
   if (!t.weights.defined()) return -reduce_loss(picked, reduction);
   Tensor loss = -(picked * t.weights);
-  if (reduction == Reduction::Mean) return sum(loss) / sum(t.weights);
+  if (reduction == Reduction::Mean) return weighted_mean(loss, t.weights);
   return reduce_loss(loss, reduction);
 }
 
@@ -217,7 +228,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const LossOptio
   }
   Tensor smooth = -sum(per_class, 1);
   if (t.valid.defined()) smooth = where(t.valid, smooth, ops::scalar_like(0, smooth));
-  Tensor reduced = options.reduction == Reduction::Mean && t.weights.defined() ? sum(smooth) / sum(t.weights)
+  Tensor reduced = options.reduction == Reduction::Mean && t.weights.defined() ? weighted_mean(smooth, t.weights)
                                                                                : reduce_loss(smooth, options.reduction);
   return nll * (1 - eps) + reduced * (eps / static_cast<double>(C));
 }

@@ -87,7 +87,9 @@ Tensor unsqueeze_reduced(const Tensor& g, const ReducePlan& p) {
 /// The gradient of a sum: the output gradient broadcast over the reduced dims (a view, no copy).
 Tensor expand_reduced(const Tensor& g, const ReducePlan& p) { return unsqueeze_reduced(g, p).expand(p.in_sizes); }
 
-/// amax / amin over dims; the gradient is split evenly among the elements equal to the extreme.
+/// amax / amin over dims; the gradient is split evenly among the elements equal to the extreme. A NaN is
+/// the extreme of its slice, so its gradient goes to the NaN elements (as libtorch's max(); its amax would
+/// give every element of the slice NaN).
 Tensor extreme(ReduceOp op, const Tensor& a, IntArrayRef dims, bool keepdim, const char* name) {
   ReducePlan p = plan_reduce(a, dims, keepdim, name);
   STRATA_CHECK(p.count > 0, name, ": cannot reduce over a dimension of size 0, got shape ", a.sizes());
@@ -95,8 +97,8 @@ Tensor extreme(ReduceOp op, const Tensor& a, IntArrayRef dims, bool keepdim, con
   if (auto node = autograd::record(op == ReduceOp::Max ? "MaxBackward" : "MinBackward", a, out))
     node->backward = [x = autograd::SavedVariable(a), y = autograd::SavedVariable(out, true),
                       p = std::move(p)](const tensor_list& g) -> tensor_list {
-      Tensor input = x.unpack();
-      Tensor ties = input.eq(unsqueeze_reduced(y.unpack(), p));
+      Tensor input = x.unpack(), extreme = unsqueeze_reduced(y.unpack(), p);
+      Tensor ties = input.eq(extreme).logical_or(input.ne(input).logical_and(extreme.ne(extreme)));
       Tensor share = unsqueeze_reduced(g[0], p) / sum(ties, p.dims, true);
       return {where(ties, share, ops::scalar_like(0, share))};
     };
@@ -268,10 +270,53 @@ Tensor var(const Tensor& a, IntArrayRef dims, bool unbiased, bool keepdim) {
   return sum(centered * centered, dims, keepdim).div(divisor);
 }
 
+// sqrt(var) with libtorch's gradient g / (2 std) * dvar, defined as 0 where std is 0 (sqrt's infinite slope
+// times var's zero gradient would be NaN there).
 Tensor std(const Tensor& a, IntArrayRef dims, bool unbiased, bool keepdim) {
   STRATA_CHECK(a.is_floating_point(), "std: expected a floating point tensor, got ", a.dtype());
-  return sqrt(var(a, dims, unbiased, keepdim));
+  if (is_reduced_floating_point(a.dtype()))  // Note [16-bit reductions]
+    return std(a.to(kFloat), dims, unbiased, keepdim).to(a.dtype());
+  ReducePlan p = plan_reduce(a, dims, keepdim, "std");
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = sqrt(var(a, dims, unbiased, keepdim));
+  }
+  if (auto node = autograd::record("StdBackward0", a, out))
+    node->backward = [x = autograd::SavedVariable(a), y = autograd::SavedVariable(out, true), unbiased,
+                      p = std::move(p)](const tensor_list& g) -> tensor_list {
+      Tensor input = x.unpack(), sd = unsqueeze_reduced(y.unpack(), p);
+      const double divisor = static_cast<double>(std::max<int64_t>(0, p.count - (unbiased ? 1 : 0)));
+      Tensor scale = where(sd.eq(0.0), ops::scalar_like(0, sd), unsqueeze_reduced(g[0], p) / (sd * divisor));
+      return {scale * (input - mean(input, p.dims, true))};
+    };
+  return out;
 }
+
+namespace {
+// (sum |x|^p)^(1/p) with libtorch's gradient g * sgn(x) |x|^(p-1) / norm^(p-1), defined as 0 where the norm
+// is 0 and, for p < 1, where x is 0 (the composition would give NaN at both).
+Tensor pnorm(const Tensor& a, double p_value, IntArrayRef dims, bool keepdim) {
+  ReducePlan p = plan_reduce(a, dims, keepdim, "norm");
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = pow(sum(pow(abs(a), p_value), dims, keepdim), 1.0 / p_value);
+  }
+  if (auto node = autograd::record("NormBackward1", a, out))
+    node->backward = [x = autograd::SavedVariable(a), y = autograd::SavedVariable(out, true), p_value,
+                      p = std::move(p)](const tensor_list& g) -> tensor_list {
+      Tensor input = x.unpack(), norm = unsqueeze_reduced(y.unpack(), p);
+      Tensor zero = ops::scalar_like(0, norm);
+      Tensor scale = where(norm.eq(0.0), zero, unsqueeze_reduced(g[0], p) / pow(norm, p_value - 1));
+      Tensor local = pow(abs(input), p_value - 1);
+      local = where(input.lt(0.0), -local, local);
+      if (p_value < 1) local = where(input.eq(0.0), zero, local);
+      return {scale * local};
+    };
+  return out;
+}
+}  // namespace
 
 Tensor norm(const Tensor& a, double p, IntArrayRef dims, bool keepdim) {
   STRATA_CHECK(a.is_floating_point(), "norm: expected a floating point tensor, got ", a.dtype());
@@ -280,12 +325,14 @@ Tensor norm(const Tensor& a, double p, IntArrayRef dims, bool keepdim) {
   if (p == 1) return sum(abs(a), dims, keepdim);
   if (p == 0) return sum(a.ne(0.0), dims, keepdim).to(a.dtype());  // the count of non-zeros
   if (std::isinf(p)) return extreme(p > 0 ? ReduceOp::Max : ReduceOp::Min, abs(a), dims, keepdim, "norm");
-  return pow(sum(pow(abs(a), p), dims, keepdim), 1.0 / p);
+  return pnorm(a, p, dims, keepdim);
 }
 
 Tensor logsumexp(const Tensor& a, IntArrayRef dims, bool keepdim) {
   Tensor x = a.is_floating_point() ? a : a.to(kFloat);
   const ReducePlan p = plan_reduce(x, dims, keepdim, "logsumexp");
+  // The log of an empty sum is -inf, as in libtorch; the sum keeps the (empty) gradient path to x.
+  if (p.count == 0) return sum(x, dims, keepdim) - std::numeric_limits<double>::infinity();
   // Subtract the (detached) max so exp cannot overflow; an infinite max is replaced by 0 so that
   // inf - inf does not make a NaN. The gradient is unchanged: the max cancels out.
   Tensor shift;

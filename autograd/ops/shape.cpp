@@ -4,8 +4,8 @@
 // node whose backward maps the view's gradient back to the input's geometry: permute back,
 // reshape back, sum_to for expand, and for narrow/slice/select write the gradient into zeros
 // through the same view (view_scatter). Those maps are strata ops themselves, so double backward
-// works. After recording, mark_view tells the in-place checks that the output aliases an input
-// that requires grad.
+// works. After recording, mark_view links the output to its base (Note [view history] in
+// autograd/variable.cpp), so that an in-place op on it rebases the base (Note [CopySlices]).
 
 #include <algorithm>
 #include <optional>
@@ -143,19 +143,30 @@ struct Geometry {
   }
   /// The storage positions of its elements in row-major order, as a 1-D int64 tensor.
   Tensor positions(int64_t storage_size, Device device) const {
-    Tensor all = arange(static_cast<double>(storage_size), TensorOptions(kLong).device(device));
+    Tensor all = arange(storage_size, TensorOptions(kLong).device(device));
     return make_view(all, sizes, strides, offset).reshape({-1});
   }
+  /// t's geometry.
+  static Geometry of(const Tensor& t) { return {t.sizes(), t.strides(), t.storage_offset()}; }
 };
-
-}  // namespace
-
-// ---- views ----
 
 // Note [as_strided backward]: the input and the output are two windows on one storage. A storage
 // element's gradient is the sum of the output gradients that read it (scatter_add into a flat
 // buffer); each input element takes the gradient of the element it sits on (gather). Inputs whose
 // own elements overlap (stride 0) are not handled: each alias would receive the full sum.
+auto as_strided_backward(Geometry in_geo, Geometry out_geo) {
+  return [in_geo = std::move(in_geo), out_geo = std::move(out_geo)](const tensor_list& g) -> tensor_list {
+    const int64_t n = std::max(in_geo.extent(), out_geo.extent());
+    Tensor flat = zeros({n}, g[0].options());
+    flat = strata::scatter_add(flat, 0, out_geo.positions(n, g[0].device()), g[0].reshape({-1}));
+    return {strata::gather(flat, 0, in_geo.positions(n, g[0].device())).reshape(in_geo.sizes)};
+  };
+}
+
+}  // namespace
+
+// ---- views ----
+
 Tensor Tensor::as_strided(IntArrayRef sizes, IntArrayRef strides, std::optional<int64_t> offset) const {
   STRATA_CHECK(sizes.size() == strides.size(), "as_strided: got ", sizes.size(), " sizes ", sizes, " but ",
                strides.size(), " strides ", strides);
@@ -169,15 +180,65 @@ Tensor Tensor::as_strided(IntArrayRef sizes, IntArrayRef strides, std::optional<
                " and storage offset ", out_geo.offset, " need a storage of ", out_geo.extent(),
                " elements, but the storage holds ", storage_size);
   Tensor out = make_view(*this, sizes, strides, out_geo.offset);
-  auto backward = [in_geo = Geometry{this->sizes(), this->strides(), storage_offset()},
-                   out_geo](const tensor_list& g) -> tensor_list {
-    const int64_t n = std::max(in_geo.extent(), out_geo.extent());
-    Tensor flat = zeros({n}, g[0].options());
-    flat = strata::scatter_add(flat, 0, out_geo.positions(n, g[0].device()), g[0].reshape({-1}));
-    return {strata::gather(flat, 0, in_geo.positions(n, g[0].device())).reshape(in_geo.sizes)};
-  };
-  return record_view("AsStridedBackward", *this, out, std::move(backward));
+  return record_view("AsStridedBackward", *this, out, as_strided_backward(Geometry::of(*this), out_geo));
 }
+
+// ---- in place through views ----
+
+namespace ops {
+
+void set_view_history(const Tensor& view) {
+  const Tensor base(view.impl().view_base);
+  auto node = std::make_shared<autograd::LambdaNode>("AsStridedBackward", 1);
+  node->next_edges.push_back(autograd::gradient_edge(base));
+  node->backward = as_strided_backward(Geometry::of(base), Geometry::of(view));
+  autograd::set_history(view, node);
+  autograd::ensure_meta(view).base_grad_fn = base.grad_fn().get();
+}
+
+namespace {
+// Note [CopySlices]: an in-place op on a view writes into its base. The op's node `fn` maps the gradient of
+// the view's new values to those of the view's old values and of the op's other operands. The base's new
+// history is CopySlices over its old history: the base's gradient with the view's region replaced by what
+// fn makes of that region's gradient, and fn's other gradients passed on; the view becomes an as_strided
+// view of the base's new history. Written in differentiable ops, so double backward works. As libtorch's.
+struct CopySlices final : autograd::Node {
+  CopySlices(Geometry base, Geometry view, std::shared_ptr<autograd::Node> fn)
+      : base_(std::move(base)), view_(std::move(view)), fn_(std::move(fn)) {}
+
+  tensor_list apply(tensor_list&& grads) override {
+    const Tensor& g = grads[0];
+    const int64_t n = std::max(base_.extent(), view_.extent());  // storage elements either touches
+    const Tensor base_at = base_.positions(n, g.device()), view_at = view_.positions(n, g.device());
+    Tensor flat = scatter_add(zeros({n}, g.options()), 0, base_at, g.reshape({-1}));
+    tensor_list from_fn = fn_->apply({gather(flat, 0, view_at).reshape(view_.sizes)});
+    // The view's region of the base's gradient is what fn gives its old values (zero when nothing).
+    const Tensor in_view = scatter_add(zeros({n}, g.options()), 0, view_at, ones({view_at.numel()}, g.options()));
+    flat = flat * (1.0 - in_view);
+    if (from_fn[0].defined()) flat = scatter_add(flat, 0, view_at, from_fn[0].reshape({-1}));
+    tensor_list out{gather(flat, 0, base_at).reshape(base_.sizes)};
+    for (size_t i = 1; i < next_edges.size(); ++i) out.push_back(std::move(from_fn[i]));
+    return out;
+  }
+  const char* name() const override { return "CopySlices"; }
+  void release_variables() override { fn_->release_variables(); }
+
+ private:
+  Geometry base_, view_;
+  std::shared_ptr<autograd::Node> fn_;
+};
+}  // namespace
+
+void rebase_view_history(const Tensor& view, const std::shared_ptr<autograd::Node>& fn) {
+  const Tensor base(view.impl().view_base);
+  auto copy_slices = std::make_shared<CopySlices>(Geometry::of(base), Geometry::of(view), fn);
+  copy_slices->next_edges.push_back(autograd::gradient_edge(base));  // the base's old history
+  copy_slices->next_edges.insert(copy_slices->next_edges.end(), fn->next_edges.begin() + 1, fn->next_edges.end());
+  autograd::set_history(base, copy_slices);
+  set_view_history(view);
+}
+
+}  // namespace ops
 
 Tensor Tensor::view(IntArrayRef sizes) const {
   DimVector shape = infer_size(sizes, *this, "view");
@@ -512,7 +573,7 @@ Tensor Tensor::repeat(IntArrayRef repeats) const {
 
 // ---- conversion and copies ----
 
-Tensor Tensor::to(Device target, ScalarType type, bool copy) const {
+Tensor Tensor::to(Device target, ScalarType type, bool /*non_blocking*/, bool copy) const {
   if (type == dtype() && target == device() && !copy) return *this;
   Tensor out = empty(sizes(), TensorOptions(type).device(target));
   copy_kernels_for(device(), target).copy(*this, out);
@@ -524,8 +585,21 @@ Tensor Tensor::to(Device target, ScalarType type, bool copy) const {
   return out;
 }
 
-Tensor Tensor::to(ScalarType type, bool copy) const { return to(device(), type, copy); }
-Tensor Tensor::to(Device target, bool copy) const { return to(target, dtype(), copy); }
+Tensor Tensor::to(ScalarType type, bool non_blocking, bool copy) const {
+  return to(device(), type, non_blocking, copy);
+}
+Tensor Tensor::to(Device target, bool non_blocking, bool copy) const {
+  return to(target, dtype(), non_blocking, copy);
+}
+Tensor Tensor::to(const TensorOptions& options, bool non_blocking, bool copy) const {
+  STRATA_CHECK(!options.requires_grad(), "to(options): options must not set requires_grad (got true); call "
+               "requires_grad_() on the result instead");
+  return to(options.has_device() ? options.device() : device(), options.has_dtype() ? options.dtype() : dtype(),
+            non_blocking, copy);
+}
+Tensor Tensor::to(const Tensor& other, bool non_blocking, bool copy) const {
+  return to(other.device(), other.dtype(), non_blocking, copy);
+}
 Tensor Tensor::cpu() const { return to(Device(kCPU)); }
 Tensor Tensor::cuda(int index) const {
   STRATA_CHECK(index >= -1 && index < 128, "cuda: device index must be in [0, 128) or -1 (current), got ", index);
@@ -551,15 +625,15 @@ Tensor& Tensor::copy_(const Tensor& src) {
   }
   // Only a floating-point target can carry the history of what was copied into it.
   const bool records = is_floating_point() && autograd::any_requires_grad({*this, src});
-  autograd::check_inplace(*this, "copy_", records);
-  copy_kernels_for(src.device(), device()).copy(from, *this);
+  autograd::check_inplace(*this, "copy_");
+  copy_kernels_for(src.device(), device()).copy(ops::unaliased(from, *this), *this);
   if (!records) return *this;
   if (auto node = autograd::record("CopyBackward", tensor_list{*this, src}, {})) {
-    // self's old values are overwritten: no gradient flows to its previous history.
+    // self's old values are overwritten: their gradient is zero (as in libtorch, not absent).
     node->backward = [src_sizes = DimVector(src.sizes()), src_type = src.dtype(), src_device = src.device(),
                       src_float = src.is_floating_point()](const tensor_list& g) {
-      if (!src_float) return tensor_list{Tensor(), Tensor()};
-      return tensor_list{Tensor(), ops::sum_to(g[0], src_sizes).to(src_device, src_type)};
+      if (!src_float) return tensor_list{zeros_like(g[0]), Tensor()};
+      return tensor_list{zeros_like(g[0]), ops::sum_to(g[0], src_sizes).to(src_device, src_type)};
     };
     autograd::rebase_history(*this, node);
   }

@@ -51,7 +51,7 @@ inline tensor_list to_gpu(const tensor_list& xs) {
       out.push_back(x);
       continue;
     }
-    Tensor y = x.detach().to(gpu(), /*copy=*/true);
+    Tensor y = x.detach().to(gpu(), /*non_blocking=*/false, /*copy=*/true);
     if (x.requires_grad()) y.requires_grad_(true);
     out.push_back(y);
   }

@@ -110,7 +110,7 @@ TEST(CudaDevice, EveryDtypeRoundTripsIncludingNonContiguous) {
     }
     const Tensor g = x.cuda();
     EXPECT_TRUE(g.cuda().is_same(g));                       // already there: no copy
-    EXPECT_FALSE(g.to(gpu(), /*copy=*/true).is_alias_of(g));  // copy=true copies
+    EXPECT_FALSE(g.to(gpu(), /*non_blocking=*/false, /*copy=*/true).is_alias_of(g));  // copy=true copies
   }
 }
 

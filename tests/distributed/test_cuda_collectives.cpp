@@ -37,7 +37,7 @@ const std::vector<ScalarType> kFloatDtypes = {kFloat, kDouble, kHalf, kBFloat16}
 Tensor input(ScalarType t, int64_t n, Device d, int salt = 0, int r = rank()) {
   std::vector<double> v(n);
   for (int64_t i = 0; i < n; ++i) v[i] = t == kBool ? (i + r + salt) % 2 : (i + r + salt) % 3 + 1;
-  return tensor(v, kDouble).to(d, t, /*copy=*/true);
+  return tensor(v, kDouble).to(d, t, /*non_blocking=*/false, /*copy=*/true);
 }
 
 /// A collective run on tensors of dtype t on device d; returns its outputs.
@@ -319,7 +319,7 @@ using Differentiable = std::function<Tensor(const Tensor&)>;
 
 /// {output, the leaf's gradient} of `op` on device d, with loss sum(output * w) for a rank-dependent w.
 tensor_list forward_and_backward(Device d, const Differentiable& op) {
-  Tensor x = input(kDouble, 24, d).view({12, 2}).to(d, kDouble, /*copy=*/true).requires_grad_(true);
+  Tensor x = input(kDouble, 24, d).view({12, 2}).to(d, kDouble, /*non_blocking=*/false, /*copy=*/true).requires_grad_(true);
   Tensor out = op(x);
   if (out.defined()) F::backward({(out * input(kDouble, out.numel(), d, 1).view(out.sizes())).sum()});
   else F::backward();

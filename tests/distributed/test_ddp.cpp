@@ -33,7 +33,7 @@ TEST(DDP, MatchesSingleProcessTrainingFloat32) { expect_matches_single_process(k
 TEST(DDP, MatchesSingleProcessTrainingFloat64) { expect_matches_single_process(kDouble, 1e-12); }
 
 TEST(DDP, BroadcastsRankZerosParametersAndBuffers) {
-  auto m = bare({{"w", full({3}, rank())}});
+  auto m = bare({{"w", full({3}, rank(), kFloat)}});
   m->register_buffer("count", full({1}, 10 + rank(), kLong));
   nn::DistributedDataParallel ddp(m);
   EXPECT_VALUES(m->parameters()[0], {0, 0, 0});

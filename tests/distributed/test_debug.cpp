@@ -55,7 +55,7 @@ TEST_F(Detail, AgreeingCallsPass) {
   const int n = get_world_size(), me = get_rank();
   std::vector<int64_t> in_splits(n), out_splits(n, me);
   for (int p = 0; p < n; ++p) in_splits[p] = p;
-  Tensor in = full({n * (n - 1) / 2, 2}, me);
+  Tensor in = full({n * (n - 1) / 2, 2}, me, kFloat);
   Tensor out = empty({static_cast<int64_t>(n) * me, 2});
   all_to_all_single(out, in, out_splits, in_splits);
   std::vector<double> expected;
@@ -178,7 +178,7 @@ TEST_F(Detail, P2PRingExchangeDoesNotDeadlock) {
   NEEDS_RANKS(2);
   const int n = get_world_size(), me = get_rank();
   Tensor got = zeros({2});
-  auto works = batch_isend_irecv({{P2POp::kRecv, got, (me + n - 1) % n}, {P2POp::kSend, full({2}, me), (me + 1) % n}});
+  auto works = batch_isend_irecv({{P2POp::kRecv, got, (me + n - 1) % n}, {P2POp::kSend, full({2}, me, kFloat), (me + 1) % n}});
   for (auto& w : works) w->wait();
   EXPECT_VALUES(got, {double((me + n - 1) % n), double((me + n - 1) % n)});
 }

@@ -230,6 +230,9 @@ TEST(NnLayers, LossModulesMatchHandValues) {
   Tensor target = tensor({2});
   EXPECT_VALUES(CrossEntropyLoss()(logits, target), {std::log(1 + std::exp(-1.0) + std::exp(-2.0))});
   EXPECT_VALUES(functional::cross_entropy(logits, target), {std::log(1 + std::exp(-1.0) + std::exp(-2.0))});
+  // libtorch's argument order: F::embedding(input, weight).
+  const Tensor table = arange(6, kFloat).reshape({3, 2});
+  EXPECT_VALUES(functional::embedding(tensor({2, 0}), table), {4, 5, 0, 1});
 
   Tensor log_probs = tensor({-1.0, -2.0, -0.5, -3.0}).reshape({2, 2});
   EXPECT_VALUES(NLLLoss()(log_probs, tensor({1, 0})), {1.25});
