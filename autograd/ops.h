@@ -11,13 +11,14 @@
 #include <string>
 
 #include "strata/tensor/creation.h"
+#include "strata/tensor/promotion.h"
 #include "strata/tensor/tensor.h"
 
 namespace strata {
 
 // ---- elementwise (autograd/ops/elementwise.cpp) ----
 Tensor add(const Tensor& a, const Tensor& b, Scalar alpha = 1);  ///< a + alpha * b, broadcasting
-Tensor add(const Tensor& a, Scalar b, Scalar alpha = 1);  ///< a + alpha * b (Note [type promotion] in elementwise.cpp)
+Tensor add(const Tensor& a, Scalar b, Scalar alpha = 1);  ///< a + alpha * b (Note [type promotion] in tensor/promotion.cpp)
 Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha = 1);  ///< a - alpha * b
 Tensor sub(const Tensor& a, Scalar b, Scalar alpha = 1);  ///< a - alpha * b
 Tensor mul(const Tensor& a, const Tensor& b);  ///< a * b
@@ -57,11 +58,6 @@ Tensor ge(const Tensor& a, Scalar b);  ///< a >= b, bool
 Tensor logical_and(const Tensor& a, const Tensor& b);  ///< a && b, bool
 Tensor logical_or(const Tensor& a, const Tensor& b);  ///< a || b, bool
 Tensor logical_not(const Tensor& a);  ///< !a, bool
-/// The dtype of a binary op's result under libtorch's promotion rules.
-ScalarType result_type(const Tensor& a, const Tensor& b);
-/// The dtype of `a op b` for a wrapped number b: a's, unless b's kind (bool < integer < floating) is
-/// higher, then Long or Float (the default dtype).
-ScalarType result_type(const Tensor& a, const Scalar& b);
 
 // ---- reductions (autograd/ops/reduce.cpp); an empty dims list means every dim ----
 Tensor sum(const Tensor& a, IntArrayRef dims = {}, bool keepdim = false);  ///< sum over dims

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <atomic>
 
-#include "strata/autograd/ops.h"
 #include "strata/distributed/detail/front_end.h"
 #include "strata/tensor/creation.h"
 
@@ -94,11 +93,17 @@ void unflatten_into(const Tensor& flat, const tensor_list& outputs) {
   }
 }
 
+// The tensors (a non-empty list of one dtype and device, as the callers check) one after another in one buffer.
 Tensor flatten_all(const tensor_list& tensors) {
-  tensor_list flat;
-  flat.reserve(tensors.size());
-  for (const Tensor& t : tensors) flat.push_back(t.detach().reshape({-1}));
-  return cat(flat);
+  int64_t total = 0;
+  for (const Tensor& t : tensors) total += t.numel();
+  Tensor flat = empty({total}, tensors.front().options());
+  int64_t at = 0;
+  for (const Tensor& t : tensors) {
+    flat.narrow(0, at, t.numel()).copy_(t.detach().reshape({-1}));
+    at += t.numel();
+  }
+  return flat;
 }
 
 }  // namespace

@@ -94,6 +94,11 @@ inline TensorOptions dtype(ScalarType t) { return TensorOptions().dtype(t); }
 inline TensorOptions requires_grad(bool r = true) { return TensorOptions().requires_grad(r); }
 
 /// A handle to a TensorImpl; copying a Tensor shares data, clone() copies it. Default-constructed is undefined.
+///
+/// Where the methods live: metadata and raw data access in tensor/tensor.cpp; the autograd methods in
+/// autograd/variable.cpp; every other method is the differentiable op of the same name from the op
+/// library (autograd/ops.h), defined beside its backward in the autograd/ops/<family>.cpp that each
+/// section below names. tensor/ itself never calls an op method: it works through the kernel table.
 class Tensor {
  public:
   Tensor() = default;
@@ -127,7 +132,7 @@ class Tensor {
   TensorImpl& impl() const { STRATA_CHECK(impl_, "tensor is undefined"); return *impl_; }  ///< the shared state
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }  ///< the shared state's owner
 
-  // ---- autograd (defined in autograd/) ----
+  // ---- autograd (autograd/variable.cpp) ----
   bool requires_grad() const;  ///< whether gradients flow to this tensor
   Tensor& requires_grad_(bool r = true);  ///< makes a leaf require grad (or not); returns *this
   Tensor& set_requires_grad(bool r);  ///< same as requires_grad_
@@ -153,7 +158,7 @@ class Tensor {
   /// (as libtorch's set_data; Module::to uses it so that handles to parameters stay valid).
   void set_data(const Tensor& data) const;
 
-  // ---- conversion and copies ----
+  // ---- conversion and copies (autograd/ops/shape.cpp) ----
   // libtorch's signatures: non_blocking is accepted and may be ignored (strata's copies are ordered on the
   // device's stream and wait where the host reads); copy forces a new tensor when nothing would change.
   /// Converts the dtype (returns *this when equal and !copy).
@@ -172,7 +177,7 @@ class Tensor {
   Tensor contiguous() const;  ///< *this if contiguous, else a contiguous copy
   Tensor& copy_(const Tensor& src);  ///< copies src (broadcast, converted) into this tensor
 
-  // ---- elementwise ----
+  // ---- elementwise (autograd/ops/elementwise.cpp) ----
   Tensor add(const Tensor& o, Scalar alpha = 1) const;  ///< this + alpha * o
   Tensor add(Scalar o) const;  ///< this + o
   Tensor sub(const Tensor& o, Scalar alpha = 1) const;  ///< this - alpha * o
@@ -210,9 +215,8 @@ class Tensor {
   Tensor logical_and(const Tensor& o) const;  ///< elementwise and, bool
   Tensor logical_or(const Tensor& o) const;  ///< elementwise or, bool
   Tensor logical_not() const;  ///< elementwise not, bool
-  Tensor masked_fill(const Tensor& mask, Scalar value) const;  ///< value where mask, else this
 
-  // ---- reductions ----
+  // ---- reductions (autograd/ops/reduce.cpp) ----
   Tensor sum(std::optional<ScalarType> dtype = std::nullopt) const;  ///< sum of all elements
   Tensor sum(IntArrayRef dims, bool keepdim = false) const;  ///< sum over dims
   Tensor mean() const;  ///< mean of all elements
@@ -236,7 +240,7 @@ class Tensor {
   Tensor norm(double p = 2, IntArrayRef dims = {}, bool keepdim = false) const;  ///< p-norm (all dims when empty)
   Tensor logsumexp(IntArrayRef dims, bool keepdim = false) const;  ///< log(sum(exp(this))) computed stably
 
-  // ---- linear algebra ----
+  // ---- linear algebra (autograd/ops/linalg.cpp; transposes and permute: shape.cpp) ----
   Tensor matmul(const Tensor& o) const;  ///< numpy-style matmul
   Tensor mm(const Tensor& o) const;  ///< 2-D matrix product
   Tensor bmm(const Tensor& o) const;  ///< 3-D batched matrix product
@@ -244,7 +248,7 @@ class Tensor {
   Tensor transpose(int64_t d0, int64_t d1) const;  ///< swaps two dims (a view)
   Tensor permute(IntArrayRef dims) const;  ///< reorders dims (a view)
 
-  // ---- shape ----
+  // ---- shape (autograd/ops/shape.cpp) ----
   Tensor reshape(IntArrayRef sizes) const;  ///< a view when possible, else a copy; one size may be -1
   Tensor view(IntArrayRef sizes) const;  ///< a view with new sizes; throws when strides do not allow it
   Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;  ///< merges dims start..end
@@ -264,16 +268,17 @@ class Tensor {
   Tensor repeat(IntArrayRef repeats) const;  ///< tiles the tensor
   Tensor as_strided(IntArrayRef sizes, IntArrayRef strides, std::optional<int64_t> offset = std::nullopt) const;  ///< raw view
 
-  // ---- indexing ----
+  // ---- indexing (autograd/ops/index.cpp) ----
   Tensor index_select(int64_t dim, const Tensor& index) const;  ///< picks indices along dim
   Tensor gather(int64_t dim, const Tensor& index) const;  ///< out[i][j] = this[i][index[i][j]] for dim 1
   Tensor scatter_add(int64_t dim, const Tensor& index, const Tensor& src) const;  ///< adds src at index along dim
+  Tensor masked_fill(const Tensor& mask, Scalar value) const;  ///< value where mask, else this
 
-  // ---- nn ----
+  // ---- nn (autograd/ops/nn.cpp) ----
   Tensor softmax(int64_t dim) const;  ///< exp normalised along dim
   Tensor log_softmax(int64_t dim) const;  ///< log of softmax, computed stably
 
-  // ---- in place (bump the version counter) ----
+  // ---- in place, bumping the version counter (autograd/ops/elementwise.cpp; copy_: shape.cpp) ----
   Tensor& add_(const Tensor& o, Scalar alpha = 1);  ///< this += alpha * o
   Tensor& add_(Scalar o);  ///< this += o
   Tensor& sub_(const Tensor& o, Scalar alpha = 1);  ///< this -= alpha * o

@@ -1,18 +1,7 @@
 // Elementwise ops: arithmetic, unary math, activations, comparisons, where, and the in-place
 // forms, each forward beside its backward.
 //
-// Note [type promotion]: libtorch's result_type. Categories are bool < integer < floating.
-// Tensors with dims decide the dtype (the highest among them); a 0-dim tensor only raises it
-// when its category is higher (then its own dtype wins). A Scalar is a "wrapped number" whose
-// kind (bool, integral, floating: how it was constructed, not its value) only raises the
-// category, to the default dtype of that category: an integral Scalar keeps an int64 tensor
-// int64 and turns a bool tensor into int64 (`long_t + 1` is Long, `bool_t + 1` is Long); a
-// floating Scalar turns an integer or bool tensor into float32 (`long_t * 2.5` is Float) and
-// leaves a floating tensor's dtype alone (`float32_t * 2.0` stays float32). See
-// result_type(Tensor, Scalar); the scalar overloads pass that dtype down explicitly.
-// The number is then read exactly in the computation dtype (Scalar::to<T>), so int64 math
-// with an integral Scalar never goes through a double: `long_t * 3` and `long_t.eq(2^53 + 1)`
-// are exact, and so is clamp on an int64 tensor with integral bounds.
+// Type promotion is libtorch's result_type (Note [type promotion] in tensor/promotion.cpp).
 //
 // Note [wrapped numbers]: a Scalar operand becomes a tensor of the computation dtype with the
 // other operand's sizes and all strides 0, backed by one element (wrap()). It then meets the
@@ -31,8 +20,6 @@ using autograd::LambdaNode;
 using autograd::SavedVariable;
 
 namespace {
-
-int category(ScalarType t) { return t == kBool ? 0 : (t == kLong ? 1 : 2); }
 
 // Float ops (exp, log, ...) on integer or bool tensors compute in float32, as torch.
 ScalarType float_type(const Tensor& t) { return t.is_floating_point() ? t.dtype() : kFloat; }
@@ -358,20 +345,13 @@ void set_clamp_backward(LambdaNode& node, Tensor mask) {
   node.backward = [mask = std::move(mask)](const tensor_list& g) -> tensor_list { return {g[0] * mask}; };
 }
 
-// The dtype of `t op s` for a wrapped number s (Note [type promotion]).
-ScalarType promote_with(ScalarType t, const Scalar& s) {
-  const int kind = s.isFloatingPoint() ? 2 : s.isIntegral() ? 1 : 0;
-  if (kind <= category(t)) return t;
-  return kind == 2 ? kFloat : kLong;
-}
-
 // clamp computes in the dtype promoted with both bounds: Long stays Long with integral bounds.
 ScalarType clamp_type(const Tensor& a, const std::optional<Scalar>& lo, const std::optional<Scalar>& hi) {
   STRATA_CHECK(lo || hi, "clamp: at least one of 'min' or 'max' must not be None");
   STRATA_CHECK(a.dtype() != kBool, "clamp: bool tensors are not supported");
   ScalarType t = a.dtype();
-  if (lo) t = promote_with(t, *lo);
-  if (hi) t = promote_with(t, *hi);
+  if (lo) t = result_type(t, *lo);
+  if (hi) t = result_type(t, *hi);
   return t;
 }
 
@@ -389,19 +369,6 @@ Tensor unaliased(const Tensor& operand, const Tensor& target) {
   return copy;
 }
 }  // namespace ops
-
-// ---- promotion ----
-
-ScalarType result_type(const Tensor& a, const Scalar& b) { return promote_with(a.dtype(), b); }
-
-ScalarType result_type(const Tensor& a, const Tensor& b) {
-  const ScalarType ta = a.dtype(), tb = b.dtype();
-  if (ta == tb) return ta;
-  const bool a_dims = a.dim() > 0, b_dims = b.dim() > 0;
-  if (a_dims == b_dims) return promote_types(ta, tb);
-  const ScalarType dimmed = a_dims ? ta : tb, zero_dim = a_dims ? tb : ta;
-  return category(zero_dim) > category(dimmed) ? zero_dim : dimmed;
-}
 
 // ---- arithmetic ----
 

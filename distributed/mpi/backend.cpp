@@ -8,7 +8,6 @@
 #include <functional>
 #include <utility>
 
-#include "strata/autograd/ops.h"
 #include "strata/distributed/mpi/mpi.h"
 #include "strata/distributed/process_group.h"
 

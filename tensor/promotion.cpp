@@ -1,0 +1,39 @@
+// Note [type promotion]: libtorch's result_type. Categories are bool < integer < floating.
+// Tensors with dims decide the dtype (the highest among them); a 0-dim tensor only raises it
+// when its category is higher (then its own dtype wins). A Scalar is a "wrapped number" whose
+// kind (bool, integral, floating: how it was constructed, not its value) only raises the
+// category, to the default dtype of that category: an integral Scalar keeps an int64 tensor
+// int64 and turns a bool tensor into int64 (`long_t + 1` is Long, `bool_t + 1` is Long); a
+// floating Scalar turns an integer or bool tensor into float32 (`long_t * 2.5` is Float) and
+// leaves a floating tensor's dtype alone (`float32_t * 2.0` stays float32). The ops' scalar
+// overloads pass result_type(Tensor, Scalar) down explicitly, and read the number exactly in
+// that dtype (Scalar::to<T>), so int64 math with an integral Scalar never goes through a double:
+// `long_t * 3` and `long_t.eq(2^53 + 1)` are exact, and so is clamp on an int64 tensor with
+// integral bounds.
+
+#include "strata/tensor/promotion.h"
+
+namespace strata {
+
+namespace {
+int category(ScalarType t) { return t == kBool ? 0 : (t == kLong ? 1 : 2); }
+}  // namespace
+
+ScalarType result_type(ScalarType t, const Scalar& b) {
+  const int kind = b.isFloatingPoint() ? 2 : b.isIntegral() ? 1 : 0;
+  if (kind <= category(t)) return t;
+  return kind == 2 ? kFloat : kLong;
+}
+
+ScalarType result_type(const Tensor& a, const Scalar& b) { return result_type(a.dtype(), b); }
+
+ScalarType result_type(const Tensor& a, const Tensor& b) {
+  const ScalarType ta = a.dtype(), tb = b.dtype();
+  if (ta == tb) return ta;
+  const bool a_dims = a.dim() > 0, b_dims = b.dim() > 0;
+  if (a_dims == b_dims) return promote_types(ta, tb);
+  const ScalarType dimmed = a_dims ? ta : tb, zero_dim = a_dims ? tb : ta;
+  return category(zero_dim) > category(dimmed) ? zero_dim : dimmed;
+}
+
+}  // namespace strata
