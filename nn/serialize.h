@@ -6,7 +6,8 @@
 //   nn::save(*model, "model.safetensors");
 //   nn::load(*model, "model.safetensors");          // names and shapes must match the module's
 //
-//   nn::save_checkpoint("ckpt.safetensors", *model, &opt, {{"epoch", std::to_string(3)}});
+//   int epoch = 3;                                   // the last epoch trained
+//   nn::save_checkpoint("ckpt.safetensors", *model, &opt, {{"epoch", std::to_string(epoch)}});
 //   auto metadata = nn::load_checkpoint("ckpt.safetensors", *model, &opt);
 //   int start_epoch = std::stoi(metadata.at("epoch")) + 1;
 //
