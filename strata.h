@@ -1,5 +1,11 @@
 #pragma once
 // The umbrella header: #include <strata/strata.h> brings in the whole public API.
+//
+//   #include <strata/strata.h>
+//   using namespace strata;
+//   nn::Linear fc(784, 10);
+//   Tensor loss = cross_entropy(fc(randn({64, 784})), randint(0, 10, {64}));
+//   loss.backward();
 
 #include "strata/autograd/checkpoint.h"
 #include "strata/autograd/engine.h"

@@ -2,6 +2,7 @@
 // Activation checkpointing (torch.utils.checkpoint): runs part of a model without keeping its activations
 // and recomputes them during backward, trading compute for memory.
 //
+//   Tensor x = randn({64, 784}), labels = randint(0, 256, {64});
 //   nn::Linear fc1(784, 256), fc2(256, 256);
 //   auto block = [&](const tensor_list& in) { return tensor_list{fc2(relu(fc1(in[0])))}; };
 //   tensor_list params = fc1->parameters();

@@ -1,9 +1,11 @@
 #pragma once
 // Running the graph backwards.
 //
-//   loss.backward();                                   // accumulates into leaves' grad()
+//   auto x = strata::randn({3}, strata::requires_grad());
+//   auto y = (x * x * x).sum();
+//   y.backward({}, /*retain_graph=*/true);             // accumulates into leaves' grad(): 3 x^2
 //   auto g = strata::autograd::grad({y}, {x}, {}, /*retain_graph=*/true, /*create_graph=*/true);
-//   auto gg = strata::autograd::grad({g[0].sum()}, {x}); // a second derivative
+//   auto gg = strata::autograd::grad({g[0].sum()}, {x}); // a second derivative: 6 x
 
 #include <functional>
 #include <optional>

@@ -1,7 +1,8 @@
 #pragma once
 // Custom differentiable functions in libtorch's shape.
 //
-//   struct MulConst : strata::autograd::Function<MulConst> {
+//   using namespace strata::autograd;
+//   struct MulConst : Function<MulConst> {
 //     static Tensor forward(AutogradContext* ctx, Tensor x, double c) {
 //       ctx->saved_data["c"] = c;
 //       return x * c;
@@ -10,6 +11,7 @@
 //       return {grads[0] * ctx->saved_data["c"].toDouble(), Tensor()};  // one per forward argument
 //     }
 //   };
+//   Tensor x = randn({3}, requires_grad());
 //   Tensor y = MulConst::apply(x, 2.0);
 
 #include <cxxabi.h>

@@ -1,9 +1,11 @@
 #pragma once
 // Whether ops record history, per thread.
 //
+//   auto w = strata::randn({10}, strata::requires_grad());
+//   (w * w).sum().backward();
 //   {
 //     strata::NoGradGuard no_grad;   // an optimizer step: no graph is built
-//     w.sub_(w.grad() * lr);
+//     w.sub_(w.grad() * 0.1);
 //   }
 
 namespace strata {

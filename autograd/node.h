@@ -2,14 +2,14 @@
 // The recorded graph: a Node per differentiable op, Edges to the nodes of its inputs, and
 // the state autograd keeps on a tensor. Used by op implementations; users rarely need it.
 //
-//   Tensor exp(const Tensor& x) {
-//     Tensor y = ...;                                  // forward
+//   auto my_exp = [](const Tensor& x) {
+//     Tensor y = x.detach().exp();                     // forward, without history
 //     if (auto node = autograd::record("ExpBackward", {x}, {y}))
 //       node->backward = [y = autograd::SavedVariable(y, true)](const tensor_list& g) -> tensor_list {
 //         return {g[0] * y.unpack()};                   // backward, beside it
 //       };
 //     return y;
-//   }
+//   };
 
 #include <cstdint>
 #include <functional>

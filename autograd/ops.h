@@ -3,6 +3,9 @@
 // of autograd/ops/ with every forward beside its backward.
 //
 //   using namespace strata;
+//   auto param = [](IntArrayRef sizes) { return randn(sizes, requires_grad()); };
+//   Tensor w1 = param({784, 256}), b1 = param({256}), w2 = param({256, 10}), b2 = param({10});
+//   Tensor x = randn({64, 784}), labels = randint(0, 10, {64});
 //   Tensor h = relu(matmul(x, w1) + b1);
 //   Tensor loss = cross_entropy(matmul(h, w2) + b2, labels, {.label_smoothing = 0.1});
 //   loss.backward();

@@ -2,13 +2,15 @@
 // DataLoader: the batches of a Dataset, shuffled per epoch and sharded among data-parallel ranks.
 //
 //   using namespace strata;
+//   namespace dist = strata::distributed;
+//   nn::Linear model(784, 10);
 //   data::DataLoader loader(data::FashionMNIST(), {.batch_size = 128, .shuffle = true, .seed = 42,
-//                                                  .num_replicas = world_size, .rank = rank});
+//                                                  .num_replicas = dist::get_world_size(), .rank = dist::get_rank()});
 //   for (int64_t epoch = 0; epoch < 5; ++epoch) {
 //     loader.set_epoch(epoch);                  // a new order each epoch, the same on every rank
 //     for (data::Example& batch : loader) {     // batch.data [128, 28, 28], batch.target [128]
 //       Tensor loss = cross_entropy(model->forward(batch.data.flatten(1)), batch.target);
-//       ...
+//       loss.backward();                        // then an optimizer step
 //     }
 //   }
 //

@@ -3,7 +3,7 @@
 // logger. Off by default; on with STRATA_COMM_LOG=1 or set_comm_logging(true).
 //
 //   strata::distributed::set_comm_logging(true);
-//   ... train ...
+//   // ... train ...
 //   strata::distributed::print_comm_summary();   // a table on std::cout
 //
 // Bus bandwidth follows nccl-tests: algbw times 2(n-1)/n for all_reduce, (n-1)/n for

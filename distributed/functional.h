@@ -3,12 +3,14 @@
 // and its backward is the matching collective on the gradients.
 //
 //   namespace F = strata::distributed::functional;
+//   auto x = strata::randn({2, 3}, strata::requires_grad());
 //   auto y = F::all_gather(x, {}, /*axis=*/1);        // backward: reduce_scatter_sum along axis 1
 //   auto s = F::reduce_sum(y.sum());                 // defined on the root (group rank 0) only
 //   F::backward(s.defined() ? strata::tensor_list{s} : strata::tensor_list{});   // every rank
 //
-//   if (rank == 0) F::remote_send(h, 1);             // stage 0 of a two-stage model
-//   else loss = f(F::remote_recv(0));                // shape and dtype come from the sender
+//   int rank = strata::distributed::get_rank();               // two stages, on ranks 0 and 1
+//   if (rank == 0) { F::remote_send(x, 1); F::backward(); }   // x's grad comes back from rank 1
+//   else F::backward({F::remote_recv(0).tanh().sum()});       // shape and dtype come from the sender
 //
 // | forward                           | backward                                     |
 // | reduce_sum (result on root)       | broadcast of the root's grad                 |

@@ -6,7 +6,7 @@
 //
 //   auto group = strata::distributed::new_group({1, 0});   // group rank 0 is global rank 1
 //   if (group->is_member()) std::cout << group->rank() << " of " << group->size();
-//   strata::distributed::Backend& mpi = group->backend(strata::kCPU);
+//   strata::distributed::Backend& mpi = group->backend(strata::kCPU, "my_op");   // errors name "my_op"
 
 #include <array>
 #include <atomic>

@@ -1,7 +1,9 @@
 #pragma once
 // Gradient clipping by the global norm, as torch.nn.utils.clip_grad_norm_.
 //
-//   loss.backward();
+//   nn::Linear model(784, 10);
+//   optim::SGD optimizer(model->parameters(), optim::SGDOptions(0.1));
+//   cross_entropy(model(randn({64, 784})), randint(0, 10, {64})).backward();
 //   Tensor norm = nn::utils::clip_grad_norm_(model->parameters(), /*max_norm=*/1.0);  // the norm before clipping
 //   optimizer.step();
 

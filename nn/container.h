@@ -4,6 +4,7 @@
 //
 //   nn::Sequential mlp(nn::Linear(784, 256), nn::ReLU(), nn::Linear(256, 10));
 //   mlp->push_back(nn::Functional([](const Tensor& x) { return log_softmax(x, 1); }));
+//   Tensor images = randn({64, 28, 28});
 //   Tensor logits = mlp(images.flatten(1));
 //   std::cout << *mlp;   // Sequential( (0): Linear(...) (1): ReLU() ... )
 

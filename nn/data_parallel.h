@@ -3,20 +3,24 @@
 // model and trains on its own part of each batch; the gradients are averaged over the ranks during
 // backward, so every rank takes the same optimizer step.
 //
+//   namespace dist = strata::distributed;
 //   dist::init();
-//   Net model;                                       // the same architecture on every rank
+//   nn::Sequential model(nn::Linear(784, 256), nn::ReLU(), nn::Linear(256, 10));   // the same on every rank
 //   nn::DistributedDataParallel ddp(model);          // copies rank 0's parameters and buffers everywhere
 //   optim::SGD opt(model->parameters(), optim::SGDOptions(0.1));
-//   for (auto& [x, y] : loader) {                    // a DataLoader sharded by rank
+//   data::DataLoader loader(data::FashionMNIST(), {.batch_size = 64, .shuffle = true,
+//                                                  .num_replicas = dist::get_world_size(), .rank = dist::get_rank()});
+//   for (auto& [x, y] : loader) {                    // this rank's shard
 //     opt.zero_grad();
-//     cross_entropy(model(x), y).backward();         // grad() holds the average over the ranks on return
+//     cross_entropy(model(x.flatten(1)), y).backward();   // grad() holds the average over the ranks on return
 //     opt.step();
 //   }
+//   data::Example a = loader.batch(0), b = loader.batch(1);
 //   {
 //     auto guard = ddp.no_sync();                    // gradient accumulation: local only ...
-//     cross_entropy(model(x1), y1).backward();
+//     cross_entropy(model(a.data.flatten(1)), a.target).backward();
 //   }
-//   cross_entropy(model(x2), y2).backward();         // ... and this backward averages both micro-batches
+//   cross_entropy(model(b.data.flatten(1)), b.target).backward();   // ... this backward averages both
 //
 // Unlike torch's, it does not wrap forward (strata's Module has no virtual forward): call the model
 // itself; the work happens in hooks on the parameters. Gradients are reduced in buckets: the

@@ -2,6 +2,7 @@
 // Dropout: in training mode zeroes each element with probability p and scales the rest by
 // 1 / (1 - p); in eval mode it is the identity. Masks come from the default generator.
 //
+//   Tensor x = randn({64, 256});
 //   nn::Dropout drop(0.1);
 //   Tensor y = drop(x);       // training (the default): random mask
 //   drop->eval();

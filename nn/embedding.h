@@ -2,6 +2,7 @@
 // Embedding, a lookup table of learned vectors, initialised N(0, 1) as torch.nn.Embedding.
 //
 //   nn::Embedding wte(50257, 768);                 // weight [50257, 768]
+//   Tensor tokens = randint(0, 50257, {8, 64});
 //   Tensor h = wte(tokens);                        // int64 tokens [B, T] -> [B, T, 768]
 //   std::cout << *wte;   // Embedding(num_embeddings=50257, embedding_dim=768)
 

@@ -3,6 +3,7 @@
 // usually aliased F). They are strata's own ops (autograd/ops.h), named here once more.
 //
 //   namespace F = strata::nn::functional;
+//   Tensor logits = randn({64, 10}), labels = randint(0, 10, {64});
 //   Tensor loss = F::cross_entropy(F::gelu(logits), labels, {.ignore_index = 0});
 
 #include "strata/autograd/ops.h"

@@ -3,6 +3,7 @@
 //
 //   nn::Linear fc(784, 256);                                      // weight [256, 784], bias [256]
 //   nn::Linear head(nn::LinearOptions(256, 10).bias(false));      // no bias
+//   Tensor x = randn({64, 784});
 //   Tensor y = fc(x);                                             // x [..., 784] -> y [..., 256]
 //   std::cout << *fc;   // Linear(in_features=784, out_features=256, bias=true)
 

@@ -2,10 +2,11 @@
 // Loss modules, as torch.nn.CrossEntropyLoss / NLLLoss / MSELoss; the functions themselves are
 // strata::cross_entropy, nll_loss and mse_loss (also reachable as nn::functional::..., functional.h).
 //
+//   Tensor logits = randn({64, 10}), labels = randint(0, 10, {64});
 //   nn::CrossEntropyLoss criterion(LossOptions{.label_smoothing = 0.1});
 //   Tensor loss = criterion(logits, labels);          // logits [N, C], int64 labels [N] -> 0-dim
 //   nn::MSELoss mse(Reduction::Sum);
-//   Tensor l2 = mse(prediction, target);
+//   Tensor l2 = mse(logits, zeros({64, 10}));
 
 #include <ostream>
 

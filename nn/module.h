@@ -15,7 +15,7 @@
 //   Net net;                                    // makes a NetImpl
 //   net->to(Device(kCUDA, 0));                  // parameters and buffers move; handles to them stay valid
 //   for (auto& [name, p] : net->named_parameters()) std::cout << name << " " << p.sizes() << "\n";
-//   Tensor logits = net(x);                     // NetImpl::forward
+//   Tensor logits = net(randn({64, 784}));      // NetImpl::forward
 //   std::cout << *net;                          // the module tree
 
 #include <concepts>

@@ -3,6 +3,7 @@
 //
 //   nn::LayerNorm ln(256);                                   // normalises the last dim of size 256
 //   nn::LayerNorm ln2(std::vector<int64_t>{8, 8}, 1e-6);      // the last two dims, eps 1e-6
+//   Tensor x = randn({64, 256});
 //   Tensor y = ln(x);                                        // x [..., 256] -> same shape
 //   std::cout << *ln;   // LayerNorm([256], eps=1e-05, elementwise_affine=true)
 

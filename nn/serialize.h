@@ -1,9 +1,12 @@
 #pragma once
 // Saving and loading modules (torch::save / torch::load names) and training checkpoints, as safetensors files.
 //
+//   nn::Linear model(784, 10);
+//   optim::SGD opt(model->parameters(), optim::SGDOptions(0.1));
 //   nn::save(*model, "model.safetensors");
 //   nn::load(*model, "model.safetensors");          // names and shapes must match the module's
 //
+//   int epoch = 3;                                   // the last epoch trained
 //   nn::save_checkpoint("ckpt.safetensors", *model, &opt, {{"epoch", std::to_string(epoch)}});
 //   auto metadata = nn::load_checkpoint("ckpt.safetensors", *model, &opt);
 //   int start_epoch = std::stoi(metadata.at("epoch")) + 1;

@@ -5,6 +5,7 @@
 // state dicts line up with nanoGPT checkpoints.
 //
 //   nn::TransformerBlock block(/*embed_dim=*/64, /*num_heads=*/4);
+//   Tensor x = randn({8, 32, 64});
 //   Tensor y = block(x);                               // x [B, T, 64] -> [B, T, 64]
 //   nn::Sequential blocks(nn::TransformerBlock(64, 4), nn::TransformerBlock(64, 4));
 

@@ -1,6 +1,13 @@
 #pragma once
-// Adam and AdamW with PyTorch's updates (torch.optim.Adam / AdamW, as libtorch writes them). Per
-// parameter p with gradient g, at step t = 1, 2, ...:
+// Adam and AdamW with PyTorch's updates (torch.optim.Adam / AdamW, as libtorch writes them).
+//
+//   nn::Linear model(784, 10);
+//   optim::Adam adam(model->parameters(), optim::AdamOptions(1e-3).betas({0.9, 0.95}));
+//   optim::AdamW adamw(model->parameters(), optim::AdamWOptions(3e-4));   // weight_decay 1e-2
+//   cross_entropy(model(randn({64, 784})), randint(0, 10, {64})).backward();
+//   adamw.step();
+
+// The updates, per parameter p with gradient g, at step t = 1, 2, ...:
 //
 //   Adam:  g = g + weight_decay * p          AdamW:  p = p * (1 - lr * weight_decay)   (decoupled)
 //   m = beta1 * m + (1 - beta1) * g
@@ -8,11 +15,6 @@
 //   v_max = max(v_max, v)                                     (amsgrad; then v_max replaces v below)
 //   denom = sqrt(v) / sqrt(1 - beta2^t) + eps
 //   p = p - lr / (1 - beta1^t) * m / denom
-//
-//   optim::Adam adam(model->parameters(), optim::AdamOptions(1e-3).betas({0.9, 0.95}));
-//   optim::AdamW adamw(model->parameters(), optim::AdamWOptions(3e-4));   // weight_decay 1e-2
-//   loss.backward();
-//   adamw.step();
 //
 // The two differ only in how weight decay is applied (as in torch 2, where AdamW is Adam with
 // decoupled weight decay), so one template serves both; use the names Adam / AdamW.

@@ -3,10 +3,13 @@
 // scheduler was made) and the epoch count. Call step() once per epoch (or per iteration, for a
 // schedule counted in iterations), after the optimizer's step().
 //
+//   nn::Linear model(784, 10);
 //   optim::AdamW opt(model->parameters(), optim::AdamWOptions(3e-4));
 //   optim::WarmupCosineLR sched(opt, /*warmup_steps=*/100, /*total_steps=*/5000);
 //   for (int it = 0; it < 5000; ++it) {
-//     ... loss.backward(); opt.step(); opt.zero_grad();
+//     cross_entropy(model(randn({64, 784})), randint(0, 10, {64})).backward();
+//     opt.step();
+//     opt.zero_grad();
 //     sched.step();
 //   }
 //

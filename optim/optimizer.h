@@ -2,20 +2,22 @@
 // Optimizer, the base of SGD, Adam and AdamW (libtorch's torch::optim names): parameters in param
 // groups with their own hyperparameters, per-parameter state, and a state dict that resumes bit-exactly.
 //
+//   nn::Linear model(784, 10);
+//   data::DataLoader loader(data::FashionMNIST(), {.batch_size = 64, .shuffle = true});
 //   optim::AdamW opt(model->parameters(), optim::AdamWOptions(1e-3));
 //   for (auto& [x, y] : loader) {
 //     opt.zero_grad();
-//     cross_entropy(model(x), y).backward();
+//     cross_entropy(model(x.flatten(1)), y).backward();
 //     opt.step();
 //   }
-//   StateDict saved = opt.state_dict();      // checkpoint it beside the model's state dict
-//   opt.load_state_dict(saved);              // on resume, into an optimizer made the same way
+//   optim::StateDict saved = opt.state_dict();   // checkpoint it beside the model's state dict
+//   opt.load_state_dict(saved);                  // on resume, into an optimizer made the same way
 //
 //   // No weight decay for biases: a second group with its own options.
-//   optim::AdamW opt2({optim::OptimizerParamGroup(weights),
-//                      optim::OptimizerParamGroup(biases, optim::AdamWOptions(1e-3).weight_decay(0))},
+//   optim::AdamW opt2({optim::OptimizerParamGroup({model->weight}),
+//                      optim::OptimizerParamGroup({model->bias}, optim::AdamWOptions(1e-3).weight_decay(0))},
 //                     optim::AdamWOptions(1e-3));
-//
+
 // state_dict() layout; every value is a tensor, parameters are numbered 0, 1, ... across the groups:
 //   param_groups.<g>.params          int64 [n]: the numbers of group g's parameters
 //   param_groups.<g>.<name>          the group's hyperparameters ("lr", "momentum", "betas", "amsgrad"):

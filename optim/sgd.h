@@ -1,16 +1,19 @@
 #pragma once
 // Stochastic gradient descent with momentum, dampening, Nesterov momentum and weight decay, with
-// PyTorch's update (torch.optim.SGD). Per parameter p with gradient g, each step:
+// PyTorch's update (torch.optim.SGD).
+//
+//   nn::Linear model(784, 10);
+//   optim::SGD opt(model->parameters(), optim::SGDOptions(0.1).momentum(0.9).nesterov(true));
+//   cross_entropy(model(randn({64, 784})), randint(0, 10, {64})).backward();
+//   opt.step();
+
+// The update, per parameter p with gradient g, each step:
 //
 //   d = g + weight_decay * p
 //   buf = d                                         on the first step (no dampening)
 //   buf = momentum * buf + (1 - dampening) * d      afterwards           (when momentum != 0)
 //   d = nesterov ? d + momentum * buf : buf                              (when momentum != 0)
 //   p = p - lr * d
-//
-//   optim::SGD opt(model->parameters(), optim::SGDOptions(0.1).momentum(0.9).nesterov(true));
-//   loss.backward();
-//   opt.step();
 
 #include "strata/optim/optimizer.h"
 

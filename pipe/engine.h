@@ -1,14 +1,21 @@
 #pragma once
 // Runs a PipelineModule's schedule on every rank (DeepSpeed's PipelineEngine).
 //
+//   std::vector<pipe::Layer> layers = {[](const Tensor& x) { return x.flatten(1); },
+//       pipe::LayerSpec::of<nn::Linear>(784, 256), pipe::LayerSpec::of<nn::ReLU>(),
+//       pipe::LayerSpec::of<nn::Linear>(256, 10)};
 //   pipe::PipelineParallelGrid grid(/*num_stages=*/2);              // mpirun -np 4: 2 stages x 2 replicas
 //   auto model = std::make_shared<pipe::PipelineModule>(layers, grid, pipe::PipelineModuleOptions{
 //       .loss_fn = pipe::cross_entropy_loss, .seed_layers = true});
 //   auto sgd = std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions(0.1));
 //   pipe::PipelineEngine engine(model, grid, sgd, {.micro_batches = 4});
+//   data::DataLoader loader(data::FashionMNIST(), {.batch_size = 32, .shuffle = true, .drop_last = true,
+//       .num_replicas = grid.get_data_parallel_world_size(), .rank = grid.get_data_parallel_id()});
+//   int64_t next = 0;                                     // the loader's next batch
 //   double loss = engine.train_batch([&]() -> std::optional<pipe::MicroBatch> {
-//     auto b = loader.next(); if (!b) return std::nullopt;
-//     return pipe::MicroBatch{{b->data}, {b->target}};   // inputs for stage 0, labels for the last stage
+//     if (next == loader.size()) return std::nullopt;
+//     data::Example b = loader.batch(next++);
+//     return pipe::MicroBatch{{b.data}, {b.target}};     // inputs for stage 0, labels for the last stage
 //   });                                                   // the same loss on every rank
 //
 // One train_batch is one optimizer step over micro_batches micro-batches on each data-parallel replica.

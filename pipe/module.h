@@ -10,13 +10,16 @@
 //   auto model = std::make_shared<pipe::PipelineModule>(layers, grid, pipe::PipelineModuleOptions{
 //       .partition_method = "parameters", .loss_fn = pipe::cross_entropy_loss, .seed_layers = true});
 //   model->parts();                          // {0, 2, 4}: layer boundaries of the stages
-//   tensor_list y = model->forward({x});     // this stage's layers only
+//   tensor_list y = model->forward({randn({64, 28, 28})});     // this stage's layers only
 //
 // Tied layers share one module per stage, e.g. an embedding reused as the output projection:
-//   pipe::TiedLayerSpec("embed", pipe::LayerSpec::of<nn::Embedding>(vocab, dim));
-//   pipe::TiedLayerSpec("embed", pipe::LayerSpec::of<nn::Embedding>(vocab, dim),
-//       [](nn::Module& m, const tensor_list& x) {
-//         return tensor_list{matmul(x[0], m.named_parameters()[0].second.t())}; });
+//   const int64_t vocab = 50257, dim = 768;
+//   std::vector<pipe::Layer> gpt = {
+//       pipe::TiedLayerSpec("embed", pipe::LayerSpec::of<nn::Embedding>(vocab, dim)),
+//       pipe::LayerSpec::of<nn::TransformerBlock>(dim, 12),
+//       pipe::TiedLayerSpec("embed", pipe::LayerSpec::of<nn::Embedding>(vocab, dim),
+//           [](nn::Module& m, const tensor_list& x) {
+//             return tensor_list{matmul(x[0], m.named_parameters()[0].second.t())}; })};
 
 #include <functional>
 #include <map>

@@ -3,6 +3,7 @@
 //
 //   pipe::PipelineParallelGrid grid(pipe::PipeDataParallelTopology(2, 2));
 //   pipe::P2P p2p(grid);
+//   Tensor activation = empty({32, 256}), grad = empty({32, 256});
 //   if (grid.is_first_stage()) p2p.send(activation, /*dest_stage=*/1);
 //   else p2p.recv(activation, /*src_stage=*/0);              // the same shape and dtype as sent
 //   p2p.send(grad, 0, /*async_op=*/true); p2p.wait();          // async ops finish in wait()

@@ -3,7 +3,8 @@
 //
 //   pipe::partition_uniform(10, 4);                          // {0, 3, 6, 8, 10}
 //   pipe::partition_balanced({5, 1, 1, 1, 4, 4}, 3);         // {0, 2, 5, 6}: stages weigh 6, 6, 4; no split does better than 6
-//   auto w = pipe::method_weights("type:Linear", counts, type_names);   // 1 per Linear layer, 0 otherwise
+//   auto w = pipe::method_weights("type:Linear", {0, 200960, 0, 2570}, {"flatten", "Linear", "ReLU", "Linear"});
+//   // {0, 1, 0, 1}: 1 per Linear layer, 0 otherwise
 //
 // Boundaries are S + 1 ascending layer indices: stage s runs layers [parts[s], parts[s + 1]).
 

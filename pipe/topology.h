@@ -6,7 +6,9 @@
 //   topo.get_axis_comm_lists("data");                                // {{0, 1}, {2, 3}}
 //   std::cout << topo;                                               // "rank 0: pipe=0 data=0" ...
 //
+//   namespace dist = strata::distributed;
 //   pipe::PipelineParallelGrid grid(topo);  // under mpirun -np 4, on every rank: makes the groups
+//   Tensor t = ones({4});
 //   grid.get_stage_id(); grid.next_stage_rank(); dist::all_reduce(t, dist::ReduceOp::AVG, grid.get_data_parallel_group());
 //
 // A topology is plain data (tested without processes); the grid adds the process groups.

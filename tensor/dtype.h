@@ -2,7 +2,7 @@
 // Element types and devices, with libtorch's names.
 //
 //   auto t = strata::zeros({2, 3}, strata::TensorOptions().dtype(strata::kFloat64));
-//   strata::visit_dtype(t.dtype(), [&]<class T>() { T* p = t.data_ptr<T>(); ... });
+//   strata::visit_dtype(t.dtype(), [&]<class T>() { T* p = t.data_ptr<T>(); p[0] = T(1); });
 
 #include <bit>
 #include <cmath>

@@ -1,8 +1,9 @@
 #pragma once
 // strata::Error and the checks that raise it.
 //
+//   Tensor a = zeros({3});
 //   STRATA_CHECK(a.dim() == 2, "mm: expected a 2-D tensor, got shape ", a.sizes());
-//   // throws strata::Error("mm: expected a 2-D tensor, got shape [3] (autograd/ops/linalg.cpp:42)")
+//   // throws strata::Error("mm: expected a 2-D tensor, got shape [3] (main.cpp:2)")
 
 #include <sstream>
 #include <stdexcept>

@@ -2,6 +2,7 @@
 // The kernel table: the small set of primitives every device implements. Ops above it
 // (autograd/ops/*) are written once, for every device, in terms of these.
 //
+//   Tensor a = randn({2, 3}), b = randn({2, 3});
 //   Tensor out = empty(a.sizes(), a.options());
 //   kernels_for(a.device()).binary(BinaryOp::Mul, a, b, out);
 //

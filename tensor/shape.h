@@ -1,7 +1,8 @@
 #pragma once
 // Sizes and strides: IntArrayRef borrows a list of int64_t, DimVector owns one.
 //
-//   void f(strata::IntArrayRef sizes);
+//   auto f = [](strata::IntArrayRef sizes) { return sizes.size(); };   // a function taking sizes
+//   strata::Tensor t = strata::zeros({2, 3});
 //   f({2, 3});  f(t.sizes());  f(std::vector<int64_t>{4});  f(5);
 
 #include <cstdint>

@@ -2,7 +2,7 @@
 // Tensor: shared storage + sizes + strides + offset + dtype + device, with libtorch's names.
 //
 //   using namespace strata;
-//   Tensor x = randn({64, 784});
+//   Tensor x = randn({64, 784}), targets = randint(0, 10, {64});
 //   Tensor w = zeros({784, 10}, TensorOptions().dtype(kFloat32).requires_grad(true));
 //   Tensor loss = cross_entropy(x.matmul(w), targets);
 //   loss.backward();                      // w.grad() now holds d loss / d w
