@@ -48,4 +48,5 @@
 #include "strata/pipe/topology.h"
 #include "strata/tensor/creation.h"
 #include "strata/tensor/cuda.h"
+#include "strata/tensor/promotion.h"
 #include "strata/tensor/tensor.h"
