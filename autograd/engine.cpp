@@ -121,8 +121,10 @@ void run(const std::vector<Edge>& roots, tensor_list&& root_grads, bool keep_gra
   } restore{outer_callbacks};
   PassScratch pass(current_epoch.fetch_add(1, std::memory_order_relaxed) + 1);
   discover(roots, pass);
+  // A node from run_in_next_backward is a root without a gradient; it may also be an output's grad_fn
+  // (backward entered at a collective's output), so only defined root gradients are summed.
   for (size_t i = 0; i < roots.size(); ++i)
-    if (roots[i].valid())
+    if (roots[i].valid() && root_grads[i].defined())
       accumulate(roots[i].fn->buffer_[roots[i].input_nr], std::move(root_grads[i]), *roots[i].fn);
 
   std::priority_queue<Node*, std::vector<Node*>, LaterFirst> ready;
