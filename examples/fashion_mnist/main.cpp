@@ -156,6 +156,9 @@ int main(int argc, char** argv) {
       throw std::runtime_error("--batch-size " + std::to_string(args.batch_size) + " does not divide among " +
                                std::to_string(world) + " ranks");
     if (args.threads > 0) set_num_threads(args.threads);
+    if (rank == 0)
+      std::cout << "threads per rank: " << get_num_threads() << " ("
+                << (args.threads > 0 ? std::string("--threads") : distributed::thread_choice().reason) << ")\n";
 
     const data::FashionMNIST full_train(args.data, data::FashionMNIST::Mode::kTrain);
     const data::FashionMNIST test_set(args.data, data::FashionMNIST::Mode::kTest);

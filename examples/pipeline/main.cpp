@@ -301,6 +301,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (args.threads > 0) set_num_threads(args.threads);
+    if (rank == 0)
+      std::cout << "threads per rank: " << get_num_threads() << " ("
+                << (args.threads > 0 ? std::string("--threads") : distributed::thread_choice().reason) << ")\n";
     grid.emplace(args.stages);
     const int replicas = grid->get_data_parallel_world_size();
     if (args.batch_size % (int64_t{replicas} * args.micro_batches) != 0)
