@@ -110,7 +110,7 @@ Header header_of(const Tensor& t) {
 
 /// This rank's device of type `type`: the CPU, or the GPU it uses (cuda::current_device()).
 Device device_of(DeviceType type) {
-  return type == kCUDA ? Device(kCUDA, static_cast<int8_t>(cuda::current_device())) : Device(kCPU);
+  return type == kCUDA ? cuda::device() : Device(kCPU);
 }
 
 /// What a rank receiving the source's tensor allocates it with.

@@ -135,7 +135,7 @@ Device stage_device(const PipelineModule& module, const PipelineParallelGrid& gr
                own ? (own->is_cpu() ? "the CPU" : "a GPU") : "no device: it has no parameters",
                "); put every stage's module on the same kind of device");
   if (own) return *own;
-  return highest == kGpu ? Device(kCUDA, static_cast<int8_t>(cuda::current_device())) : Device(kCPU);
+  return highest == kGpu ? cuda::device() : Device(kCPU);
 }
 
 std::string optimizer_path(const std::string& dir, const PipelineParallelGrid& grid) {

@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
                                        .num_replicas = world, .rank = rank});
     data::DataLoader test(test_set, shard);
 
-    const Device device = args.device == "cuda" ? Device(kCUDA, static_cast<int8_t>(cuda::current_device())) : Device(kCPU);
+    const Device device = args.device == "cuda" ? cuda::device() : Device(kCPU);
     manual_seed(args.seed);  // the same initial parameters on every run and every rank
     nn::Sequential model = make_model(args);
     model->to(device);  // before DDP and the optimizer, as in libtorch

@@ -317,7 +317,7 @@ int main(int argc, char** argv) {
     options.seed_layers = true;  // the same initial parameters for any number of stages
     options.base_seed = args.seed;
     model = std::make_shared<pipe::PipelineModule>(make_layers(), *grid, options);
-    if (args.device == "cuda") model->to(Device(kCUDA, static_cast<int8_t>(cuda::current_device())));
+    if (args.device == "cuda") model->to(cuda::device());
   } catch (const UsageError& e) {
     error = std::string(e.what()) + "\n" + kUsage;
   } catch (const Error& e) {
