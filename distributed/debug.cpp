@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "strata/distributed/detail/runtime.h"
+#include "strata/distributed/tensor_meta.h"
 #include "strata/tensor/creation.h"
 
 namespace strata::distributed::detail {
@@ -40,7 +41,7 @@ constexpr int64_t kWords = sizeof(Fingerprint) / sizeof(int64_t);
 Fingerprint fingerprint(const OpRecord& r) {
   Fingerprint f{};
   std::strncpy(f.op, r.op, kOpChars - 1);
-  f.dtype = static_cast<int64_t>(r.dtype);
+  f.dtype = dtype_code(r.dtype);
   f.ndim = static_cast<int64_t>(r.shape.size());
   f.shape_hash = 14695981039346656037ull;  // FNV-1a, a word at a time
   for (size_t d = 0; d < r.shape.size(); ++d) {
@@ -92,7 +93,8 @@ std::string describe_call(const Fingerprint& f, const ProcessGroup& g, bool with
   os << std::string(f.op, strnlen(f.op, kOpChars)) << "(";
   const char* sep = "";
   if (f.has_tensor) {
-    os << static_cast<ScalarType>(f.dtype) << " " << IntArrayRef(f.dims, std::min<size_t>(f.ndim, kMaxDims));
+    os << dtype_from_code(f.dtype, "STRATA_DISTRIBUTED_DEBUG=DETAIL: a rank's call") << " "
+       << IntArrayRef(f.dims, std::min<size_t>(f.ndim, kMaxDims));
     if (f.ndim > static_cast<int64_t>(kMaxDims)) os << " (" << f.ndim << " dims, the first " << kMaxDims << " shown)";
     sep = ", ";
   }
