@@ -138,8 +138,7 @@ std::shared_ptr<Work> completed_work() {
 
 // ---- ProcessGroup ----
 
-ProcessGroup::ProcessGroup(int64_t id, std::vector<int> ranks, int rank,
-                           std::array<std::unique_ptr<Backend>, 2> backends)
+ProcessGroup::ProcessGroup(int64_t id, std::vector<int> ranks, int rank, Backends backends)
     : id_(id), ranks_(std::move(ranks)), rank_(rank), backends_(std::move(backends)) {}
 
 int ProcessGroup::global_rank(int group_rank) const {
@@ -210,7 +209,7 @@ void init() {
   STRATA_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "MPI_Comm_dup");
   std::vector<int> ranks(size);
   for (int i = 0; i < size; ++i) ranks[i] = i;
-  std::array<std::unique_ptr<Backend>, 2> backends;
+  Backends backends;
   backends[static_cast<size_t>(kCPU)] = mpi::make_backend(comm);
   backends[static_cast<size_t>(kCUDA)] = detail::make_cuda_backend(*backends[static_cast<size_t>(kCPU)], rank, size);
   rt.world = std::make_shared<ProcessGroup>(0, std::move(ranks), rank, std::move(backends));
@@ -273,7 +272,7 @@ Group new_group(const std::vector<int>& ranks) {
   for (size_t i = 0; i < ranks.size(); ++i)
     if (ranks[i] == world->rank()) index = static_cast<int>(i);
   Runtime& rt = runtime();
-  std::array<std::unique_ptr<Backend>, 2> backends;
+  Backends backends;
   {
     // A collective over WORLD: a rank that never calls it is reported by the watchdog.
     detail::OpRecord record;
