@@ -121,8 +121,10 @@ void run(const std::vector<Edge>& roots, tensor_list&& root_grads, bool keep_gra
   } restore{outer_callbacks};
   PassScratch pass(current_epoch.fetch_add(1, std::memory_order_relaxed) + 1);
   discover(roots, pass);
+  // A node from run_in_next_backward is a root without a gradient; it may also be an output's grad_fn
+  // (backward entered at a collective's output), so only defined root gradients are summed.
   for (size_t i = 0; i < roots.size(); ++i)
-    if (roots[i].valid())
+    if (roots[i].valid() && root_grads[i].defined())
       accumulate(roots[i].fn->buffer_[roots[i].input_nr], std::move(root_grads[i]), *roots[i].fn);
 
   std::priority_queue<Node*, std::vector<Node*>, LaterFirst> ready;
@@ -199,7 +201,7 @@ void backward(const tensor_list& outputs, const tensor_list& grad_outputs, std::
   tensor_list root_grads;
   std::vector<Edge> roots = make_roots(outputs, grad_outputs, root_grads, "backward");
   const bool keep_graph = retain_graph.value_or(create_graph);
-  std::vector<std::shared_ptr<Node>> extra = std::exchange(next_backward_nodes, {});
+  std::vector<std::shared_ptr<Node>> extra = take_next_backward_nodes();
   for (const auto& node : extra) {
     roots.push_back(Edge{node, 0});
     root_grads.emplace_back();
@@ -213,6 +215,8 @@ void run_in_next_backward(std::shared_ptr<Node> node) {
   node->always_run = true;
   next_backward_nodes.push_back(std::move(node));
 }
+
+std::vector<std::shared_ptr<Node>> take_next_backward_nodes() { return std::exchange(next_backward_nodes, {}); }
 
 void queue_callback(std::function<void()> callback) {
   STRATA_CHECK(pass_callbacks, "queue_callback: no backward pass is running on this thread; call it from a hook");

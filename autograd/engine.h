@@ -26,6 +26,10 @@ void backward(const tensor_list& outputs, const tensor_list& grad_outputs = {},
 /// collective; a backward with retain_graph keeps the node registered for the next one.
 void run_in_next_backward(std::shared_ptr<Node> node);
 
+/// Takes back every node run_in_next_backward registered on this thread and not yet run, oldest first (the
+/// caller may register again those it keeps). gradcheck uses it to see that a function ran ops that span processes.
+std::vector<std::shared_ptr<Node>> take_next_backward_nodes();
+
 /// Runs `callback` once the backward pass now running on this thread has finished (as torch's
 /// Engine::queue_callback); callable only from inside a backward, e.g. from a hook. Data parallel uses it
 /// to wait for its gradient all-reduces.

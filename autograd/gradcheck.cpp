@@ -9,6 +9,7 @@
 
 #include "strata/autograd/engine.h"
 #include "strata/autograd/grad_mode.h"
+#include "strata/autograd/node.h"
 #include "strata/tensor/creation.h"
 #include "strata/tensor/kernels.h"
 
@@ -43,6 +44,31 @@ struct Names {
 };
 
 bool check_jacobians(const GradcheckFn& fn, const tensor_list& inputs, const GradcheckOptions& o, const Names& names);
+
+// Note [gradcheck within one process]: a collective's gradient is a sum over ranks, and gradcheck perturbs only
+// this rank's inputs (on every rank at once), so its numbers mean nothing there while the check still passes. Such
+// ops register their node with run_in_next_backward (they must run on every rank), so a function that registered
+// one is refused. What it registered is dropped: every rank throws here alike, and the nodes must not run in the
+// caller's next backward. Registrations made before gradcheck are kept.
+tensor_list spans_no_processes(const GradcheckFn& fn, const tensor_list& inputs) {
+  std::vector<std::shared_ptr<Node>> before = take_next_backward_nodes();
+  tensor_list outputs;
+  std::vector<std::shared_ptr<Node>> registered;
+  try {
+    outputs = fn(inputs);
+    registered = take_next_backward_nodes();
+  } catch (...) {
+    std::vector<std::shared_ptr<Node>> added = take_next_backward_nodes();
+    for (auto& node : before) run_in_next_backward(std::move(node));
+    for (auto& node : added) run_in_next_backward(std::move(node));
+    throw;
+  }
+  for (auto& node : before) run_in_next_backward(std::move(node));
+  STRATA_CHECK(registered.empty(), "gradcheck: the function runs ", registered.front()->name(),
+               ", an op that spans processes (it registers with run_in_next_backward); its gradient sums over ranks, "
+               "which gradcheck on one process cannot check: use distributed::gradcheck");
+  return outputs;
+}
 
 }  // namespace
 
@@ -95,7 +121,7 @@ bool check_jacobians(const GradcheckFn& fn, const tensor_list& inputs, const Gra
   }
   STRATA_CHECK(!diff_inputs.empty(), names.check, ": no input requires grad");
 
-  tensor_list outputs = fn(inputs);
+  tensor_list outputs = spans_no_processes(fn, inputs);
   const std::vector<size_t> diff_outputs = differentiable_outputs(outputs);
   tensor_list diff_input_tensors;
   for (size_t i : diff_inputs) diff_input_tensors.push_back(inputs[i]);
@@ -175,7 +201,7 @@ bool gradcheck(const std::function<Tensor(const tensor_list&)>& fn, const tensor
 bool gradgradcheck(const GradcheckFn& fn, const tensor_list& inputs, const GradcheckOptions& options) {
   STRATA_CHECK(std::any_of(inputs.begin(), inputs.end(), [](const Tensor& t) { return t.defined() && t.requires_grad(); }),
                "gradgradcheck: no input requires grad");
-  tensor_list outputs = fn(inputs);
+  tensor_list outputs = spans_no_processes(fn, inputs);
   const std::vector<size_t> diff_outputs = differentiable_outputs(outputs);
   // Random cotangents from a private generator, so the caller's random stream is untouched.
   Generator gen(0);

@@ -25,6 +25,7 @@ using GradcheckFn = std::function<tensor_list(const tensor_list&)>;
 
 /// Compares the Jacobian from backward with central differences for every float64 input that requires grad
 /// (inputs on any device: a GPU's are perturbed in place on the GPU, and the results compared on the host).
+/// A function that runs ops spanning processes (differentiable collectives) is an error: use distributed::gradcheck.
 bool gradcheck(const GradcheckFn& fn, const tensor_list& inputs, const GradcheckOptions& options = {});
 /// Same for a function with one output.
 bool gradcheck(const std::function<Tensor(const tensor_list&)>& fn, const tensor_list& inputs,

@@ -20,7 +20,7 @@
 // the others for it too (rank skew, which is not communication). hidden = 1 - wait / comm is the fraction of the all-reduce time
 // that overlapped backward (clamped to [0, 1]). overhead = step - compute is what communication
 // costs the step in all: the wait, plus rank skew and the CPU the progress thread takes from compute
-// (Note [progress thread] in nn/data_parallel.cpp), which shows when ranks fill every core. With one
+// (Note [progress thread] in distributed/mpi/backend.cpp), which shows when ranks fill every core. With one
 // rank nothing crosses a process, so hidden is not shown.
 // --steps: operations per block (default 20); --reps: blocks of each kind (default 15).
 // scripts/bench ddp runs it under mpirun -np 1 and -np 2.

@@ -137,7 +137,7 @@ std::shared_ptr<Work> detail::all_reduce_unswitched(const Tensor& tensor, Reduce
   check_reduce_op(op, tensor.dtype(), "all_reduce");
   Backend& b = g.backend(tensor.device(), "all_reduce");
   detail::OpRecord rec = make_record("all_reduce", g, tensor, tensor.nbytes());
-  rec.reduce_op = static_cast<int>(op);
+  rec.reduce_op = op;
   Tensor buf = buffer(tensor);
   return run(rec, group, async_op, [&](bool a) { return b.all_reduce(buf, op, a); }, copy_back(tensor, buf));
 }
@@ -151,7 +151,7 @@ std::shared_ptr<Work> reduce(const Tensor& tensor, int dst, ReduceOp op, const G
   Backend& b = g.backend(tensor.device(), "reduce");
   detail::OpRecord rec = make_record("reduce", g, tensor, tensor.nbytes());
   rec.root = root;
-  rec.reduce_op = static_cast<int>(op);
+  rec.reduce_op = op;
   Tensor buf = buffer(tensor);
   return run(rec, group, async_op, [&](bool a) { return b.reduce(buf, root, op, a); }, copy_back(tensor, buf));
 }
@@ -202,7 +202,7 @@ std::shared_ptr<Work> reduce_scatter(const Tensor& output, const tensor_list& in
   if (is_off(kReduceScatterOff)) return completed_work();
   Backend& b = g.backend(output.device(), "reduce_scatter");
   detail::OpRecord rec = make_record("reduce_scatter", g, output, output.nbytes() * g.size());
-  rec.reduce_op = static_cast<int>(op);
+  rec.reduce_op = op;
   Tensor in = flatten_all(input_list), out = buffer(output);
   return run(rec, group, async_op, [&](bool a) { return b.reduce_scatter(out, in, op, a); }, copy_back(output, out));
 }
@@ -218,7 +218,7 @@ std::shared_ptr<Work> reduce_scatter_tensor(const Tensor& output, const Tensor& 
   if (is_off(kReduceScatterOff)) return completed_work();
   Backend& b = g.backend(input.device(), "reduce_scatter_tensor");
   detail::OpRecord rec = make_record("reduce_scatter_tensor", g, input, input.nbytes());
-  rec.reduce_op = static_cast<int>(op);
+  rec.reduce_op = op;
   Tensor in = buffer(input), out = buffer(output);
   return run(rec, group, async_op, [&](bool a) { return b.reduce_scatter(out, in, op, a); }, copy_back(output, out));
 }
@@ -365,7 +365,7 @@ std::shared_ptr<Work> all_reduce_coalesced(const tensor_list& tensors, ReduceOp 
   Backend& b = g.backend(tensors[0].device(), "all_reduce_coalesced");
   Tensor flat = flatten_all(tensors);
   detail::OpRecord rec = make_record("all_reduce_coalesced", g, flat, flat.nbytes());
-  rec.reduce_op = static_cast<int>(op);
+  rec.reduce_op = op;
   return run(rec, group, async_op, [&](bool a) { return b.all_reduce(flat, op, a); },
              [tensors, flat] { unflatten_into(flat, tensors); });
 }

@@ -36,11 +36,21 @@ namespace strata::distributed {
 
 /// Joins the job: MPI under mpirun, a world of one without it. Later calls do nothing.
 /// The job is finalized at exit; a rank that dies on an uncaught exception aborts the whole job.
+/// Unless OMP_NUM_THREADS is set, gives this rank its share of the node's cores (see ThreadChoice): ranks that
+/// each start OpenMP's default of every core on a shared node slow each other down many times over.
 /// With GPUs, makes cuda:(local rank % GPUs) current: strata::cuda::current_device() is the GPU this rank uses,
 /// and CUDA tensors take NCCL or MPI with host staging (distributed/README.md, STRATA_CUDA_BACKEND).
 void init();
 /// Whether init() ran and finalize() did not.
 bool is_initialized();
+/// The CPU thread count init() gave this rank and why: OMP_NUM_THREADS when set, else the rank's share of
+/// its node's cores, max(1, cores / ranks on the node), no more than the CPUs it may run on.
+struct ThreadChoice {
+  int threads = 1;     ///< what init() passed to strata::set_num_threads (or OMP_NUM_THREADS gave)
+  std::string reason;  ///< e.g. "OMP_NUM_THREADS=3" or "2 cores / 4 ranks on this node"
+};
+/// What init() chose (see ThreadChoice); throws before init().
+const ThreadChoice& thread_choice();
 /// Leaves the job (MPI_Finalize); every rank calls it, or lets exit do it.
 void finalize();
 /// WORLD: every process of the job.

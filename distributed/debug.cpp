@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "strata/distributed/detail/runtime.h"
+#include "strata/distributed/tensor_meta.h"
 #include "strata/tensor/creation.h"
 
 namespace strata::distributed::detail {
@@ -21,6 +22,7 @@ namespace {
 // for the message and compare through a hash of all of them.
 constexpr size_t kOpChars = 32;
 constexpr size_t kMaxDims = 8;
+constexpr int64_t kNoReduceOp = -1;  // Fingerprint::reduce_op of an op that does not reduce
 
 struct Fingerprint {
   char op[kOpChars];
@@ -28,8 +30,8 @@ struct Fingerprint {
   int64_t ndim;
   int64_t dims[kMaxDims];
   uint64_t shape_hash;
-  int64_t root;       // group rank, -1 for rootless ops
-  int64_t reduce_op;  // ReduceOp as an int, -1 when the op does not reduce
+  int64_t root;       // group rank, kNoRank for rootless ops
+  int64_t reduce_op;  // ReduceOp as an int, kNoReduceOp when the op does not reduce
   int64_t shapes_must_match;
   int64_t has_tensor;  // false for barrier
   uint64_t seq;        // the call's number on its group: a rank that skipped a call differs here
@@ -40,7 +42,7 @@ constexpr int64_t kWords = sizeof(Fingerprint) / sizeof(int64_t);
 Fingerprint fingerprint(const OpRecord& r) {
   Fingerprint f{};
   std::strncpy(f.op, r.op, kOpChars - 1);
-  f.dtype = static_cast<int64_t>(r.dtype);
+  f.dtype = dtype_code(r.dtype);
   f.ndim = static_cast<int64_t>(r.shape.size());
   f.shape_hash = 14695981039346656037ull;  // FNV-1a, a word at a time
   for (size_t d = 0; d < r.shape.size(); ++d) {
@@ -48,7 +50,7 @@ Fingerprint fingerprint(const OpRecord& r) {
     f.shape_hash = (f.shape_hash ^ static_cast<uint64_t>(r.shape[d])) * 1099511628211ull;
   }
   f.root = r.root;
-  f.reduce_op = r.reduce_op;
+  f.reduce_op = r.reduce_op ? static_cast<int64_t>(*r.reduce_op) : kNoReduceOp;
   f.shapes_must_match = r.shapes_must_match;
   f.has_tensor = !r.shape.empty() || r.bytes != 0;
   f.seq = r.seq;
@@ -92,15 +94,16 @@ std::string describe_call(const Fingerprint& f, const ProcessGroup& g, bool with
   os << std::string(f.op, strnlen(f.op, kOpChars)) << "(";
   const char* sep = "";
   if (f.has_tensor) {
-    os << static_cast<ScalarType>(f.dtype) << " " << IntArrayRef(f.dims, std::min<size_t>(f.ndim, kMaxDims));
+    os << dtype_from_code(f.dtype, "STRATA_DISTRIBUTED_DEBUG=DETAIL: a rank's call") << " "
+       << IntArrayRef(f.dims, std::min<size_t>(f.ndim, kMaxDims));
     if (f.ndim > static_cast<int64_t>(kMaxDims)) os << " (" << f.ndim << " dims, the first " << kMaxDims << " shown)";
     sep = ", ";
   }
-  if (f.reduce_op >= 0) {
+  if (f.reduce_op != kNoReduceOp) {
     os << sep << to_string(static_cast<ReduceOp>(f.reduce_op));
     sep = ", ";
   }
-  if (f.root >= 0) os << sep << "root " << (f.root < g.size() ? g.ranks()[f.root] : f.root);
+  if (f.root != kNoRank) os << sep << "root " << (f.root < g.size() ? g.ranks()[f.root] : f.root);
   os << ")";
   return os.str();
 }

@@ -44,6 +44,7 @@
 #include "strata/autograd/function.h"
 #include "strata/distributed/collectives.h"
 #include "strata/distributed/detail/runtime.h"
+#include "strata/distributed/tensor_meta.h"
 #include "strata/tensor/creation.h"
 #include "strata/tensor/cuda.h"
 
@@ -110,31 +111,40 @@ Header header_of(const Tensor& t) {
 
 /// This rank's device of type `type`: the CPU, or the GPU it uses (cuda::current_device()).
 Device device_of(DeviceType type) {
-  return type == kCUDA ? Device(kCUDA, static_cast<int8_t>(cuda::current_device())) : Device(kCPU);
+  return type == kCUDA ? cuda::device() : Device(kCPU);
 }
 
 /// What a rank receiving the source's tensor allocates it with.
 TensorOptions options_of(const Header& h) { return TensorOptions(h.dtype).device(device_of(h.device_type)); }
 
-/// Moves the source's header to the other side: `mine` on the source, nullopt elsewhere. Two messages, the fixed
-/// part first so receivers learn how many sizes follow; move(t) sends t from the source and fills it elsewhere.
+/// Moves the source's header to the other side: `mine` on the source, nullopt elsewhere. Two messages, the number
+/// of words first; move(t) sends t from the source and fills it elsewhere. The words are [defined, device type]
+/// then, when defined, the tensor's metadata (tensor_meta.h) with `record` as its requires_grad flag.
 template <class Move>
 Header share_header(const std::optional<Header>& mine, Move&& move) {
+  const char* what = "functional: the source's header";
   if (mine) {
-    move(tensor({int64_t{mine->defined}, int64_t{mine->record}, static_cast<int64_t>(mine->dtype),
-                 static_cast<int64_t>(mine->device_type), static_cast<int64_t>(mine->sizes.size())}));
-    if (!mine->sizes.empty()) move(tensor(mine->sizes.vec()));
+    std::vector<int64_t> words{int64_t{mine->defined}, device_type_code(mine->device_type)};
+    if (mine->defined) encode_meta({mine->dtype, mine->record, mine->sizes}, words);
+    move(tensor({static_cast<int64_t>(words.size())}));
+    move(tensor(words));
     return *mine;
   }
-  Tensor fixed = zeros({5}, kLong);
-  move(fixed);
-  const int64_t* f = fixed.data_ptr<int64_t>();
-  Header h{f[0] != 0, f[1] != 0, static_cast<ScalarType>(f[2]), static_cast<DeviceType>(f[3]),
-           DimVector(static_cast<size_t>(f[4]))};
-  if (h.sizes.empty()) return h;
-  Tensor sizes = zeros({f[4]}, kLong);
-  move(sizes);
-  std::copy_n(sizes.data_ptr<int64_t>(), f[4], h.sizes.begin());
+  Tensor count = zeros({1}, kLong);
+  move(count);
+  const int64_t n = count.item<int64_t>();
+  STRATA_CHECK(n >= 2 && n <= 5 + kMaxMetaDims, what, ": bad length ", n);
+  Tensor received = zeros({n}, kLong);
+  move(received);
+  const IntArrayRef words(received.data_ptr<int64_t>(), static_cast<size_t>(n));
+  if (words[0] == 0) return {};
+  Header h{.defined = true, .device_type = device_type_from_code(words[1], what)};
+  size_t pos = 2;
+  const TensorMeta meta = decode_meta(words, pos, what);
+  STRATA_CHECK(pos == words.size(), what, ": ", words.size() - pos, " extra words");
+  h.record = meta.requires_grad;
+  h.dtype = meta.dtype;
+  h.sizes = meta.sizes;
   return h;
 }
 
@@ -160,8 +170,8 @@ Tensor save(AutogradContext* ctx, const Call& call, Tensor out) {
   ctx->saved_data["group"] = (call.group ? call.group : get_world_group())->id();
   ctx->saved_data["rank"] = call.rank;
   ctx->saved_data["sizes"] = out.sizes().vec();
-  ctx->saved_data["dtype"] = static_cast<int64_t>(out.dtype());
-  ctx->saved_data["device_type"] = static_cast<int64_t>(out.device().type);
+  ctx->saved_data["dtype"] = dtype_code(out.dtype());
+  ctx->saved_data["device_type"] = device_type_code(out.device().type);
   return out;
 }
 
@@ -202,10 +212,11 @@ tensor_list all_ranks_backward(AutogradContext* ctx, const Tensor& g, Dual dual)
   const Call call = saved_call(ctx);
   const Agreement a = agree(g, call.group);
   if (!a.any_defined) return gradient_of_x(Tensor());
-  const auto device_type = static_cast<DeviceType>(ctx->saved_data["device_type"].toInt());
+  const char* what = "functional: a recorded collective's saved output";
+  const DeviceType device_type = device_type_from_code(ctx->saved_data["device_type"].toInt(), what);
   const Tensor mine = g.defined() ? g
                                   : zeros(ctx->saved_data["sizes"].toIntVector(),
-                                          TensorOptions(static_cast<ScalarType>(ctx->saved_data["dtype"].toInt()))
+                                          TensorOptions(dtype_from_code(ctx->saved_data["dtype"].toInt(), what))
                                               .device(device_of(device_type)));
   return gradient_of_x(dual(mine, call, a.record));
 }

@@ -85,13 +85,16 @@ class Backend {
   virtual void end_batch() {}
 };
 
+/// A group's backends, one slot per device type (indexed by DeviceType), null where unsupported.
+using Backends = std::array<std::unique_ptr<Backend>, kNumDeviceTypes>;
+
 /// A set of ranks that communicate: the global ranks in group-rank order, this process's place
 /// in it, and a backend per device type. Made by init() (WORLD) and new_group(); shared by
 /// handle (Group). A process outside the group holds one too, which refuses every collective.
 class ProcessGroup {
  public:
-  /// Used by init() and new_group(); `backends` is indexed by DeviceType, null where unsupported.
-  ProcessGroup(int64_t id, std::vector<int> ranks, int rank, std::array<std::unique_ptr<Backend>, 2> backends);
+  /// Used by init() and new_group().
+  ProcessGroup(int64_t id, std::vector<int> ranks, int rank, Backends backends);
 
   int rank() const { return rank_; }                 ///< this process's group rank, -1 outside the group
   int size() const { return static_cast<int>(ranks_.size()); }  ///< number of ranks
@@ -121,7 +124,7 @@ class ProcessGroup {
   int64_t id_;
   std::vector<int> ranks_;
   int rank_;
-  std::array<std::unique_ptr<Backend>, 2> backends_;
+  Backends backends_;
   std::atomic<uint64_t> sequence_{0};
   bool destroyed_ = false;
 };

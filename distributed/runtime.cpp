@@ -1,16 +1,21 @@
 // The process runtime: joining and leaving the MPI job, WORLD and subgroups, and the settings
 // read from the environment.
 
+#include <sched.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <exception>
 #include <iostream>
 #include <mutex>
 #include <sstream>
+#include <thread>
 #include <utility>
 
 #include "strata/distributed/detail/cuda_backend.h"
 #include "strata/distributed/detail/runtime.h"
 #include "strata/distributed/mpi/mpi.h"
+#include "strata/tensor/creation.h"
 
 namespace strata::distributed {
 
@@ -45,6 +50,7 @@ struct Runtime {
   DebugLevel debug = DebugLevel::OFF;
   std::chrono::milliseconds timeout{600'000};
   std::terminate_handler previous_terminate = nullptr;
+  ThreadChoice threads;
 };
 
 Runtime& runtime() {
@@ -67,6 +73,32 @@ DebugLevel debug_from_env() {
   if (!text || !*text || std::string(text) == "OFF") return DebugLevel::OFF;
   STRATA_CHECK(std::string(text) == "DETAIL", "init: STRATA_DISTRIBUTED_DEBUG must be OFF or DETAIL, got '", text, "'");
   return DebugLevel::DETAIL;
+}
+
+// Note [threads per rank]: OpenMP starts as many threads as the process may use cores, so N ranks on one node
+// run N times that many threads, which then mostly wait for each other (four ranks on two cores train ~40x
+// slower than with one thread each). Each rank takes its share of the node instead, counted over the ranks
+// MPI places on the node (MPI_COMM_TYPE_SHARED), unless the user said otherwise with OMP_NUM_THREADS.
+ThreadChoice choose_threads() {
+  if (const char* text = std::getenv("OMP_NUM_THREADS"); text && *text)
+    return {get_num_threads(), std::string("OMP_NUM_THREADS=") + text};
+  MPI_Comm node = MPI_COMM_NULL;
+  STRATA_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
+                   "init: finding the ranks on this node");
+  int local_size = 1;
+  const int code = MPI_Comm_size(node, &local_size);
+  MPI_Comm_free(&node);
+  STRATA_MPI_CHECK(code, "init: counting the ranks on this node");
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  cpu_set_t allowed;
+  const int usable = sched_getaffinity(0, sizeof(allowed), &allowed) == 0 ? CPU_COUNT(&allowed) : cores;
+  const int share = std::max(1, cores / local_size);
+  std::string reason = std::to_string(cores) + " cores / " + std::to_string(local_size) + " rank" +
+                       (local_size > 1 ? "s" : "") + " on this node";
+  if (usable < share) reason += ", bound to " + std::to_string(usable) + " CPU" + (usable > 1 ? "s" : "");
+  const int threads = std::max(1, std::min(share, usable));
+  set_num_threads(threads);
+  return {threads, std::move(reason)};
 }
 
 // A rank that dies on an exception takes the job down with it and says why, instead of
@@ -106,8 +138,7 @@ std::shared_ptr<Work> completed_work() {
 
 // ---- ProcessGroup ----
 
-ProcessGroup::ProcessGroup(int64_t id, std::vector<int> ranks, int rank,
-                           std::array<std::unique_ptr<Backend>, 2> backends)
+ProcessGroup::ProcessGroup(int64_t id, std::vector<int> ranks, int rank, Backends backends)
     : id_(id), ranks_(std::move(ranks)), rank_(rank), backends_(std::move(backends)) {}
 
 int ProcessGroup::global_rank(int group_rank) const {
@@ -178,10 +209,11 @@ void init() {
   STRATA_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "MPI_Comm_dup");
   std::vector<int> ranks(size);
   for (int i = 0; i < size; ++i) ranks[i] = i;
-  std::array<std::unique_ptr<Backend>, 2> backends;
+  Backends backends;
   backends[static_cast<size_t>(kCPU)] = mpi::make_backend(comm);
   backends[static_cast<size_t>(kCUDA)] = detail::make_cuda_backend(*backends[static_cast<size_t>(kCPU)], rank, size);
   rt.world = std::make_shared<ProcessGroup>(0, std::move(ranks), rank, std::move(backends));
+  rt.threads = choose_threads();
   {
     std::lock_guard lock(rt.groups_mutex);
     rt.groups = {rt.world};
@@ -194,6 +226,11 @@ void init() {
 }
 
 bool is_initialized() { return runtime().initialized; }
+
+const ThreadChoice& thread_choice() {
+  STRATA_CHECK(runtime().initialized, "thread_choice: distributed::init() has not been called");
+  return runtime().threads;
+}
 
 void finalize() {
   Runtime& rt = runtime();
@@ -235,7 +272,7 @@ Group new_group(const std::vector<int>& ranks) {
   for (size_t i = 0; i < ranks.size(); ++i)
     if (ranks[i] == world->rank()) index = static_cast<int>(i);
   Runtime& rt = runtime();
-  std::array<std::unique_ptr<Backend>, 2> backends;
+  Backends backends;
   {
     // A collective over WORLD: a rank that never calls it is reported by the watchdog.
     detail::OpRecord record;

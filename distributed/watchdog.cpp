@@ -46,7 +46,7 @@ struct Slot {
   std::atomic<const char*> op{""};  // a string literal (OpRecord::op)
   std::atomic<int64_t> group{-1};
   std::atomic<uint64_t> seq{0};
-  std::atomic<int> peer{-1};
+  std::atomic<int> peer{kNoRank};
   std::atomic<uint64_t> ordinal{0};  // which scope of its thread this is, so a new op is told from an old one
 };
 
@@ -121,7 +121,7 @@ std::string describe_op(const OpenOp& o) {
   std::shared_ptr<ProcessGroup> g = find_group(o.group);
   std::ostringstream os;
   os << o.op;
-  if (o.peer >= 0)
+  if (o.peer != kNoRank)
     os << (std::strstr(o.op, "send") ? " to" : " from") << " rank " << (g ? g->ranks()[o.peer] : o.peer);
   else
     os << " #" << o.seq;
@@ -260,7 +260,7 @@ class Watchdog {
       if (!oldest || t.since < oldest->since) oldest = &t;
     if (!oldest || Clock::now() - oldest->since < timeout_) return std::nullopt;
     const OpenOp& op = oldest->op;
-    Overdue o{op.op, op.group, {}, op.seq, op.peer >= 0, describe_op(op), seconds_since(oldest->since)};
+    Overdue o{op.op, op.group, {}, op.seq, op.peer != kNoRank, describe_op(op), seconds_since(oldest->since)};
     if (std::shared_ptr<ProcessGroup> g = find_group(op.group)) {
       if (o.p2p) o.asked = {g->ranks()[op.peer]};
       else

@@ -1,12 +1,8 @@
 #include "strata/nn/data_parallel.h"
 
 #include <algorithm>
-#include <chrono>
-#include <condition_variable>
 #include <map>
-#include <mutex>
 #include <sstream>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -14,7 +10,6 @@
 #include "strata/autograd/grad_mode.h"
 #include "strata/distributed/collectives.h"
 #include "strata/tensor/creation.h"
-#include "strata/tensor/cuda.h"
 
 namespace strata::nn {
 
@@ -24,7 +19,6 @@ namespace {
 
 constexpr double kFirstBucketCapMb = 1;  // torch's _DEFAULT_FIRST_BUCKET_BYTES
 constexpr double kBytesPerMb = 1024.0 * 1024.0;
-constexpr std::chrono::microseconds kPollInterval{100};  // see Note [progress thread]
 
 // What every rank's module must agree on, one line per parameter and buffer.
 std::vector<std::string> describe(const Module& module) {
@@ -102,82 +96,6 @@ void broadcast_state(const Module& module, const dist::Group& group) {
   for (const Tensor& t : module.buffers()) works.push_back(dist::broadcast(t, root, group, /*async_op=*/true));
   for (const auto& work : works) work->wait();
 }
-
-namespace {
-
-// Note [progress thread]: Open MPI moves a non-blocking collective on only inside MPI calls, and
-// backward makes none between two gradient hooks, so an all_reduce started early would mostly
-// wait for the end of backward. While buckets are in flight this thread tests the oldest one
-// every kPollInterval (any MPI_Test drives all of them; the job runs under MPI_THREAD_MULTIPLE),
-// so the transfers proceed while backward computes. Before finish() waits on the works it takes
-// them back (take_back), so only one thread ever touches a Work at a time and the final wait is
-// the ordinary one the watchdog watches. 100 us: as short a final wait as 20 us in
-// benchmarks/bench_ddp.cpp, with a fifth of the wake-ups taken from a core that computes.
-class Progress {
- public:
-  ~Progress() {
-    {
-      std::lock_guard lock(mutex_);
-      stop_ = true;
-    }
-    changed_.notify_all();
-    if (thread_.joinable()) thread_.join();
-  }
-
-  // Hands a started work to the thread until take_back().
-  void add(std::shared_ptr<dist::Work> work) {
-    {
-      std::lock_guard lock(mutex_);
-      works_.push_back(std::move(work));
-      // CUDA calls on the new thread (event queries, the staged path's copies) must go to this rank's GPU:
-      // a thread starts on device 0, where they would open a second context.
-      if (!thread_.joinable())
-        thread_ = std::thread([this, device = cuda::is_available() ? cuda::current_device() : -1] {
-          if (device >= 0) cuda::set_device(device);
-          run();
-        });
-    }
-    changed_.notify_all();
-  }
-
-  // Returns once the thread has let go of every work.
-  void take_back() {
-    std::unique_lock lock(mutex_);
-    works_.clear();
-    changed_.wait(lock, [&] { return !testing_; });
-  }
-
- private:
-  void run() {
-    std::unique_lock lock(mutex_);
-    while (true) {
-      changed_.wait(lock, [&] { return stop_ || !works_.empty(); });
-      if (stop_) return;
-      std::shared_ptr<dist::Work> oldest = works_.front();
-      testing_ = true;
-      lock.unlock();
-      bool done = true;
-      try {
-        done = oldest->is_completed();
-      } catch (...) {  // the owner's wait() reports it
-      }
-      lock.lock();
-      testing_ = false;
-      if (done && !works_.empty() && works_.front() == oldest) works_.erase(works_.begin());
-      changed_.notify_all();
-      if (!done) changed_.wait_for(lock, kPollInterval);
-    }
-  }
-
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::vector<std::shared_ptr<dist::Work>> works_;  // in flight, oldest first
-  bool testing_ = false;  // the thread is inside a work's is_completed()
-  bool stop_ = false;
-  std::thread thread_;
-};
-
-}  // namespace
 
 // Note [bucket buffers]: each bucket owns one flat buffer: the gradients of its parameters, one
 // after another, then one flag per parameter that says whether the rank has a gradient for it.
@@ -295,7 +213,6 @@ struct DistributedDataParallel::Reducer {
   // started the same ones) so no buffer is written behind its back, and throws.
   void abandon_pass() {
     pass_open = false;
-    progress.take_back();
     for (size_t b = 0; b < launched; ++b) buckets[b].work->wait();
     STRATA_CHECK(false, "DistributedDataParallel: the previous backward stopped (threw) before its gradients were ",
                  "averaged, so grad() holds this rank's own gradients; zero the gradients and redo the step on ",
@@ -322,14 +239,12 @@ struct DistributedDataParallel::Reducer {
     }
     b.work = dist::all_reduce(b.buffer, dist::ReduceOp::AVG, group, /*async_op=*/true);
     ++launched;
-    progress.add(b.work);
   }
 
   // The queued callback: starts what no gradient started, waits for every bucket and hands out the averages.
   // The pass stays open until the end, so that a throw here leaves the next backward to abandon it.
   void finish() {
     while (launched < buckets.size()) launch_next();
-    progress.take_back();
     for (Bucket& b : buckets) {
       b.work->wait();
       const Tensor flags = b.flags.cpu();  // one copy per bucket: a GPU is waited for once, not per parameter
@@ -356,7 +271,6 @@ struct DistributedDataParallel::Reducer {
   bool pass_open = false;     // a synchronized backward started and its finish() has not run
   std::weak_ptr<void> pass_alive;  // expires with the queued finish(), run or dropped with a failed pass
   size_t launched = 0;        // buckets started in this pass; they start in index order
-  Progress progress;          // see Note [progress thread]
 };
 
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module, DDPOptions options) {

@@ -27,7 +27,7 @@
 // parameters in reverse registration order (roughly the order backward finishes them), grouped by
 // dtype into buckets of at most bucket_cap_mb MiB (the first of each dtype at most 1 MiB, as torch,
 // so that communication starts early). When a bucket's last gradient is accumulated its async
-// all_reduce starts and overlaps the rest of backward (a helper thread keeps MPI moving it); buckets
+// all_reduce starts and overlaps the rest of backward (the MPI backend moves it on); buckets
 // start in the same order on every rank. At the end of backward every remaining bucket is reduced
 // too (a parameter without a gradient counts as zeros, as torch's find_unused_parameters), and each
 // parameter's grad() becomes the average over the group, a view into its bucket (torch's

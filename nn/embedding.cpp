@@ -5,6 +5,11 @@
 
 namespace strata::nn {
 
+// weight [num_embeddings, embedding_dim], as the constructor below registers it.
+int64_t EmbeddingImpl::count_parameters(int64_t num_embeddings, int64_t embedding_dim) {
+  return num_embeddings * embedding_dim;
+}
+
 EmbeddingImpl::EmbeddingImpl(int64_t num_embeddings, int64_t embedding_dim) : Module("Embedding") {
   STRATA_CHECK(num_embeddings >= 0 && embedding_dim >= 0,
                "Embedding: num_embeddings and embedding_dim must be non-negative, got ", num_embeddings, " and ",

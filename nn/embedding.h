@@ -17,6 +17,8 @@ namespace strata::nn {
 class EmbeddingImpl : public Module {
  public:
   EmbeddingImpl(int64_t num_embeddings, int64_t embedding_dim);  ///< a table of num_embeddings vectors
+  /// The trainable parameters an Embedding made from the same arguments has, without making it.
+  static int64_t count_parameters(int64_t num_embeddings, int64_t embedding_dim);
   void reset_parameters();  ///< draws weight from N(0, 1) again
   /// int64 indices [...] in [0, num_embeddings) -> [..., embedding_dim]; other dtypes or indices throw.
   Tensor forward(const Tensor& indices);

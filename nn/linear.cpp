@@ -7,6 +7,15 @@
 
 namespace strata::nn {
 
+int64_t LinearImpl::count_parameters(int64_t in_features, int64_t out_features, bool bias) {
+  return count_parameters(LinearOptions(in_features, out_features).bias(bias));
+}
+
+// weight [out, in] and bias [out], as the constructor below registers them.
+int64_t LinearImpl::count_parameters(const LinearOptions& o) {
+  return o.out_features() * o.in_features() + (o.bias() ? o.out_features() : 0);
+}
+
 LinearImpl::LinearImpl(const LinearOptions& opts) : Module("Linear"), options(opts) {
   STRATA_CHECK(options.in_features() >= 0 && options.out_features() >= 0,
                "Linear: in_features and out_features must be non-negative, got ", options.in_features(), " and ",

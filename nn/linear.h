@@ -32,6 +32,10 @@ class LinearImpl : public Module {
   LinearImpl(int64_t in_features, int64_t out_features, bool bias = true)
       : LinearImpl(LinearOptions(in_features, out_features).bias(bias)) {}
   explicit LinearImpl(const LinearOptions& options);  ///< from options
+  /// The trainable parameters a Linear made from the same arguments has, without making it (pipeline partitioning).
+  static int64_t count_parameters(int64_t in_features, int64_t out_features, bool bias = true);
+  /// The trainable parameters of LinearImpl(options), without making it.
+  static int64_t count_parameters(const LinearOptions& options);
   /// Draws the parameters again as torch: weight kaiming_uniform_(a = sqrt(5)), i.e. U(-1/sqrt(in), 1/sqrt(in)),
   /// and bias U(-1/sqrt(in), 1/sqrt(in)).
   void reset_parameters();

@@ -126,6 +126,7 @@ std::optional<Device> parameters_device(const Module& module, const char* op);
 template <class Impl>
 class ModuleHolder {
  public:
+  using ContainedType = Impl;  ///< the module type it holds (libtorch's name)
   /// Default-constructs the module.
   ModuleHolder()
     requires std::default_initializable<Impl>

@@ -7,6 +7,13 @@
 
 namespace strata::nn {
 
+// weight and bias of normalized_shape with elementwise_affine, as the constructor below registers them.
+int64_t LayerNormImpl::count_parameters(const std::vector<int64_t>& normalized_shape, double, bool elementwise_affine) {
+  int64_t n = 1;
+  for (int64_t d : normalized_shape) n *= d;
+  return elementwise_affine ? 2 * n : 0;
+}
+
 LayerNormImpl::LayerNormImpl(std::vector<int64_t> shape, double epsilon, bool affine)
     : Module("LayerNorm"), normalized_shape(std::move(shape)), eps(epsilon), elementwise_affine(affine) {
   STRATA_CHECK(!normalized_shape.empty() &&

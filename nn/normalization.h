@@ -23,6 +23,13 @@ class LayerNormImpl : public Module {
   /// Normalises the last dim, of size `normalized_size` (as torch.nn.LayerNorm(256)).
   explicit LayerNormImpl(int64_t normalized_size, double eps = 1e-5, bool elementwise_affine = true)
       : LayerNormImpl(std::vector<int64_t>{normalized_size}, eps, elementwise_affine) {}
+  /// The trainable parameters a LayerNorm made from the same arguments has, without making it.
+  static int64_t count_parameters(const std::vector<int64_t>& normalized_shape, double eps = 1e-5,
+                                  bool elementwise_affine = true);
+  /// The same for a LayerNorm over the last dim.
+  static int64_t count_parameters(int64_t normalized_size, double eps = 1e-5, bool elementwise_affine = true) {
+    return count_parameters(std::vector<int64_t>{normalized_size}, eps, elementwise_affine);
+  }
   void reset_parameters();  ///< weight to ones, bias to zeros
   Tensor forward(const Tensor& input);  ///< [..., *normalized_shape] -> same shape
   void pretty_print(std::ostream& os) const override;  ///< "LayerNorm([256], eps=1e-05, elementwise_affine=true)"

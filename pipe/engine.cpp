@@ -12,6 +12,7 @@
 
 #include "strata/autograd/engine.h"
 #include "strata/autograd/grad_mode.h"
+#include "strata/distributed/tensor_meta.h"
 #include "strata/nn/data_parallel.h"
 #include "strata/nn/safetensors.h"
 #include "strata/tensor/creation.h"
@@ -29,12 +30,7 @@ namespace {
 // in training), never from what kind of tensor it is. Without dynamic_shapes a change after the first
 // transfer is an error raised on both sides: the sender still sends the new metadata, so the receiver
 // is not left waiting, and then both throw the same message.
-struct TensorMeta {
-  ScalarType dtype;
-  bool requires_grad;
-  DimVector sizes;
-  bool operator==(const TensorMeta&) const = default;
-};
+using distributed::TensorMeta;
 using Meta = std::vector<TensorMeta>;
 using MetaPtr = std::shared_ptr<const Meta>;  // shared by the buffers that moved tensors of that description
 
@@ -42,7 +38,7 @@ constexpr int kTrain = 0, kEval = 1;  // the two modes keep their own metadata
 
 Meta meta_of(const tensor_list& tensors, bool training) {
   Meta meta;
-  for (const Tensor& t : tensors) meta.push_back({t.dtype(), training && t.requires_grad(), DimVector(t.sizes())});
+  for (const Tensor& t : tensors) meta.push_back(distributed::meta_of(t, training && t.requires_grad()));
   return meta;
 }
 
@@ -67,10 +63,7 @@ std::string describe(const Meta& meta) {
 
 Tensor encode(const Meta& meta) {
   std::vector<int64_t> words{static_cast<int64_t>(meta.size())};
-  for (const TensorMeta& m : meta) {
-    words.insert(words.end(), {static_cast<int64_t>(m.dtype), m.requires_grad, static_cast<int64_t>(m.sizes.size())});
-    words.insert(words.end(), m.sizes.begin(), m.sizes.end());
-  }
+  for (const TensorMeta& m : meta) distributed::encode_meta(m, words);
   Tensor t = empty({static_cast<int64_t>(words.size())}, kLong);
   std::memcpy(t.data_ptr(), words.data(), words.size() * sizeof(int64_t));
   return t;
@@ -78,26 +71,13 @@ Tensor encode(const Meta& meta) {
 
 // `stage` received `t` from the stage before it.
 Meta decode(const Tensor& t, int stage) {
-  const auto* w = t.data_ptr<int64_t>();
-  const int64_t n = t.numel();
-  int64_t i = 0;
-  const char* where = "PipelineEngine RecvActivation";
-  auto next = [&] {
-    STRATA_CHECK(i < n, where, " (stage ", stage, "): truncated activation metadata (", n, " words)");
-    return w[i++];
-  };
-  Meta meta(static_cast<size_t>(next()));
-  for (TensorMeta& m : meta) {
-    const int64_t dtype = next();
-    STRATA_CHECK(dtype >= 0 && dtype <= static_cast<int64_t>(ScalarType::BFloat16), where, " (stage ", stage,
-                 "): bad dtype code ", dtype, " in activation metadata");
-    m.dtype = static_cast<ScalarType>(dtype);
-    m.requires_grad = next() != 0;
-    const int64_t dims = next();
-    STRATA_CHECK(dims >= 0 && dims <= 64, where, " (stage ", stage, "): bad rank ", dims, " in activation metadata");
-    for (int64_t d = 0; d < dims; ++d) m.sizes.push_back(next());
-  }
-  STRATA_CHECK(i == n, where, " (stage ", stage, "): ", n - i, " extra words after the activation metadata");
+  const IntArrayRef words(t.data_ptr<int64_t>(), static_cast<size_t>(t.numel()));
+  const std::string where = "PipelineEngine RecvActivation (stage " + std::to_string(stage) + ")";
+  STRATA_CHECK(!words.empty() && words[0] >= 0, where, ": bad tensor count in activation metadata");
+  Meta meta;
+  size_t pos = 1;
+  for (int64_t i = 0; i < words[0]; ++i) meta.push_back(distributed::decode_meta(words, pos, where));
+  STRATA_CHECK(pos == words.size(), where, ": ", words.size() - pos, " extra words after the activation metadata");
   return meta;
 }
 
@@ -135,7 +115,7 @@ Device stage_device(const PipelineModule& module, const PipelineParallelGrid& gr
                own ? (own->is_cpu() ? "the CPU" : "a GPU") : "no device: it has no parameters",
                "); put every stage's module on the same kind of device");
   if (own) return *own;
-  return highest == kGpu ? Device(kCUDA, static_cast<int8_t>(cuda::current_device())) : Device(kCPU);
+  return highest == kGpu ? cuda::device() : Device(kCPU);
 }
 
 std::string optimizer_path(const std::string& dir, const PipelineParallelGrid& grid) {

@@ -54,7 +54,7 @@ struct PipelineEngineOptions {
 
 /// Seconds this rank spent in each instruction kind during the last train_batch or eval_batch.
 struct PipelineTimings {
-  std::array<double, PipeInstruction::OptimizerStep + 1> seconds{};  ///< indexed by PipeInstruction::Kind
+  std::array<double, PipeInstruction::kNumKinds> seconds{};  ///< indexed by PipeInstruction::Kind
   double total = 0;        ///< the whole batch on this rank
   int64_t instructions = 0;  ///< instructions executed
   double compute() const;  ///< ForwardPass + BackwardPass seconds

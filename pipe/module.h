@@ -25,15 +25,10 @@
 #include <map>
 #include <optional>
 #include <string>
-#include <tuple>
-#include <type_traits>
 #include <variant>
 #include <vector>
 
-#include "strata/nn/embedding.h"
-#include "strata/nn/linear.h"
 #include "strata/nn/module.h"
-#include "strata/nn/normalization.h"
 #include "strata/pipe/topology.h"
 
 namespace strata::pipe {
@@ -60,7 +55,8 @@ class LayerSpec {
   LayerSpec(std::string type_name, std::function<BuiltLayer()> build, std::optional<int64_t> num_parameters = {});
 
   /// A module holder built from args, e.g. LayerSpec::of<nn::Linear>(784, 256); its forward maps one tensor to one.
-  /// Linear, Embedding and LayerNorm report their parameter count from the arguments.
+  /// A layer class with a static count_parameters(args...) (Linear, Embedding, LayerNorm) is counted without
+  /// being built; others are built once when counted.
   template <class Holder, class... Args>
   static LayerSpec of(Args... args) {
     std::string name = holder_type_name(typeid(Holder).name());
@@ -72,7 +68,7 @@ class LayerSpec {
                               return tensor_list{holder(detail::single_input(x, name))};
                             }};
         },
-        parameter_count<Holder>(args...));
+        count_parameters<typename Holder::ContainedType>(args...));
   }
 
   BuiltLayer build() const;                                  ///< makes the layer
@@ -83,37 +79,16 @@ class LayerSpec {
 
  private:
   static std::string holder_type_name(const char* mangled);  // "strata::nn::Linear" -> "Linear"
-  template <class Holder, class... Args>
-  static std::optional<int64_t> parameter_count(const Args&... args);
+  // Impl::count_parameters(args...) where the layer class has one, else nothing (num_parameters() builds it).
+  template <class Impl, class... Args>
+  static std::optional<int64_t> count_parameters(const Args&... args) {
+    if constexpr (requires { Impl::count_parameters(args...); }) return Impl::count_parameters(args...);
+    return std::nullopt;
+  }
   std::string type_name_;
   std::function<BuiltLayer()> build_;
   std::optional<int64_t> num_parameters_;
 };
-
-// Counted from the size arguments of Linear(in, out[, bias]), Embedding(n, dim) and LayerNorm(size[, eps,
-// affine]); other layers and constructors (options, a shape vector) are built once to be counted.
-template <class Holder, class... Args>
-std::optional<int64_t> LayerSpec::parameter_count(const Args&... args) {
-  constexpr size_t n = sizeof...(Args);
-  if constexpr (n > 0) {
-    if constexpr (std::is_integral_v<std::tuple_element_t<0, std::tuple<Args...>>>) {
-      [[maybe_unused]] const std::tuple<const Args&...> a(args...);
-      if constexpr (std::is_same_v<Holder, nn::Linear> && n >= 2) {
-        const int64_t in = std::get<0>(a), out = std::get<1>(a);
-        bool bias = true;
-        if constexpr (n == 3) bias = static_cast<bool>(std::get<2>(a));
-        return in * out + (bias ? out : 0);
-      } else if constexpr (std::is_same_v<Holder, nn::Embedding> && n == 2) {
-        return static_cast<int64_t>(std::get<0>(a)) * static_cast<int64_t>(std::get<1>(a));
-      } else if constexpr (std::is_same_v<Holder, nn::LayerNorm>) {
-        bool affine = true;
-        if constexpr (n == 3) affine = static_cast<bool>(std::get<2>(a));
-        return affine ? 2 * static_cast<int64_t>(std::get<0>(a)) : 0;
-      }
-    }
-  }
-  return std::nullopt;
-}
 
 /// Layers with the same key share one module on each stage; the stages holding the key keep its
 /// tied_weight_attrs equal (broadcast from the lowest stage at start, grads summed across them each step).

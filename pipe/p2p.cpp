@@ -51,10 +51,4 @@ void P2P::wait() {
   if (first_error) std::rethrow_exception(first_error);
 }
 
-void P2P::send_obj(const std::string& bytes, int dest_stage) {
-  dist::send_object(bytes, peer_rank("P2P::send_obj", dest_stage));
-}
-
-std::string P2P::recv_obj(int src_stage) { return dist::recv_object(peer_rank("P2P::recv_obj", src_stage)); }
-
 }  // namespace strata::pipe

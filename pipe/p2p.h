@@ -7,13 +7,11 @@
 //   if (grid.is_first_stage()) p2p.send(activation, /*dest_stage=*/1);
 //   else p2p.recv(activation, /*src_stage=*/0);              // the same shape and dtype as sent
 //   p2p.send(grad, 0, /*async_op=*/true); p2p.wait();          // async ops finish in wait()
-//   p2p.send_obj(std::vector<int64_t>{4, 8}, 1);               // small metadata
 //
 // Stages are pipeline stage ids; the peer is the rank of that stage with this rank's data (and model) index.
 // Only adjacent stages, or the first and the last stage, may talk; anything else is an error naming both.
 
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "strata/distributed/collectives.h"
@@ -37,20 +35,6 @@ class P2P {
   /// Number of async ops not yet finished by wait().
   size_t num_pending() const { return pending_.size(); }
 
-  /// Sends bytes to dest_stage (blocking); the receiver needs no size in advance.
-  void send_obj(const std::string& bytes, int dest_stage);
-  /// Receives the bytes src_stage sent with send_obj.
-  std::string recv_obj(int src_stage);
-  /// Sends a plain struct or a vector of them.
-  template <distributed::Serializable T>
-  void send_obj(const T& obj, int dest_stage) {
-    send_obj(distributed::detail::to_bytes(obj), dest_stage);
-  }
-  /// Receives a struct or vector sent with send_obj.
-  template <distributed::Serializable T>
-  T recv_obj(int src_stage) {
-    return distributed::detail::from_bytes<T>(recv_obj(src_stage), "P2P::recv_obj");
-  }
 
  private:
   /// The global rank of `peer_stage`, after checking that this stage may talk to it.

@@ -10,11 +10,19 @@ namespace strata::pipe {
 using Instr = PipeInstruction;
 
 std::string_view name(PipeInstruction::Kind kind) {
-  static constexpr std::array<std::string_view, 10> kNames = {
-      "LoadMicroBatch", "ForwardPass", "BackwardPass",    "SendActivation", "RecvActivation",
-      "SendGrad",       "RecvGrad",    "ReduceTiedGrads", "ReduceGrads",    "OptimizerStep"};
+#define STRATA_PIPE_KIND_NAME(kind, names_a_buffer) #kind,
+  static constexpr std::array<std::string_view, Instr::kNumKinds> kNames = {
+      STRATA_PIPE_INSTRUCTION_KINDS(STRATA_PIPE_KIND_NAME)};
+#undef STRATA_PIPE_KIND_NAME
   STRATA_CHECK(kind < kNames.size(), "PipeInstruction: invalid kind ", static_cast<int>(kind));
   return kNames[kind];
+}
+
+bool PipeInstruction::has_buffer() const {
+#define STRATA_PIPE_KIND_HAS_BUFFER(kind, names_a_buffer) names_a_buffer,
+  static constexpr std::array<bool, kNumKinds> kHasBuffer = {STRATA_PIPE_INSTRUCTION_KINDS(STRATA_PIPE_KIND_HAS_BUFFER)};
+#undef STRATA_PIPE_KIND_HAS_BUFFER
+  return kind < kNumKinds && kHasBuffer[kind];
 }
 
 std::ostream& operator<<(std::ostream& os, const PipeInstruction& instruction) {

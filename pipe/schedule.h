@@ -23,25 +23,34 @@
 
 namespace strata::pipe {
 
+/// Every instruction kind, in order, as X(kind, names_a_buffer): the one list that PipeInstruction::Kind, its names,
+/// has_buffer() and kind-indexed tables come from. The names are DeepSpeed's class names.
+#define STRATA_PIPE_INSTRUCTION_KINDS(X)                                                                           \
+  X(LoadMicroBatch, true)   /* the next micro-batch's inputs (first stage) or labels (last stage) into the buffer */ \
+  X(ForwardPass, true)      /* runs this stage's layers on the buffer's inputs */                                  \
+  X(BackwardPass, true)     /* backpropagates the buffer's outputs (loss on the last stage, received grads) */     \
+  X(SendActivation, true)   /* sends the buffer's outputs to the next stage */                                     \
+  X(RecvActivation, true)   /* receives the previous stage's outputs into the buffer */                            \
+  X(SendGrad, true)         /* sends the gradient of the buffer's inputs to the previous stage */                  \
+  X(RecvGrad, true)         /* receives the gradient of the buffer's outputs from the next stage */                \
+  X(ReduceTiedGrads, false) /* all-reduces tied parameters' grads across the stages that share them */             \
+  X(ReduceGrads, false)     /* averages grads across the data-parallel group */                                    \
+  X(OptimizerStep, false)   /* one optimizer step, then zeroes the grads */
+
 /// One thing a stage does (DeepSpeed's PipeInstruction subclasses); buffer ops name a pipe buffer.
 struct PipeInstruction {
-  /// The instruction's type; the names are DeepSpeed's class names.
-  enum Kind : uint8_t {
-    LoadMicroBatch,   ///< the next micro-batch's inputs (first stage) or labels (last stage) into the buffer
-    ForwardPass,      ///< runs this stage's layers on the buffer's inputs
-    BackwardPass,     ///< backpropagates the buffer's outputs (loss on the last stage, received grads elsewhere)
-    SendActivation,   ///< sends the buffer's outputs to the next stage
-    RecvActivation,   ///< receives the previous stage's outputs into the buffer
-    SendGrad,         ///< sends the gradient of the buffer's inputs to the previous stage
-    RecvGrad,         ///< receives the gradient of the buffer's outputs from the next stage
-    ReduceTiedGrads,  ///< all-reduces tied parameters' grads across the stages that share them
-    ReduceGrads,      ///< averages grads across the data-parallel group
-    OptimizerStep,    ///< one optimizer step, then zeroes the grads
-  };
+#define STRATA_PIPE_KIND_ENUMERATOR(kind, names_a_buffer) kind,
+  /// The instruction's type (STRATA_PIPE_INSTRUCTION_KINDS lists and describes them).
+  enum Kind : uint8_t { STRATA_PIPE_INSTRUCTION_KINDS(STRATA_PIPE_KIND_ENUMERATOR) };
+#undef STRATA_PIPE_KIND_ENUMERATOR
+#define STRATA_PIPE_KIND_COUNT(kind, names_a_buffer) +1
+  /// The number of kinds: tables indexed by Kind are this long.
+  static constexpr size_t kNumKinds = 0 STRATA_PIPE_INSTRUCTION_KINDS(STRATA_PIPE_KIND_COUNT);
+#undef STRATA_PIPE_KIND_COUNT
   Kind kind;               ///< what to do
   int32_t buffer_id = -1;  ///< the pipe buffer of a buffer op, -1 for the others
 
-  bool has_buffer() const { return kind <= RecvGrad; }  ///< whether this kind names a buffer
+  bool has_buffer() const;  ///< whether this kind names a buffer
   bool operator==(const PipeInstruction&) const = default;
 };
 /// The instruction's name, e.g. "RecvGrad".

@@ -13,7 +13,10 @@ using Instr = PipeInstruction;
 
 namespace {
 
-bool is_p2p(Instr::Kind kind) { return Instr::SendActivation <= kind && kind <= Instr::RecvGrad; }
+bool is_p2p(Instr::Kind kind) {
+  return kind == Instr::SendActivation || kind == Instr::RecvActivation || kind == Instr::SendGrad ||
+         kind == Instr::RecvGrad;
+}
 bool is_send(Instr::Kind kind) { return kind == Instr::SendActivation || kind == Instr::SendGrad; }
 // SendActivation and RecvGrad talk to the next stage, RecvActivation and SendGrad to the previous one.
 int peer_of(int stage, Instr::Kind kind) {

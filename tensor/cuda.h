@@ -12,6 +12,8 @@
 
 #include <cstdint>
 
+#include "strata/tensor/dtype.h"
+
 namespace strata::cuda {
 
 /// True when strata was built with CUDA and at least one GPU is visible.
@@ -22,6 +24,8 @@ int device_count();
 void synchronize(int device = -1);
 /// The device CUDA work of this thread goes to when a tensor does not say (torch.cuda.current_device()).
 int current_device();
+/// The current device as a Device, Device(kCUDA, current_device()): where this rank's CUDA tensors go.
+inline Device device() { return Device(kCUDA, static_cast<int8_t>(current_device())); }
 /// Makes `device` current for this thread (torch.cuda.set_device).
 void set_device(int device);
 /// Lets float32 matmuls use TensorFloat-32 (torch.backends.cuda.matmul.allow_tf32); off by default.

@@ -26,6 +26,8 @@ constexpr ScalarType kFloat64 = ScalarType::Double;  ///< double
 constexpr ScalarType kHalf = ScalarType::Half;       ///< IEEE binary16 (strata::Half)
 constexpr ScalarType kFloat16 = ScalarType::Half;    ///< IEEE binary16 (strata::Half)
 constexpr ScalarType kBFloat16 = ScalarType::BFloat16;  ///< bfloat16 (strata::BFloat16)
+/// The number of ScalarTypes, whose values are 0 to kNumScalarTypes - 1 (BFloat16 stays the last one).
+constexpr int kNumScalarTypes = static_cast<int>(ScalarType::BFloat16) + 1;
 
 /// IEEE 754 binary16 as stored bits, as c10::Half: converts to and from float, rounding to nearest even.
 /// Arithmetic on Half tensors runs on CUDA in float32; on the CPU they are copied and converted only.
@@ -140,6 +142,8 @@ decltype(auto) visit_all_dtypes(ScalarType t, F&& f) {
 enum class DeviceType : int8_t { CPU, CUDA };
 constexpr DeviceType kCPU = DeviceType::CPU;    ///< host memory
 constexpr DeviceType kCUDA = DeviceType::CUDA;  ///< a CUDA device (needs STRATA_WITH_CUDA)
+/// The number of DeviceTypes, whose values are 0 to kNumDeviceTypes - 1 (CUDA stays the last one).
+constexpr int kNumDeviceTypes = static_cast<int>(DeviceType::CUDA) + 1;
 
 /// A device type and index, as in libtorch: Device(kCUDA, 1).
 struct Device {

@@ -68,7 +68,7 @@ inline ::testing::AssertionResult values_are(const Tensor& t, const std::vector<
 
 /// Options for a float64 leaf that requires grad.
 /// The GPU this process uses: the current CUDA device (distributed::init() makes it local rank % device count).
-inline Device gpu() { return Device(kCUDA, static_cast<int8_t>(cuda::current_device())); }
+inline Device gpu() { return cuda::device(); }
 
 inline TensorOptions f64() { return TensorOptions().dtype(kFloat64).requires_grad(true); }
 /// A float64 leaf of standard-normal values.

@@ -448,6 +448,20 @@ TEST(Autograd, RunInNextBackwardNodeReachedGetsItsGradient) {
   EXPECT_VALUES(x.grad(), {5, 5});
 }
 
+TEST(Autograd, BackwardEnteredAtARegisteredNode) {
+  // backward starts at the registered node's own output: the node is a root twice, once with the given gradient
+  // and once (registered) with none, and must run once with the given one.
+  Tensor x = tensor({1.0, 2.0}, f64());
+  std::vector<bool> got_grad;
+  auto node = pending_node(x, got_grad);
+  Tensor y = zeros({2}, kFloat64);
+  autograd::set_history(y, node);
+  autograd::run_in_next_backward(node);
+  autograd::backward({y}, {tensor({3.0, 4.0}, kFloat64)});
+  EXPECT_EQ(got_grad, std::vector<bool>{true});
+  EXPECT_VALUES(x.grad(), {3, 4});
+}
+
 TEST(Autograd, RunInNextBackwardWithRetainGraphStaysRegistered) {
   Tensor x = tensor({1.0}, f64());
   std::vector<bool> got_grad;

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <string>
 
 #include "strata/distributed/collectives.h"
@@ -44,6 +45,9 @@ inline double seconds_since(Clock::time_point start) {
 /// The timeout of blocking communication: STRATA_COMM_TIMEOUT_S, default 600 s.
 std::chrono::milliseconds comm_timeout();
 
+/// The root or peer of an OpRecord whose op has none.
+constexpr int kNoRank = -1;
+
 /// What one collective or p2p call is, for the DETAIL check, the watchdog and the logger.
 struct OpRecord {
   const char* op = "";          ///< e.g. "all_reduce"
@@ -51,9 +55,9 @@ struct OpRecord {
   uint64_t seq = 0;             ///< the group's sequence number of this call
   ScalarType dtype = kFloat;
   DimVector shape;              ///< the tensor's shape (the input where they differ); filled under DETAIL only
-  int root = -1;                ///< group rank of the root, -1 for rootless ops
-  int peer = -1;                ///< group rank of the other side of a p2p op, else -1
-  int reduce_op = -1;           ///< the ReduceOp as an int, -1 when the op does not reduce
+  int root = kNoRank;           ///< group rank of the root; kNoRank for rootless ops
+  int peer = kNoRank;           ///< group rank of the other side of a p2p op; kNoRank for collectives
+  std::optional<ReduceOp> reduce_op;  ///< the reduction; none when the op does not reduce
   bool shapes_must_match = true;///< false where ranks legitimately pass different shapes
   int64_t bytes = 0;            ///< message size for the logger
 };

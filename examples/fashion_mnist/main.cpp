@@ -156,6 +156,9 @@ int main(int argc, char** argv) {
       throw std::runtime_error("--batch-size " + std::to_string(args.batch_size) + " does not divide among " +
                                std::to_string(world) + " ranks");
     if (args.threads > 0) set_num_threads(args.threads);
+    if (rank == 0)
+      std::cout << "threads per rank: " << get_num_threads() << " ("
+                << (args.threads > 0 ? std::string("--threads") : distributed::thread_choice().reason) << ")\n";
 
     const data::FashionMNIST full_train(args.data, data::FashionMNIST::Mode::kTrain);
     const data::FashionMNIST test_set(args.data, data::FashionMNIST::Mode::kTest);
@@ -166,7 +169,7 @@ int main(int argc, char** argv) {
                                        .num_replicas = world, .rank = rank});
     data::DataLoader test(test_set, shard);
 
-    const Device device = args.device == "cuda" ? Device(kCUDA, static_cast<int8_t>(cuda::current_device())) : Device(kCPU);
+    const Device device = args.device == "cuda" ? cuda::device() : Device(kCPU);
     manual_seed(args.seed);  // the same initial parameters on every run and every rank
     nn::Sequential model = make_model(args);
     model->to(device);  // before DDP and the optimizer, as in libtorch

@@ -301,6 +301,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (args.threads > 0) set_num_threads(args.threads);
+    if (rank == 0)
+      std::cout << "threads per rank: " << get_num_threads() << " ("
+                << (args.threads > 0 ? std::string("--threads") : distributed::thread_choice().reason) << ")\n";
     grid.emplace(args.stages);
     const int replicas = grid->get_data_parallel_world_size();
     if (args.batch_size % (int64_t{replicas} * args.micro_batches) != 0)
@@ -314,7 +317,7 @@ int main(int argc, char** argv) {
     options.seed_layers = true;  // the same initial parameters for any number of stages
     options.base_seed = args.seed;
     model = std::make_shared<pipe::PipelineModule>(make_layers(), *grid, options);
-    if (args.device == "cuda") model->to(Device(kCUDA, static_cast<int8_t>(cuda::current_device())));
+    if (args.device == "cuda") model->to(cuda::device());
   } catch (const UsageError& e) {
     error = std::string(e.what()) + "\n" + kUsage;
   } catch (const Error& e) {

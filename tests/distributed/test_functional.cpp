@@ -207,6 +207,93 @@ TEST(Functional, NobodyWaitsWhenNoRankHasAGradient) {
   EXPECT_ALLCLOSE(b.grad(), full({2}, r == n - 1 ? n : 0, kDouble));
 }
 
+TEST(Functional, BackwardEnteredAtACollectiveOutput) {
+  // The output's grad_fn is the collective's node, which run_in_next_backward also registered: backward must take the
+  // given gradient once, on every rank, at any root.
+  const int n = world(), r = rank();
+  const double ranks_sum = n * (n - 1) / 2.0;
+  auto leaf = [&] { return (iota(2) + r).requires_grad_(true); };
+  auto seed = [&](int q) { return tensor({1.0, 10.0}, kDouble) * (q + 1.0); };  // rank q's gradient
+  const Tensor seeds_sum = tensor({1.0, 10.0}, kDouble) * (ranks_sum + n);
+
+  Tensor x = leaf();
+  F::backward({F::all_reduce_sum(x)}, {seed(r)});
+  EXPECT_ALLCLOSE(x.grad(), seeds_sum);
+
+  x = leaf();
+  F::backward({F::all_reduce_max(x)}, {seed(r)});  // the maximum sits on the last rank
+  EXPECT_ALLCLOSE(x.grad(), r == n - 1 ? seeds_sum : zeros({2}, kDouble));
+
+  for (int root : {0, n - 1}) {
+    x = leaf();
+    Tensor sum = F::reduce_sum(x, {}, root);
+    if (r == root) {
+      F::backward({sum}, {seed(root)});
+    } else {
+      F::backward();
+    }
+    EXPECT_ALLCLOSE(x.grad(), seed(root));
+
+    x = leaf();
+    F::backward({F::broadcast(r == root ? x : Tensor(), {}, root)}, {seed(r)});
+    if (r == root) {
+      EXPECT_ALLCLOSE(x.grad(), seeds_sum);
+    }
+
+    x = leaf();
+    Tensor gathered = F::gather(x, {}, 0, root);
+    if (r == root) {
+      F::backward({gathered}, {arange(2.0 * n, kDouble)});
+    } else {
+      F::backward();
+    }
+    EXPECT_ALLCLOSE(x.grad(), iota(2, 2.0 * r));
+
+    Tensor source = iota(2 * n).requires_grad_(true);
+    F::backward({F::scatter(r == root ? source : Tensor(), {}, 0, root)}, {seed(r)});
+    if (r == root) {
+      tensor_list seeds;
+      for (int q = 0; q < n; ++q) seeds.push_back(seed(q));
+      EXPECT_ALLCLOSE(source.grad(), cat(seeds, 0));
+    }
+  }
+
+  x = leaf();
+  F::backward({F::all_gather(x)}, {arange(2.0 * n, kDouble) * (r + 1.0)});
+  EXPECT_ALLCLOSE(x.grad(), iota(2, 2.0 * r) * (ranks_sum + n));
+
+  if (n < 2) return;
+  if (r == 0) {
+    x = leaf();
+    F::remote_send(x, 1);
+    F::backward();
+    EXPECT_ALLCLOSE(x.grad(), seed(1));
+  } else if (r == 1) {
+    F::backward({F::remote_recv(0)}, {seed(1)});
+  }
+}
+
+TEST(Functional, HeaderUsageExample) {
+  // The example at the top of functional.h, as written there, run (its second part on ranks 0 and 1).
+  const int n = world();
+  namespace F = strata::distributed::functional;
+  auto x = strata::randn({2, 3}, strata::requires_grad());
+  auto y = F::all_gather(x, {}, /*axis=*/1);        // backward: reduce_scatter_sum along axis 1
+  auto s = F::reduce_sum(y.sum());                 // defined on the root (group rank 0) only
+  F::backward(s.defined() ? strata::tensor_list{s} : strata::tensor_list{});   // every rank
+  EXPECT_EQ(s.defined(), rank() == 0);
+  EXPECT_ALLCLOSE(x.grad(), full({2, 3}, double(n)));  // every rank's y.sum() holds x once
+  if (n < 2 || rank() > 1) return;
+  const Tensor before = x.grad().clone();
+
+  int rank = strata::distributed::get_rank();               // two stages, on ranks 0 and 1
+  if (rank == 0) { F::remote_send(x, 1); F::backward(); }   // x's grad comes back from rank 1
+  else F::backward({F::remote_recv(0).tanh().sum()});       // shape and dtype come from the sender
+  if (rank == 0) {
+    EXPECT_ALLCLOSE(x.grad() - before, 1.0 - x.detach().tanh().pow(2));
+  }
+}
+
 TEST(Functional, RetainGraphKeepsCollectivesPending) {
   const int n = world();
   Tensor x = tensor({1.0}, f64());

@@ -173,3 +173,20 @@ TEST(DistGradcheck, ItsOwnStepsIgnoreTheProfilingSwitches) {
   EXPECT_THROW_MSG(dist::gradcheck(fn, {input({dist::get_world_size()})}),
                    "distributed::gradcheck: on rank " + std::to_string(last) + ", gradient mismatch for input 0");
 }
+
+TEST(DistGradcheck, LocalGradcheckRefusesCollectives) {
+  // autograd::gradcheck perturbs this rank's inputs only: a collective's gradient would be checked against
+  // numbers that mean nothing, so it refuses on every rank and points to distributed::gradcheck.
+  const int n = dist::get_world_size();
+  Tensor x = input({2});
+  const std::string message = "AllReduceSumBackward, an op that spans processes";
+  EXPECT_THROW_MSG(autograd::gradcheck([](const tensor_list& in) { return F::all_reduce_sum(in[0]); }, {x}), message);
+  EXPECT_THROW_MSG(autograd::gradgradcheck([](const tensor_list& in) { return F::all_reduce_sum(in[0]); }, {x}),
+                   "use distributed::gradcheck");
+  // What the refused function recorded does not run in the next backward; what was pending before still does.
+  Tensor y = F::all_reduce_sum(x);
+  EXPECT_THROW_MSG(autograd::gradcheck([](const tensor_list& in) { return F::all_reduce_sum(in[0] * 2.0); }, {x}),
+                   message);
+  F::backward({y.sum()});
+  EXPECT_VALUES(x.grad(), {double(n), double(n)});
+}

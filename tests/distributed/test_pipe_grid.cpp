@@ -137,29 +137,6 @@ TEST(PipeGrid, P2PForwardAndBackwardRings) {
   }
 }
 
-TEST(PipeGrid, P2PObjects) {
-  for (int pp : divisors()) {
-    if (pp < 2) continue;
-    PipelineParallelGrid grid(pp);
-    P2P p2p(grid);
-    const int stage = grid.get_stage_id();
-    const std::vector<int64_t> shape = {4, 8, stage};
-    const std::string text = "from stage " + std::to_string(stage) + std::string(1, '\0') + "!";  // bytes, NUL included
-    if (!grid.is_first_stage()) {
-      EXPECT_EQ(p2p.recv_obj<std::vector<int64_t>>(stage - 1), (std::vector<int64_t>{4, 8, stage - 1}));
-      EXPECT_EQ(p2p.recv_obj(stage - 1), "from stage " + std::to_string(stage - 1) + std::string(1, '\0') + "!");
-      EXPECT_EQ(p2p.recv_obj<std::vector<int64_t>>(stage - 1), std::vector<int64_t>{});
-      EXPECT_EQ(p2p.recv_obj(stage - 1), std::string("abc"));  // a literal travels as its characters
-    }
-    if (!grid.is_last_stage()) {
-      p2p.send_obj(shape, stage + 1);
-      p2p.send_obj(text, stage + 1);
-      p2p.send_obj(std::vector<int64_t>{}, stage + 1);
-      p2p.send_obj("abc", stage + 1);
-    }
-  }
-}
-
 TEST(PipeGrid, P2PErrors) {
   // Every check fails before any communication, so ranks cannot diverge here.
   PipelineParallelGrid grid(world());
@@ -169,7 +146,7 @@ TEST(PipeGrid, P2PErrors) {
   Tensor t = zeros({2}, kFloat);
   EXPECT_THROW_MSG(p2p.send(t, stage), "P2P::send: stage " + s + " cannot talk to itself");
   EXPECT_THROW_MSG(p2p.recv(t, stages, true), "P2P::recv: stage " + n + " is out of range for " + n + " stages");
-  EXPECT_THROW_MSG(p2p.recv_obj(-1), "P2P::recv_obj: stage -1 is out of range for " + n + " stages");
+  EXPECT_THROW_MSG(p2p.recv(t, -1), "P2P::recv: stage -1 is out of range for " + n + " stages");
   EXPECT_EQ(p2p.num_pending(), 0u);
   if (stages >= 4) {
     // Two stages on (mod the number of stages) is neither adjacent nor the first and the last together.
@@ -177,7 +154,7 @@ TEST(PipeGrid, P2PErrors) {
     EXPECT_THROW_MSG(p2p.send(t, peer), "P2P::send: stage " + s +
                                             " may only talk to adjacent stages or between the first and the last stage, "
                                             "not to stage " + std::to_string(peer) + " (" + n + " stages)");
-    EXPECT_THROW_MSG(p2p.send_obj(std::string("x"), peer), "P2P::send_obj: stage " + s + " may only talk");
+    EXPECT_THROW_MSG(p2p.recv(t, peer, true), "P2P::recv: stage " + s + " may only talk");
   }
 }
 

@@ -30,6 +30,19 @@ void set(const Tensor& t, std::initializer_list<double> v) {
 
 // ---- Linear ----
 
+TEST(NnLayers, CountParametersMatchesTheBuiltLayer) {
+  // What LayerSpec::of counts without building (pipeline partitioning) is what the constructor registers.
+  EXPECT_EQ(LinearImpl::count_parameters(7, 3), Linear(7, 3)->num_parameters());
+  EXPECT_EQ(LinearImpl::count_parameters(7, 3, false), Linear(7, 3, false)->num_parameters());
+  EXPECT_EQ(LinearImpl::count_parameters(LinearOptions(5, 2).bias(false)),
+            Linear(LinearOptions(5, 2).bias(false))->num_parameters());
+  EXPECT_EQ(EmbeddingImpl::count_parameters(11, 4), Embedding(11, 4)->num_parameters());
+  EXPECT_EQ(LayerNormImpl::count_parameters(6), LayerNorm(6)->num_parameters());
+  EXPECT_EQ(LayerNormImpl::count_parameters(6, 1e-5, false), LayerNorm(6, 1e-5, false)->num_parameters());
+  EXPECT_EQ(LayerNormImpl::count_parameters(std::vector<int64_t>{2, 3}),
+            LayerNorm(std::vector<int64_t>{2, 3})->num_parameters());
+}
+
 TEST(NnLayers, LinearComputesXWTransposePlusBias) {
   Linear fc(3, 2);
   set(fc->weight, {1, 2, 3, 4, 5, 6});

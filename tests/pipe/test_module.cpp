@@ -2,6 +2,10 @@
 // a single-process model bit for bit, tied layers, activation checkpointing, per-layer checkpoints that move
 // between stage counts, and the errors.
 
+#include <strata/nn/dropout.h>
+#include <strata/nn/embedding.h>
+#include <strata/nn/linear.h>
+#include <strata/nn/normalization.h>
 #include <strata/nn/safetensors.h>
 #include <strata/pipe/module.h>
 

@@ -45,6 +45,21 @@ TEST(PipeSchedule, PrintsInstructionsAndSteps) {
   EXPECT_FALSE(Instr{Instr::ReduceGrads}.has_buffer());
 }
 
+TEST(PipeSchedule, EveryKindHasItsNameAndBufferFlag) {
+  // STRATA_PIPE_INSTRUCTION_KINDS is the one list: the enum, the names, has_buffer() and kNumKinds all follow it.
+  const std::vector<std::pair<std::string, bool>> expected = {
+      {"LoadMicroBatch", true}, {"ForwardPass", true}, {"BackwardPass", true}, {"SendActivation", true},
+      {"RecvActivation", true}, {"SendGrad", true},    {"RecvGrad", true},     {"ReduceTiedGrads", false},
+      {"ReduceGrads", false},   {"OptimizerStep", false}};
+  ASSERT_EQ(Instr::kNumKinds, expected.size());
+  for (size_t k = 0; k < Instr::kNumKinds; ++k) {
+    const auto kind = static_cast<Instr::Kind>(k);
+    EXPECT_EQ(name(kind), expected[k].first);
+    EXPECT_EQ(Instr{kind}.has_buffer(), expected[k].second) << expected[k].first;
+  }
+  EXPECT_THROW_MSG(name(static_cast<Instr::Kind>(Instr::kNumKinds)), "PipeInstruction: invalid kind 10");
+}
+
 TEST(PipeScheduleTrain, GoldenFourMicroBatchesTwoStages) {
   EXPECT_EQ(listing("train", 4, 2, 0),
             "0: LoadMicroBatch(0) ForwardPass(0)\n"
