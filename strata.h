@@ -48,5 +48,6 @@
 #include "strata/pipe/topology.h"
 #include "strata/tensor/creation.h"
 #include "strata/tensor/cuda.h"
+#include "strata/tensor/kernels.h"
 #include "strata/tensor/promotion.h"
 #include "strata/tensor/tensor.h"

@@ -274,7 +274,7 @@ Pipeline make_pipeline(std::vector<pipe::Layer> layers) {
 
 // How many instructions of each kind the schedule's stage runs in one batch.
 std::vector<int> kind_counts(const pipe::PipeSchedule& sched) {
-  std::vector<int> counts(Kind::OptimizerStep + 1, 0);
+  std::vector<int> counts(pipe::PipeInstruction::kNumKinds, 0);
   for (int t = 0; t < sched.num_steps(); ++t)
     for (const pipe::PipeInstruction& ins : sched.step(t)) ++counts[ins.kind];
   return counts;

@@ -132,9 +132,9 @@ inline void check_index_operands(const Tensor& index, const Tensor& data, const 
 
 /// reduce's checks of out's dtype and shape (in's sizes with the reduced dims set to 1). Returns out's
 /// strides with 0 on the reduced dims: iterating in's shape with them accumulates into out.
-inline DimVector check_reduce_operands(ReduceOp op, const Tensor& in, IntArrayRef dims, const Tensor& out) {
+inline DimVector check_reduce_operands(ReduceKind op, const Tensor& in, IntArrayRef dims, const Tensor& out) {
   const char* name = to_string(op);
-  const bool sum_like = op == ReduceOp::Sum || op == ReduceOp::Prod;
+  const bool sum_like = op == ReduceKind::Sum || op == ReduceKind::Prod;
   const ScalarType out_dtype = sum_like && in.dtype() == kBool ? kLong : in.dtype();
   STRATA_CHECK(out.dtype() == out_dtype, name, ": expected a ", out_dtype, " output, got ", out.dtype());
   STRATA_CHECK(out.dim() == in.dim(), name, ": expected an output with ", in.dim(), " dims, got shape ", out.sizes());
@@ -153,10 +153,10 @@ inline DimVector check_reduce_operands(ReduceOp op, const Tensor& in, IntArrayRe
 
 /// arg_reduce's checks: Max or Min, in's dtype for values and Long for indices, both of in's sizes
 /// with dim set to 1. Returns dim wrapped.
-inline int64_t check_arg_reduce_operands(ReduceOp op, const Tensor& in, int64_t dim, const Tensor& values,
+inline int64_t check_arg_reduce_operands(ReduceKind op, const Tensor& in, int64_t dim, const Tensor& values,
                                          const Tensor& indices) {
   const char* name = to_string(op);
-  STRATA_CHECK(op == ReduceOp::Max || op == ReduceOp::Min, "arg_reduce does not support ", name);
+  STRATA_CHECK(op == ReduceKind::Max || op == ReduceKind::Min, "arg_reduce does not support ", name);
   dim = wrap_dim(dim, in.dim(), name);
   STRATA_CHECK(values.dtype() == in.dtype() && indices.dtype() == kLong, name, ": expected ", in.dtype(),
                " values and Long indices, got ", values.dtype(), " and ", indices.dtype());

@@ -30,11 +30,21 @@ const char* to_string(UnaryOp op);
 /// The op's name as kernel errors show it: "add", "sub", ...
 const char* to_string(BinaryOp op);
 /// True for the comparisons and logical ops, which write bool.
-constexpr bool writes_bool(BinaryOp op) { return op >= BinaryOp::Eq; }
-/// Reductions.
-enum class ReduceOp : int8_t { Sum, Prod, Max, Min };
+constexpr bool writes_bool(BinaryOp op) {
+  switch (op) {  // no default: a new op must be placed here
+    case BinaryOp::Add: case BinaryOp::Sub: case BinaryOp::Mul: case BinaryOp::Div: case BinaryOp::Pow:
+    case BinaryOp::Maximum: case BinaryOp::Minimum:
+      return false;
+    case BinaryOp::Eq: case BinaryOp::Ne: case BinaryOp::Lt: case BinaryOp::Le: case BinaryOp::Gt: case BinaryOp::Ge:
+    case BinaryOp::LogicalAnd: case BinaryOp::LogicalOr:
+      return true;
+  }
+  return false;
+}
+/// What a reduction kernel computes (a tensor reduction; collectives have distributed::ReduceOp).
+enum class ReduceKind : int8_t { Sum, Prod, Max, Min };
 /// The reduction's name as kernel errors show it: "sum", "prod", "max", "min".
-const char* to_string(ReduceOp op);
+const char* to_string(ReduceKind op);
 
 /// One device's implementation of the primitives.
 class Kernels {
@@ -54,9 +64,9 @@ class Kernels {
   /// out = cond ? a : b; cond is bool, a and b share out's dtype and sizes.
   virtual void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) const = 0;
   /// Reduces `in` over dims into out, whose sizes are in's with those dims set to 1.
-  virtual void reduce(ReduceOp op, const Tensor& in, IntArrayRef dims, const Tensor& out) const = 0;
+  virtual void reduce(ReduceKind op, const Tensor& in, IntArrayRef dims, const Tensor& out) const = 0;
   /// Max or Min along one dim: values and int64 indices of the first extreme (NaN wins), sizes with dim set to 1.
-  virtual void arg_reduce(ReduceOp op, const Tensor& in, int64_t dim, const Tensor& values,
+  virtual void arg_reduce(ReduceKind op, const Tensor& in, int64_t dim, const Tensor& values,
                           const Tensor& indices) const = 0;
   /// out[b] = a[b] @ c[b] for 3-D a [B, M, K], c [B, K, N], out [B, M, N] (contiguous out).
   virtual void matmul(const Tensor& a, const Tensor& c, const Tensor& out) const = 0;

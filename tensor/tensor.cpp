@@ -138,7 +138,7 @@ const char* to_string(BinaryOp op) {
   return kNames[static_cast<int>(op)];
 }
 
-const char* to_string(ReduceOp op) {
+const char* to_string(ReduceKind op) {
   static constexpr const char* kNames[] = {"sum", "prod", "max", "min"};
   return kNames[static_cast<int>(op)];
 }

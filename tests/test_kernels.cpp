@@ -225,18 +225,18 @@ TEST(Kernels, FillWhereArange) {
 
 namespace {
 /// Naive keepdim reduction over dims (computed in double), for checking reduce().
-std::vector<double> naive_reduce(ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims) {
+std::vector<double> naive_reduce(ReduceKind op, const Tensor& in, const std::vector<int64_t>& dims) {
   DimVector out_sizes(in.sizes());
   for (int64_t d : dims) out_sizes[d] = 1;
   const auto v = values(in);
-  const double init = op == ReduceOp::Sum ? 0 : op == ReduceOp::Prod ? 1 : op == ReduceOp::Max ? -INFINITY : INFINITY;
+  const double init = op == ReduceKind::Sum ? 0 : op == ReduceKind::Prod ? 1 : op == ReduceKind::Max ? -INFINITY : INFINITY;
   std::vector<double> out(multiply(out_sizes), init);
   DimVector idx(in.dim(), 0);
   for (double x : v) {
     int64_t o = 0;
     for (int64_t d = 0; d < in.dim(); ++d) o = o * out_sizes[d] + (out_sizes[d] == 1 ? 0 : idx[d]);
     double& acc = out[o];
-    acc = op == ReduceOp::Sum ? acc + x : op == ReduceOp::Prod ? acc * x : op == ReduceOp::Max ? std::max(acc, x)
+    acc = op == ReduceKind::Sum ? acc + x : op == ReduceKind::Prod ? acc * x : op == ReduceKind::Max ? std::max(acc, x)
                                                                                                 : std::min(acc, x);
     for (int64_t d = in.dim() - 1; d >= 0; --d) {
       if (++idx[d] < in.size(d)) break;
@@ -250,8 +250,8 @@ std::vector<double> naive_reduce(ReduceOp op, const Tensor& in, const std::vecto
 TEST(Kernels, ReduceMatchesNaiveOverDimSets) {
   const std::vector<std::vector<int64_t>> dim_sets = {{0}, {1}, {2}, {0, 2}, {1, 2}, {0, 1}, {0, 1, 2}, {}};
   for (ScalarType dt : {kLong, kFloat, kFloat64}) {
-    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min}) {
-      auto data = op == ReduceOp::Prod ? mild : small_ints;
+    for (ReduceKind op : {ReduceKind::Sum, ReduceKind::Prod, ReduceKind::Max, ReduceKind::Min}) {
+      auto data = op == ReduceKind::Prod ? mild : small_ints;
       Tensor contiguous = make(data(3 * 4 * 5, 1), {3, 4, 5}, dt);
       Tensor permuted = transposed(make(data(5 * 4 * 3, 7), {5, 4, 3}, dt), 0, 2);  // [3, 4, 5], strided
       for (const Tensor& in : {contiguous, permuted}) {
@@ -280,50 +280,50 @@ TEST(Kernels, ReduceLargeUsesExactAccumulation) {
     DimVector out_sizes(ones_f.sizes());
     for (int64_t d : dims) out_sizes[d] = 1;
     Tensor out = empty(out_sizes, kFloat);
-    K().reduce(ReduceOp::Sum, ones_f, dims, out);
+    K().reduce(ReduceKind::Sum, ones_f, dims, out);
     EXPECT_EQ(values(out)[0], dims.size() == 2 ? n : dims[0] == 0 ? n / 1000 : 1000);
   }
   Tensor per_row = empty({1, 3000}, kFloat);
-  K().reduce(ReduceOp::Sum, transposed(ones_f, 0, 1), {0}, per_row);  // [1000, 3000] view, reduced dim has stride 1
+  K().reduce(ReduceKind::Sum, transposed(ones_f, 0, 1), {0}, per_row);  // [1000, 3000] view, reduced dim has stride 1
   EXPECT_EQ(values(per_row)[2999], 1000);
 }
 
 TEST(Kernels, ReduceDtypesNanAndEmpty) {
   Tensor b = make({1, 0, 1, 1}, {2, 2}, kBool), s = empty({1, 1}, kLong);
-  K().reduce(ReduceOp::Sum, b, {0, 1}, s);
+  K().reduce(ReduceKind::Sum, b, {0, 1}, s);
   EXPECT_VALUES(s, {3});
   Tensor any = empty({2, 1}, kBool);
-  K().reduce(ReduceOp::Max, b, {1}, any);
+  K().reduce(ReduceKind::Max, b, {1}, any);
   EXPECT_VALUES(any, {1, 1});
   Tensor x = make({1, NAN, 3, 4, 5, 6}, {2, 3}), m = empty({2, 1});
-  K().reduce(ReduceOp::Max, x, {1}, m);
+  K().reduce(ReduceKind::Max, x, {1}, m);
   EXPECT_TRUE(std::isnan(values(m)[0]));
   EXPECT_EQ(values(m)[1], 6);
   Tensor e = empty({0, 3}), out = empty({1, 3});
-  K().reduce(ReduceOp::Sum, e, {0}, out);
+  K().reduce(ReduceKind::Sum, e, {0}, out);
   EXPECT_VALUES(out, {0, 0, 0});
-  K().reduce(ReduceOp::Prod, e, {0}, out);
+  K().reduce(ReduceKind::Prod, e, {0}, out);
   EXPECT_VALUES(out, {1, 1, 1});
-  EXPECT_THROW_MSG(K().reduce(ReduceOp::Max, e, {0}, out), "max(): cannot reduce over a zero-size dimension");
-  EXPECT_THROW_MSG(K().reduce(ReduceOp::Sum, b, {0}, empty({1, 2}, kBool)), "sum: expected a Long output");
+  EXPECT_THROW_MSG(K().reduce(ReduceKind::Max, e, {0}, out), "max(): cannot reduce over a zero-size dimension");
+  EXPECT_THROW_MSG(K().reduce(ReduceKind::Sum, b, {0}, empty({1, 2}, kBool)), "sum: expected a Long output");
 }
 
 TEST(Kernels, ArgReduceFirstOccurrenceAndNan) {
   Tensor x = make({3, 1, 3, 1, 2, NAN, 0, NAN, 5, 5, 5, -1}, {3, 4});
   Tensor v = empty({3, 1}), i = empty({3, 1}, kLong);
-  K().arg_reduce(ReduceOp::Max, x, 1, v, i);
+  K().arg_reduce(ReduceKind::Max, x, 1, v, i);
   EXPECT_VALUES(i, {0, 1, 0});
   EXPECT_EQ(values(v)[0], 3);
   EXPECT_TRUE(std::isnan(values(v)[1]));
-  K().arg_reduce(ReduceOp::Min, x, 1, v, i);
+  K().arg_reduce(ReduceKind::Min, x, 1, v, i);
   EXPECT_VALUES(i, {1, 1, 3});
   Tensor v0 = empty({1, 4}), i0 = empty({1, 4}, kLong);
-  K().arg_reduce(ReduceOp::Max, x, 0, v0, i0);
+  K().arg_reduce(ReduceKind::Max, x, 0, v0, i0);
   EXPECT_VALUES(i0, {2, 1, 2, 1});
   Tensor it = empty({1, 3}, kLong), vt = empty({1, 3});
-  K().arg_reduce(ReduceOp::Min, transposed(x, 0, 1), 0, vt, it);  // strided scan
+  K().arg_reduce(ReduceKind::Min, transposed(x, 0, 1), 0, vt, it);  // strided scan
   EXPECT_VALUES(it, {1, 1, 3});
-  EXPECT_THROW_MSG(K().arg_reduce(ReduceOp::Max, empty({2, 0}), 1, empty({2, 1}), empty({2, 1}, kLong)),
+  EXPECT_THROW_MSG(K().arg_reduce(ReduceKind::Max, empty({2, 0}), 1, empty({2, 1}), empty({2, 1}, kLong)),
                    "max(): cannot reduce over a zero-size dimension");
 }
 
@@ -451,9 +451,9 @@ TEST(Kernels, ThreadCountDoesNotChangeResults) {
     EXPECT_EQ(get_num_threads(), threads);
     Tensor r = empty({n}), s = empty({1}), si = empty({1}, kLong), ri = empty({n}, kLong);
     K().uniform(r, -1, 1, 5, 123);
-    K().reduce(ReduceOp::Sum, r, {0}, s);
+    K().reduce(ReduceKind::Sum, r, {0}, s);
     K().uniform(ri, -1000, 1000, 5, 0);
-    K().reduce(ReduceOp::Sum, ri, {0}, si);
+    K().reduce(ReduceKind::Sum, ri, {0}, si);
     randoms.push_back(values(r));
     sums.push_back({values(s)[0], values(si)[0]});
   }

@@ -63,8 +63,8 @@ Tensor kept_view(const Tensor& out, const ReducePlan& p) {
 
 /// Runs reduce kernel `op` over `in` into a fresh tensor of out_sizes. Sum and prod of bool and int64
 /// give int64, as in libtorch (the kernel accumulates bool into int64 itself).
-Tensor run_reduce(ReduceOp op, const Tensor& in, const ReducePlan& p) {
-  const bool to_long = (op == ReduceOp::Sum || op == ReduceOp::Prod) && !in.is_floating_point();
+Tensor run_reduce(ReduceKind op, const Tensor& in, const ReducePlan& p) {
+  const bool to_long = (op == ReduceKind::Sum || op == ReduceKind::Prod) && !in.is_floating_point();
   Tensor out = empty(p.out_sizes, to_long ? TensorOptions(kLong).device(in.device()) : in.options());
   if (p.dims.empty())
     ops::kernels(in).copy(in, out);
@@ -90,11 +90,11 @@ Tensor expand_reduced(const Tensor& g, const ReducePlan& p) { return unsqueeze_r
 /// amax / amin over dims; the gradient is split evenly among the elements equal to the extreme. A NaN is
 /// the extreme of its slice, so its gradient goes to the NaN elements (as libtorch's max(); its amax would
 /// give every element of the slice NaN).
-Tensor extreme(ReduceOp op, const Tensor& a, IntArrayRef dims, bool keepdim, const char* name) {
+Tensor extreme(ReduceKind op, const Tensor& a, IntArrayRef dims, bool keepdim, const char* name) {
   ReducePlan p = plan_reduce(a, dims, keepdim, name);
   STRATA_CHECK(p.count > 0, name, ": cannot reduce over a dimension of size 0, got shape ", a.sizes());
   Tensor out = run_reduce(op, a, p);
-  if (auto node = autograd::record(op == ReduceOp::Max ? "MaxBackward" : "MinBackward", a, out))
+  if (auto node = autograd::record(op == ReduceKind::Max ? "MaxBackward" : "MinBackward", a, out))
     node->backward = [x = autograd::SavedVariable(a), y = autograd::SavedVariable(out, true),
                       p = std::move(p)](const tensor_list& g) -> tensor_list {
       Tensor input = x.unpack(), extreme = unsqueeze_reduced(y.unpack(), p);
@@ -106,7 +106,7 @@ Tensor extreme(ReduceOp op, const Tensor& a, IntArrayRef dims, bool keepdim, con
 }
 
 /// max(dim) / min(dim): values and int64 indices of the first extreme; the gradient goes to that index.
-std::tuple<Tensor, Tensor> extreme_along(ReduceOp op, const Tensor& a, int64_t dim, bool keepdim,
+std::tuple<Tensor, Tensor> extreme_along(ReduceKind op, const Tensor& a, int64_t dim, bool keepdim,
                                          const char* name) {
   ReducePlan p = plan_reduce(a, IntArrayRef(dim), keepdim, name);
   STRATA_CHECK(p.count > 0, name, ": cannot reduce over a dimension of size 0, got shape ", a.sizes());
@@ -119,7 +119,7 @@ std::tuple<Tensor, Tensor> extreme_along(ReduceOp op, const Tensor& a, int64_t d
   } else {
     ops::kernels(a).arg_reduce(op, a, p.dims[0], kept_view(values, p), kept_indices);
   }
-  if (auto node = autograd::record(op == ReduceOp::Max ? "MaxBackward" : "MinBackward", a, values))
+  if (auto node = autograd::record(op == ReduceKind::Max ? "MaxBackward" : "MinBackward", a, values))
     // Saved through SavedVariable: the caller gets `indices`, and writing into it must not reroute gradients.
     node->backward = [saved = autograd::SavedVariable(kept_indices), p = std::move(p)](
                          const tensor_list& g) -> tensor_list {
@@ -131,7 +131,7 @@ std::tuple<Tensor, Tensor> extreme_along(ReduceOp op, const Tensor& a, int64_t d
 }
 
 /// argmax / argmin: along dim, or over the flattened tensor when dim is absent.
-Tensor arg_extreme(ReduceOp op, const Tensor& a, std::optional<int64_t> dim, bool keepdim, const char* name) {
+Tensor arg_extreme(ReduceKind op, const Tensor& a, std::optional<int64_t> dim, bool keepdim, const char* name) {
   NoGradGuard no_grad;  // indices have no gradient; nothing here should be recorded
   if (dim) return std::get<1>(extreme_along(op, a, *dim, keepdim, name));
   STRATA_CHECK(a.numel() > 0, name, ": expected a non-empty tensor when no dim is given, got shape ", a.sizes());
@@ -193,7 +193,7 @@ Tensor sum_to(const Tensor& grad, IntArrayRef sizes) {
 
 Tensor sum(const Tensor& a, IntArrayRef dims, bool keepdim) {
   ReducePlan p = plan_reduce(a, dims, keepdim, "sum");
-  Tensor out = run_reduce(ReduceOp::Sum, a, p);
+  Tensor out = run_reduce(ReduceKind::Sum, a, p);
   if (auto node = autograd::record("SumBackward", a, out))
     node->backward = [p = std::move(p)](const tensor_list& g) -> tensor_list { return {expand_reduced(g[0], p)}; };
   return out;
@@ -208,7 +208,7 @@ Tensor mean(const Tensor& a, IntArrayRef dims, bool keepdim) {
   // composite reductions of 16-bit tensors run in float32 and round once at the end (as torch).
   if (is_reduced_floating_point(a.dtype())) return mean(a.to(kFloat), dims, keepdim).to(a.dtype());
   ReducePlan p = plan_reduce(a, dims, keepdim, "mean");
-  Tensor out = run_reduce(ReduceOp::Sum, a, p);
+  Tensor out = run_reduce(ReduceKind::Sum, a, p);
   out.mul_(1.0 / static_cast<double>(p.count));  // a fresh tensor without history: scaled in place
   if (auto node = autograd::record("MeanBackward", a, out))
     node->backward = [p = std::move(p)](const tensor_list& g) -> tensor_list {
@@ -221,7 +221,7 @@ Tensor mean(const Tensor& a, IntArrayRef dims, bool keepdim) {
 
 Tensor prod(const Tensor& a, std::optional<int64_t> dim, bool keepdim) {
   ReducePlan p = dim ? plan_reduce(a, IntArrayRef(*dim), keepdim, "prod") : plan_reduce(a, {}, false, "prod");
-  Tensor out = run_reduce(ReduceOp::Prod, a, p);
+  Tensor out = run_reduce(ReduceKind::Prod, a, p);
   if (auto node = autograd::record("ProdBackward", a, out))
     node->backward = [x = autograd::SavedVariable(a), dim, p = std::move(p)](const tensor_list& g) -> tensor_list {
       // d prod / d x_i is the product of the others. Dividing prod by x_i fails at zeros, so take the
@@ -241,21 +241,21 @@ Tensor prod(const Tensor& a, std::optional<int64_t> dim, bool keepdim) {
 
 // ---- max and min ----
 
-Tensor max(const Tensor& a) { return extreme(ReduceOp::Max, a, {}, false, "max"); }
-Tensor amax(const Tensor& a, IntArrayRef dims, bool keepdim) { return extreme(ReduceOp::Max, a, dims, keepdim, "amax"); }
-Tensor amin(const Tensor& a, IntArrayRef dims, bool keepdim) { return extreme(ReduceOp::Min, a, dims, keepdim, "amin"); }
-Tensor min(const Tensor& a) { return extreme(ReduceOp::Min, a, {}, false, "min"); }
+Tensor max(const Tensor& a) { return extreme(ReduceKind::Max, a, {}, false, "max"); }
+Tensor amax(const Tensor& a, IntArrayRef dims, bool keepdim) { return extreme(ReduceKind::Max, a, dims, keepdim, "amax"); }
+Tensor amin(const Tensor& a, IntArrayRef dims, bool keepdim) { return extreme(ReduceKind::Min, a, dims, keepdim, "amin"); }
+Tensor min(const Tensor& a) { return extreme(ReduceKind::Min, a, {}, false, "min"); }
 std::tuple<Tensor, Tensor> max(const Tensor& a, int64_t dim, bool keepdim) {
-  return extreme_along(ReduceOp::Max, a, dim, keepdim, "max");
+  return extreme_along(ReduceKind::Max, a, dim, keepdim, "max");
 }
 std::tuple<Tensor, Tensor> min(const Tensor& a, int64_t dim, bool keepdim) {
-  return extreme_along(ReduceOp::Min, a, dim, keepdim, "min");
+  return extreme_along(ReduceKind::Min, a, dim, keepdim, "min");
 }
 Tensor argmax(const Tensor& a, std::optional<int64_t> dim, bool keepdim) {
-  return arg_extreme(ReduceOp::Max, a, dim, keepdim, "argmax");
+  return arg_extreme(ReduceKind::Max, a, dim, keepdim, "argmax");
 }
 Tensor argmin(const Tensor& a, std::optional<int64_t> dim, bool keepdim) {
-  return arg_extreme(ReduceOp::Min, a, dim, keepdim, "argmin");
+  return arg_extreme(ReduceKind::Min, a, dim, keepdim, "argmin");
 }
 
 // ---- statistics (compositions) ----
@@ -324,7 +324,7 @@ Tensor norm(const Tensor& a, double p, IntArrayRef dims, bool keepdim) {
   if (p == 2) return norm2(a, dims, keepdim);
   if (p == 1) return sum(abs(a), dims, keepdim);
   if (p == 0) return sum(a.ne(0.0), dims, keepdim).to(a.dtype());  // the count of non-zeros
-  if (std::isinf(p)) return extreme(p > 0 ? ReduceOp::Max : ReduceOp::Min, abs(a), dims, keepdim, "norm");
+  if (std::isinf(p)) return extreme(p > 0 ? ReduceKind::Max : ReduceKind::Min, abs(a), dims, keepdim, "norm");
   return pnorm(a, p, dims, keepdim);
 }
 
@@ -338,7 +338,7 @@ Tensor logsumexp(const Tensor& a, IntArrayRef dims, bool keepdim) {
   Tensor shift;
   {
     NoGradGuard no_grad;
-    shift = extreme(ReduceOp::Max, x, dims, true, "logsumexp");
+    shift = extreme(ReduceKind::Max, x, dims, true, "logsumexp");
     shift = shift.masked_fill(shift.abs().eq(std::numeric_limits<double>::infinity()), 0);
   }
   Tensor out = log(sum(exp(x - shift), dims, true)) + shift;

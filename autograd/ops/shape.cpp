@@ -603,7 +603,7 @@ Tensor Tensor::to(const Tensor& other, bool non_blocking, bool copy) const {
 Tensor Tensor::cpu() const { return to(Device(kCPU)); }
 Tensor Tensor::cuda(int index) const {
   STRATA_CHECK(index >= -1 && index < 128, "cuda: device index must be in [0, 128) or -1 (current), got ", index);
-  return to(Device(kCUDA, static_cast<int8_t>(index < 0 ? cuda::current_device() : index)));
+  return to(index < 0 ? cuda::device() : Device(kCUDA, static_cast<int8_t>(index)));
 }
 
 Tensor Tensor::clone() const {

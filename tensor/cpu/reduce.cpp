@@ -21,30 +21,30 @@ constexpr int64_t kBlock = 4096;
 constexpr int64_t kColumns = 1024;
 
 /// Accumulator: int64 for integer sums and products, double for float ones, T for max and min.
-template <ReduceOp kOp, class T>
-using acc_t = std::conditional_t<kOp == ReduceOp::Sum || kOp == ReduceOp::Prod,
+template <ReduceKind kOp, class T>
+using acc_t = std::conditional_t<kOp == ReduceKind::Sum || kOp == ReduceKind::Prod,
                                  std::conditional_t<std::is_floating_point_v<T>, double, int64_t>, T>;
 
-template <ReduceOp kOp, class A>
+template <ReduceKind kOp, class A>
 constexpr A identity() {
   using L = std::numeric_limits<A>;
-  if constexpr (kOp == ReduceOp::Sum) return A(0);
-  else if constexpr (kOp == ReduceOp::Prod) return A(1);
-  else if constexpr (kOp == ReduceOp::Max) return L::has_infinity ? -L::infinity() : L::lowest();
+  if constexpr (kOp == ReduceKind::Sum) return A(0);
+  else if constexpr (kOp == ReduceKind::Prod) return A(1);
+  else if constexpr (kOp == ReduceKind::Max) return L::has_infinity ? -L::infinity() : L::lowest();
   else return L::has_infinity ? L::infinity() : L::max();
 }
 
 /// Combines two partial results; max and min propagate NaN.
-template <ReduceOp kOp, class A>
+template <ReduceKind kOp, class A>
 inline A combine(A a, A b) {
-  if constexpr (kOp == ReduceOp::Sum) return a + b;
-  else if constexpr (kOp == ReduceOp::Prod) return a * b;
-  else if constexpr (kOp == ReduceOp::Max) return (a > b || is_nan(a)) ? a : b;
+  if constexpr (kOp == ReduceKind::Sum) return a + b;
+  else if constexpr (kOp == ReduceKind::Prod) return a * b;
+  else if constexpr (kOp == ReduceKind::Max) return (a > b || is_nan(a)) ? a : b;
   else return (a < b || is_nan(a)) ? a : b;
 }
 
 /// Reduces n >= 1 contiguous elements, vectorised by Eigen.
-template <ReduceOp kOp, class T, class A>
+template <ReduceKind kOp, class T, class A>
 A reduce_run(const T* p, int64_t n) {
   if constexpr (std::is_same_v<T, bool>) {
     A acc = identity<kOp, A>();
@@ -52,20 +52,20 @@ A reduce_run(const T* p, int64_t n) {
     return acc;
   } else {
     Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> m(p, n);
-    if constexpr (kOp == ReduceOp::Sum) return static_cast<A>(m.sum());
-    else if constexpr (kOp == ReduceOp::Prod) return static_cast<A>(m.prod());
+    if constexpr (kOp == ReduceKind::Sum) return static_cast<A>(m.sum());
+    else if constexpr (kOp == ReduceKind::Prod) return static_cast<A>(m.prod());
     else if constexpr (std::is_floating_point_v<T>) {
-      if constexpr (kOp == ReduceOp::Max) return m.template maxCoeff<Eigen::PropagateNaN>();
+      if constexpr (kOp == ReduceKind::Max) return m.template maxCoeff<Eigen::PropagateNaN>();
       else return m.template minCoeff<Eigen::PropagateNaN>();
     } else {
-      if constexpr (kOp == ReduceOp::Max) return m.maxCoeff();
+      if constexpr (kOp == ReduceKind::Max) return m.maxCoeff();
       else return m.minCoeff();
     }
   }
 }
 
 /// Reduces g.data[0] (T) into g.data[1] (OutT); dims where operand 1 has stride 0 are reduced.
-template <ReduceOp kOp, class T, class OutT>
+template <ReduceKind kOp, class T, class OutT>
 void reduce_loop(const Loop<2>& g) {
   using A = acc_t<kOp, T>;
   int nk = 0, nr = 0;  // kept and reduced dims, outermost first
@@ -152,7 +152,7 @@ void reduce_loop(const Loop<2>& g) {
   });
 }
 
-template <ReduceOp kOp, class T>
+template <ReduceKind kOp, class T>
 void arg_loop(const Tensor& in, int64_t dim, const Tensor& values, const Tensor& indices) {
   const int64_t len = in.size(dim);
   const int64_t step = in.stride(dim) * static_cast<int64_t>(sizeof(T));
@@ -171,7 +171,7 @@ void arg_loop(const Tensor& in, int64_t dim, const Tensor& values, const Tensor&
           int64_t best_j = 0;
           for (int64_t j = 1; j < len && !is_nan(best); ++j) {
             const T v = *reinterpret_cast<const T*>(p + j * step);
-            if (kOp == ReduceOp::Max ? (v > best || is_nan(v)) : (v < best || is_nan(v))) {
+            if (kOp == ReduceKind::Max ? (v > best || is_nan(v)) : (v < best || is_nan(v))) {
               best = v;
               best_j = j;
             }
@@ -185,14 +185,14 @@ void arg_loop(const Tensor& in, int64_t dim, const Tensor& values, const Tensor&
 
 }  // namespace
 
-void CpuKernels::reduce(ReduceOp op, const Tensor& in, IntArrayRef dims, const Tensor& out) const {
+void CpuKernels::reduce(ReduceKind op, const Tensor& in, IntArrayRef dims, const Tensor& out) const {
   const char* name = to_string(op);
-  const bool sum_like = op == ReduceOp::Sum || op == ReduceOp::Prod;
+  const bool sum_like = op == ReduceKind::Sum || op == ReduceKind::Prod;
   const DimVector out_strides = check_reduce_operands(op, in, dims, out);
   if (out.numel() == 0) return;
   if (in.numel() == 0) {
     STRATA_CHECK(sum_like, name, "(): cannot reduce over a zero-size dimension");
-    return fill(out, op == ReduceOp::Sum ? 0 : 1);
+    return fill(out, op == ReduceKind::Sum ? 0 : 1);
   }
   auto loop = make_loop<2>(in.sizes(), {static_cast<char*>(in.data_ptr()), static_cast<char*>(out.data_ptr())},
                            {in.strides().data(), out_strides.data()},
@@ -200,25 +200,25 @@ void CpuKernels::reduce(ReduceOp op, const Tensor& in, IntArrayRef dims, const T
   visit_dtype(in.dtype(), [&]<class T>() {
     using SumT = std::conditional_t<std::is_same_v<T, bool>, int64_t, T>;
     switch (op) {
-      case ReduceOp::Sum: return reduce_loop<ReduceOp::Sum, T, SumT>(loop);
-      case ReduceOp::Prod: return reduce_loop<ReduceOp::Prod, T, SumT>(loop);
-      case ReduceOp::Max: return reduce_loop<ReduceOp::Max, T, T>(loop);
-      case ReduceOp::Min: return reduce_loop<ReduceOp::Min, T, T>(loop);
+      case ReduceKind::Sum: return reduce_loop<ReduceKind::Sum, T, SumT>(loop);
+      case ReduceKind::Prod: return reduce_loop<ReduceKind::Prod, T, SumT>(loop);
+      case ReduceKind::Max: return reduce_loop<ReduceKind::Max, T, T>(loop);
+      case ReduceKind::Min: return reduce_loop<ReduceKind::Min, T, T>(loop);
     }
   });
 }
 
-void CpuKernels::arg_reduce(ReduceOp op, const Tensor& in, int64_t dim, const Tensor& values,
+void CpuKernels::arg_reduce(ReduceKind op, const Tensor& in, int64_t dim, const Tensor& values,
                             const Tensor& indices) const {
   const char* name = to_string(op);
-  if (in.dim() == 0 && (op == ReduceOp::Max || op == ReduceOp::Min))
+  if (in.dim() == 0 && (op == ReduceKind::Max || op == ReduceKind::Min))
     return arg_reduce(op, as_1d(in), 0, as_1d(values), as_1d(indices));
   dim = check_arg_reduce_operands(op, in, dim, values, indices);
   if (values.numel() == 0) return;
   STRATA_CHECK(in.size(dim) > 0, name, "(): cannot reduce over a zero-size dimension");
   visit_dtype(in.dtype(), [&]<class T>() {
-    if (op == ReduceOp::Max) arg_loop<ReduceOp::Max, T>(in, dim, values, indices);
-    else arg_loop<ReduceOp::Min, T>(in, dim, values, indices);
+    if (op == ReduceKind::Max) arg_loop<ReduceKind::Max, T>(in, dim, values, indices);
+    else arg_loop<ReduceKind::Min, T>(in, dim, values, indices);
   });
 }
 

@@ -75,8 +75,8 @@ class CudaKernels final : public Kernels {
   void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) const override;
   void add_scaled(const Tensor& a, const Tensor& b, double alpha, const Tensor& out) const override;
   void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) const override;
-  void reduce(ReduceOp op, const Tensor& in, IntArrayRef dims, const Tensor& out) const override;
-  void arg_reduce(ReduceOp op, const Tensor& in, int64_t dim, const Tensor& values,
+  void reduce(ReduceKind op, const Tensor& in, IntArrayRef dims, const Tensor& out) const override;
+  void arg_reduce(ReduceKind op, const Tensor& in, int64_t dim, const Tensor& values,
                   const Tensor& indices) const override;
   void matmul(const Tensor& a, const Tensor& c, const Tensor& out) const override;
   void gather(const Tensor& in, int64_t dim, const Tensor& index, const Tensor& out) const override;

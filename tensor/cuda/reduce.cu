@@ -43,9 +43,9 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /// Accumulator, as on the CPU: double for float sums and products (float for the 16-bit floats),
 /// int64 for integer and bool ones, acc_t<T> for max and min.
-template <ReduceOp kOp, class T>
+template <ReduceKind kOp, class T>
 using reduce_acc_t =
-    std::conditional_t<kOp == ReduceOp::Sum || kOp == ReduceOp::Prod,
+    std::conditional_t<kOp == ReduceKind::Sum || kOp == ReduceKind::Prod,
                        std::conditional_t<is_reduced_v<T>, float, std::conditional_t<is_floating_v<T>, double, int64_t>>,
                        acc_t<T>>;
 
@@ -78,23 +78,23 @@ __device__ inline bool is_nan(V v) {
   else return false;
 }
 
-template <ReduceOp kOp, class A>
+template <ReduceKind kOp, class A>
 __device__ inline A identity() {
   using L = ::cuda::std::numeric_limits<A>;
-  if constexpr (kOp == ReduceOp::Sum) return A(0);
-  else if constexpr (kOp == ReduceOp::Prod) return A(1);
-  else if constexpr (!L::has_infinity) return kOp == ReduceOp::Max ? L::lowest() : L::max();
-  else return kOp == ReduceOp::Max ? -L::infinity() : L::infinity();
+  if constexpr (kOp == ReduceKind::Sum) return A(0);
+  else if constexpr (kOp == ReduceKind::Prod) return A(1);
+  else if constexpr (!L::has_infinity) return kOp == ReduceKind::Max ? L::lowest() : L::max();
+  else return kOp == ReduceKind::Max ? -L::infinity() : L::infinity();
 }
 
 /// Combines two partial results as the CPU does; max and min propagate NaN.
-template <ReduceOp kOp>
+template <ReduceKind kOp>
 struct Combine {
   template <class A>
   __device__ A operator()(A a, A b) const {
-    if constexpr (kOp == ReduceOp::Sum) return a + b;
-    else if constexpr (kOp == ReduceOp::Prod) return a * b;
-    else if constexpr (kOp == ReduceOp::Max) return (a > b || is_nan(a)) ? a : b;
+    if constexpr (kOp == ReduceKind::Sum) return a + b;
+    else if constexpr (kOp == ReduceKind::Prod) return a * b;
+    else if constexpr (kOp == ReduceKind::Max) return (a > b || is_nan(a)) ? a : b;
     else return (a < b || is_nan(a)) ? a : b;
   }
 };
@@ -107,15 +107,15 @@ struct Arg {
 };
 
 /// True when v replaces b as the extreme: strictly beyond it, or NaN where b is not.
-template <ReduceOp kOp, class V>
+template <ReduceKind kOp, class V>
 __device__ inline bool beats(V v, V b) {
-  const bool beyond = kOp == ReduceOp::Max ? v > b : v < b;
+  const bool beyond = kOp == ReduceKind::Max ? v > b : v < b;
   return beyond || (is_nan(v) && !is_nan(b));
 }
 
 /// Combines two candidates: the extreme wins, NaN wins, and of two equal ones (or two NaNs) the
 /// first index, so the result is the CPU's serial scan whatever the order of combination.
-template <ReduceOp kOp>
+template <ReduceKind kOp>
 struct ArgCombine {
   template <class V>
   __device__ Arg<V> operator()(Arg<V> a, Arg<V> b) const {
@@ -157,7 +157,7 @@ __device__ inline V group_reduce(V v, V empty, F combine, V* warp_results) {
 
 /// Reduces slice blockIdx.y of every output of g, kGroup threads per output, reading T,
 /// accumulating in A and writing OutT (the final dtype, or A into a partial buffer).
-template <ReduceOp kOp, class T, class A, class OutT, int kGroup>
+template <ReduceKind kOp, class T, class A, class OutT, int kGroup>
 __global__ void __launch_bounds__(kThreads) reduce_kernel(const Geometry g) {
   constexpr int kGroups = kThreads / kGroup;
   __shared__ A warp_results[kThreads / 32];
@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(kThreads) reduce_kernel(const Geometry g) {
 
 /// For every element of g's shape (values, indices, in), the first extreme of the `len` elements
 /// `step` bytes apart in `in`, kGroup threads per output.
-template <ReduceOp kOp, class T, int kGroup>
+template <ReduceKind kOp, class T, int kGroup>
 __global__ void __launch_bounds__(kThreads) arg_reduce_kernel(const Loop<3> g, int64_t len, int64_t step) {
   using V = acc_t<T>;
   constexpr int kGroups = kThreads / kGroup;
@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(kThreads) arg_reduce_kernel(const Loop<3> g, i
   }
 }
 
-template <ReduceOp kOp, class T, class A, class OutT, int kGroup>
+template <ReduceKind kOp, class T, class A, class OutT, int kGroup>
 void launch_reduce(const Geometry& g, int64_t slices, cudaStream_t stream) {
   const dim3 grid(blocks_for(g.outputs * kGroup), static_cast<unsigned>(slices));
   reduce_kernel<kOp, T, A, OutT, kGroup><<<grid, kThreads, 0, stream>>>(g);
@@ -237,7 +237,7 @@ int64_t slice_length(int64_t reduced, int64_t blocks, int64_t min_slice) {
 }
 
 /// Reduces as loop says (operand 1 has stride 0 on the reduced dims); see Note [CUDA reduction geometry].
-template <ReduceOp kOp, class T, class OutT>
+template <ReduceKind kOp, class T, class OutT>
 void reduce_loop(const Loop<2>& loop, Device device, cudaStream_t stream) {
   using A = reduce_acc_t<kOp, T>;
   Geometry g = geometry_of(loop);
@@ -277,13 +277,13 @@ void reduce_loop(const Loop<2>& loop, Device device, cudaStream_t stream) {
   }
 }  // partial is freed on the stream after pass 2 (Note [CUDA streams])
 
-template <ReduceOp kOp, class T, int kGroup>
+template <ReduceKind kOp, class T, int kGroup>
 void launch_arg_reduce(const Loop<3>& loop, int64_t len, int64_t step, cudaStream_t stream) {
   arg_reduce_kernel<kOp, T, kGroup><<<blocks_for(loop.numel * kGroup), kThreads, 0, stream>>>(loop, len, step);
   STRATA_CUDA_LAUNCH_CHECK();
 }
 
-template <ReduceOp kOp, class T>
+template <ReduceKind kOp, class T>
 void arg_reduce_loop(const Loop<3>& loop, int64_t len, int64_t step, cudaStream_t stream) {
   // Groups of threads only pay off when their lanes read neighbouring elements.
   const bool contiguous = step == int64_t{sizeof(T)};
@@ -294,14 +294,14 @@ void arg_reduce_loop(const Loop<3>& loop, int64_t len, int64_t step, cudaStream_
 
 }  // namespace
 
-void CudaKernels::reduce(ReduceOp op, const Tensor& in, IntArrayRef dims, const Tensor& out) const {
+void CudaKernels::reduce(ReduceKind op, const Tensor& in, IntArrayRef dims, const Tensor& out) const {
   const char* name = to_string(op);
-  const bool sum_like = op == ReduceOp::Sum || op == ReduceOp::Prod;
+  const bool sum_like = op == ReduceKind::Sum || op == ReduceKind::Prod;
   const DimVector out_strides = check_reduce_operands(op, in, dims, out);
   if (out.numel() == 0) return;
   if (in.numel() == 0) {
     STRATA_CHECK(sum_like, name, "(): cannot reduce over a zero-size dimension");
-    return fill(out, op == ReduceOp::Sum ? 0 : 1);
+    return fill(out, op == ReduceKind::Sum ? 0 : 1);
   }
   const Device device = in.device();
   DeviceGuard guard(device.index);
@@ -312,15 +312,15 @@ void CudaKernels::reduce(ReduceOp op, const Tensor& in, IntArrayRef dims, const 
   visit_cuda_dtype(in.dtype(), [&]<class T>() {
     using SumT = std::conditional_t<std::is_same_v<T, bool>, int64_t, T>;
     switch (op) {
-      case ReduceOp::Sum: return reduce_loop<ReduceOp::Sum, T, SumT>(loop, device, stream);
-      case ReduceOp::Prod: return reduce_loop<ReduceOp::Prod, T, SumT>(loop, device, stream);
-      case ReduceOp::Max: return reduce_loop<ReduceOp::Max, T, T>(loop, device, stream);
-      case ReduceOp::Min: return reduce_loop<ReduceOp::Min, T, T>(loop, device, stream);
+      case ReduceKind::Sum: return reduce_loop<ReduceKind::Sum, T, SumT>(loop, device, stream);
+      case ReduceKind::Prod: return reduce_loop<ReduceKind::Prod, T, SumT>(loop, device, stream);
+      case ReduceKind::Max: return reduce_loop<ReduceKind::Max, T, T>(loop, device, stream);
+      case ReduceKind::Min: return reduce_loop<ReduceKind::Min, T, T>(loop, device, stream);
     }
   });
 }
 
-void CudaKernels::arg_reduce(ReduceOp op, const Tensor& in, int64_t dim, const Tensor& values,
+void CudaKernels::arg_reduce(ReduceKind op, const Tensor& in, int64_t dim, const Tensor& values,
                              const Tensor& indices) const {
   const char* name = to_string(op);
   dim = check_arg_reduce_operands(op, in, dim, values, indices);
@@ -339,8 +339,8 @@ void CudaKernels::arg_reduce(ReduceOp op, const Tensor& in, int64_t dim, const T
                               static_cast<char*>(in.data_ptr())},
                              {values.strides().data(), indices.strides().data(), in.strides().data()},
                              {int64_t{sizeof(T)}, int64_t{sizeof(int64_t)}, int64_t{sizeof(T)}});
-    if (op == ReduceOp::Max) arg_reduce_loop<ReduceOp::Max, T>(loop, len, step, stream);
-    else arg_reduce_loop<ReduceOp::Min, T>(loop, len, step, stream);
+    if (op == ReduceKind::Max) arg_reduce_loop<ReduceKind::Max, T>(loop, len, step, stream);
+    else arg_reduce_loop<ReduceKind::Min, T>(loop, len, step, stream);
   });
 }
 
