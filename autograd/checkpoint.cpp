@@ -30,8 +30,9 @@ struct CheckpointNode final : Node {
 
   tensor_list apply(tensor_list&& grads) override {
     if (!fn) throw_released(name());
-    STRATA_CHECK(!GradMode::is_enabled(), "checkpoint: backward with create_graph=true is not supported "
-                                          "(the recomputation starts from detached inputs)");
+    STRATA_CHECK(!GradMode::is_enabled(),
+                 "checkpoint: backward with create_graph=true is not supported "
+                 "(the recomputation starts from detached inputs)");
     tensor_list inputs;
     inputs.reserve(saved_inputs.size());
     for (size_t i = 0; i < saved_inputs.size(); ++i) {

@@ -184,8 +184,8 @@ std::vector<Edge> make_roots(const tensor_list& outputs, const tensor_list& grad
                    " has shape ", out.sizes(), ")");
       g = ones_like(out);
     } else {
-      STRATA_CHECK(g.sizes() == out.sizes(), op, ": Mismatch in shape: grad_output[", i, "] has a shape of ",
-                   g.sizes(), " and output[", i, "] has a shape of ", out.sizes(), ".");
+      STRATA_CHECK(g.sizes() == out.sizes(), op, ": Mismatch in shape: grad_output[", i, "] has a shape of ", g.sizes(),
+                   " and output[", i, "] has a shape of ", out.sizes(), ".");
       STRATA_CHECK(g.is_floating_point(), op, ": grad_output[", i, "] must be floating point, got ", g.dtype());
     }
     roots.push_back(gradient_edge(out));

@@ -42,7 +42,6 @@ void zero_grad(const tensor_list& tensors, bool set_to_none = true);
 /// Gradients of `outputs` with respect to `inputs`, returned instead of accumulated. retain_graph
 /// defaults to create_graph; allow_unused returns undefined tensors for inputs the outputs do not use.
 tensor_list grad(const tensor_list& outputs, const tensor_list& inputs, const tensor_list& grad_outputs = {},
-                 std::optional<bool> retain_graph = std::nullopt, bool create_graph = false,
-                 bool allow_unused = false);
+                 std::optional<bool> retain_graph = std::nullopt, bool create_graph = false, bool allow_unused = false);
 
 }  // namespace strata::autograd

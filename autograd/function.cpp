@@ -10,8 +10,9 @@
 namespace strata::autograd {
 
 tensor_list AutogradContext::get_saved_variables() const {
-  STRATA_CHECK(!released_, "get_saved_variables: saved variables were freed by a previous backward; "
-                           "specify retain_graph=true to backward through the graph a second time.");
+  STRATA_CHECK(!released_,
+               "get_saved_variables: saved variables were freed by a previous backward; "
+               "specify retain_graph=true to backward through the graph a second time.");
   tensor_list out;
   out.reserve(saved_.size());
   for (const SavedVariable& v : saved_) out.push_back(v.unpack());
@@ -56,7 +57,8 @@ void finish_custom_function(Node& node, AutogradContext& ctx, const tensor_list&
       STRATA_CHECK(!(m && m->requires_grad && !m->grad_fn), name,
                    ": a leaf Variable that requires grad has been used in an in-place operation (mark_dirty).");
       // Its base would keep a history that no longer matches its values (CopySlices covers strata's own ops).
-      STRATA_CHECK(!out.impl().view_base, name, ": mark_dirty on a view is not supported; apply the function to "
+      STRATA_CHECK(!out.impl().view_base, name,
+                   ": mark_dirty on a view is not supported; apply the function to "
                    "the tensor the view was taken from, or to a clone of the view");
     }
     if (out.is_floating_point()) set_history(out, self, static_cast<uint32_t>(i));
@@ -85,8 +87,9 @@ void materialize(tensor_list& grads, const std::vector<std::pair<DimVector, Scal
 }
 
 void check_gradient_shape(const char* name, size_t index, const Tensor& grad, IntArrayRef input_sizes) {
-  STRATA_CHECK(!grad.defined() || grad.sizes() == input_sizes, name, ": function backward returned a gradient of shape ",
-               grad.sizes(), " for argument ", index, ", whose shape is ", input_sizes);
+  STRATA_CHECK(!grad.defined() || grad.sizes() == input_sizes, name,
+               ": function backward returned a gradient of shape ", grad.sizes(), " for argument ", index,
+               ", whose shape is ", input_sizes);
 }
 
 void check_gradient_count(const char* name, size_t expected, size_t got) {

@@ -38,17 +38,17 @@ void finish_custom_function(Node& node, AutogradContext& ctx, const tensor_list&
 class IValue {
  public:
   IValue() = default;
-  IValue(double v) : v_(v) {}                ///< a floating value
-  IValue(int64_t v) : v_(v) {}               ///< an integer
-  IValue(int v) : v_(int64_t{v}) {}          ///< an integer
-  IValue(bool v) : v_(v) {}                  ///< a flag
-  IValue(Tensor v) : v_(std::move(v)) {}     ///< a tensor (not checked for in-place changes; prefer save_for_backward)
-  IValue(std::string v) : v_(std::move(v)) {}  ///< a string
-  IValue(std::vector<int64_t> v) : v_(std::move(v)) {}  ///< a list of ints, e.g. sizes
-  double toDouble() const { return get<double>("double"); }  ///< the double held
-  int64_t toInt() const { return get<int64_t>("int"); }  ///< the integer held
-  bool toBool() const { return get<bool>("bool"); }  ///< the flag held
-  const Tensor& toTensor() const { return get<Tensor>("Tensor"); }  ///< the tensor held
+  IValue(double v) : v_(v) {}             ///< a floating value
+  IValue(int64_t v) : v_(v) {}            ///< an integer
+  IValue(int v) : v_(int64_t{v}) {}       ///< an integer
+  IValue(bool v) : v_(v) {}               ///< a flag
+  IValue(Tensor v) : v_(std::move(v)) {}  ///< a tensor (not checked for in-place changes; prefer save_for_backward)
+  IValue(std::string v) : v_(std::move(v)) {}                                    ///< a string
+  IValue(std::vector<int64_t> v) : v_(std::move(v)) {}                           ///< a list of ints, e.g. sizes
+  double toDouble() const { return get<double>("double"); }                      ///< the double held
+  int64_t toInt() const { return get<int64_t>("int"); }                          ///< the integer held
+  bool toBool() const { return get<bool>("bool"); }                              ///< the flag held
+  const Tensor& toTensor() const { return get<Tensor>("Tensor"); }               ///< the tensor held
   const std::string& toStringRef() const { return get<std::string>("string"); }  ///< the string held
   const std::vector<int64_t>& toIntVector() const { return get<std::vector<int64_t>>("int list"); }  ///< the ints held
 
@@ -81,8 +81,10 @@ class AutogradContext {
   std::unordered_map<std::string, IValue> saved_data;
 
  private:
-  template <class T> friend struct CppNode;
-  template <class T> friend struct Function;
+  template <class T>
+  friend struct CppNode;
+  template <class T>
+  friend struct Function;
   friend void finish_custom_function(Node&, AutogradContext&, const tensor_list&, tensor_list&,
                                      std::vector<std::pair<DimVector, ScalarType>>&, std::vector<DimVector>&, bool,
                                      const std::shared_ptr<Node>&);
@@ -173,12 +175,15 @@ struct Function {
       return T::forward(&node->ctx, std::forward<Args>(args)...);
     }();
     tensor_list outputs;
-    if constexpr (std::is_same_v<Out, Tensor>) outputs = {out};
-    else outputs = out;
-    finish_custom_function(*node, node->ctx, inputs, outputs, node->output_info, node->input_sizes, needs_grad,
-                           node);
-    if constexpr (std::is_same_v<Out, Tensor>) return outputs[0];
-    else return outputs;
+    if constexpr (std::is_same_v<Out, Tensor>)
+      outputs = {out};
+    else
+      outputs = out;
+    finish_custom_function(*node, node->ctx, inputs, outputs, node->output_info, node->input_sizes, needs_grad, node);
+    if constexpr (std::is_same_v<Out, Tensor>)
+      return outputs[0];
+    else
+      return outputs;
   }
 };
 

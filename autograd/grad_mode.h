@@ -12,7 +12,7 @@ namespace strata {
 
 /// The thread's grad mode switch.
 struct GradMode {
-  static bool is_enabled();  ///< true when ops record history (the default)
+  static bool is_enabled();               ///< true when ops record history (the default)
   static void set_enabled(bool enabled);  ///< turns recording on or off for this thread
 };
 

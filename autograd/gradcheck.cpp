@@ -177,8 +177,8 @@ bool check_jacobians(const GradcheckFn& fn, const tensor_list& inputs, const Gra
           if (!o.raise_exception) return false;
           STRATA_CHECK(false, names.check, ": Jacobian mismatch for ", names.output(k), " with respect to ",
                        names.input(diff_inputs[a]), " at input element ", detail::index_string(x, j),
-                       " and output element ", detail::index_string(out, e), ": analytical ", an, " vs numerical ",
-                       nu, " (eps ", o.eps, ", atol ", o.atol, ", rtol ", o.rtol, ")");
+                       " and output element ", detail::index_string(out, e), ": analytical ", an, " vs numerical ", nu,
+                       " (eps ", o.eps, ", atol ", o.atol, ", rtol ", o.rtol, ")");
         }
       }
     }
@@ -199,8 +199,9 @@ bool gradcheck(const std::function<Tensor(const tensor_list&)>& fn, const tensor
 }
 
 bool gradgradcheck(const GradcheckFn& fn, const tensor_list& inputs, const GradcheckOptions& options) {
-  STRATA_CHECK(std::any_of(inputs.begin(), inputs.end(), [](const Tensor& t) { return t.defined() && t.requires_grad(); }),
-               "gradgradcheck: no input requires grad");
+  STRATA_CHECK(
+      std::any_of(inputs.begin(), inputs.end(), [](const Tensor& t) { return t.defined() && t.requires_grad(); }),
+      "gradgradcheck: no input requires grad");
   tensor_list outputs = spans_no_processes(fn, inputs);
   const std::vector<size_t> diff_outputs = differentiable_outputs(outputs);
   // Random cotangents from a private generator, so the caller's random stream is untouched.

@@ -14,10 +14,10 @@ namespace strata::autograd {
 
 /// Tolerances of gradcheck: an entry passes when |analytical - numerical| <= atol + rtol * |numerical|.
 struct GradcheckOptions {
-  double eps = 1e-6;             ///< central-difference step
-  double atol = 1e-5;            ///< absolute tolerance
-  double rtol = 1e-3;            ///< relative tolerance
-  bool raise_exception = true;   ///< throw strata::Error on a mismatch (else return false)
+  double eps = 1e-6;            ///< central-difference step
+  double atol = 1e-5;           ///< absolute tolerance
+  double rtol = 1e-3;           ///< relative tolerance
+  bool raise_exception = true;  ///< throw strata::Error on a mismatch (else return false)
 };
 
 /// A function of several tensors to several tensors.

@@ -24,8 +24,8 @@ struct Node;
 
 /// Where a gradient goes: input `input_nr` of node `fn`.
 struct Edge {
-  std::shared_ptr<Node> fn;  ///< the consumer of the gradient; null when the input needs none
-  uint32_t input_nr = 0;     ///< which of fn's gradient inputs
+  std::shared_ptr<Node> fn;                     ///< the consumer of the gradient; null when the input needs none
+  uint32_t input_nr = 0;                        ///< which of fn's gradient inputs
   bool valid() const { return fn != nullptr; }  ///< false when no gradient is needed
 };
 
@@ -41,8 +41,8 @@ struct Node : std::enable_shared_from_this<Node> {
   Node& operator=(const Node&) = delete;
 
   virtual tensor_list apply(tensor_list&& grads) = 0;  ///< one gradient per output in, one per edge out
-  virtual const char* name() const = 0;  ///< e.g. "MulBackward"
-  virtual void release_variables() {}  ///< drops saved tensors after a backward without retain_graph
+  virtual const char* name() const = 0;                ///< e.g. "MulBackward"
+  virtual void release_variables() {}                  ///< drops saved tensors after a backward without retain_graph
 
   std::vector<Edge> next_edges;  ///< one per differentiable input
   uint32_t num_outputs;          ///< how many gradients apply() receives
@@ -87,17 +87,17 @@ struct AccumulateGrad final : Node {
 
 /// Autograd's per-tensor state, owned by TensorImpl::autograd_meta.
 struct AutogradMeta final : AutogradMetaInterface {
-  bool requires_grad = false;           ///< leaf flag; non-leaves require grad through grad_fn
-  std::vector<GradHook> hooks;          ///< a leaf's hooks, run by its AccumulateGrad (null slots were removed)
+  bool requires_grad = false;   ///< leaf flag; non-leaves require grad through grad_fn
+  std::vector<GradHook> hooks;  ///< a leaf's hooks, run by its AccumulateGrad (null slots were removed)
   /// A leaf's hooks run after its AccumulateGrad wrote grad() (null slots were removed).
   std::vector<std::function<void(const Tensor&)>> post_accumulate_hooks;
-  bool retains_grad = false;            ///< a non-leaf that keeps grad() (retain_grad())
+  bool retains_grad = false;  ///< a non-leaf that keeps grad() (retain_grad())
   /// A view's history is built on its base's grad_fn; this is that grad_fn (Note [view history]).
   const Node* base_grad_fn = nullptr;
-  uint32_t output_nr = 0;               ///< which output of grad_fn
-  Tensor grad;                          ///< the accumulated gradient
-  std::shared_ptr<Node> grad_fn;        ///< the op that made this tensor
-  std::weak_ptr<Node> grad_accumulator; ///< the AccumulateGrad of a leaf, while a graph holds it
+  uint32_t output_nr = 0;                ///< which output of grad_fn
+  Tensor grad;                           ///< the accumulated gradient
+  std::shared_ptr<Node> grad_fn;         ///< the op that made this tensor
+  std::weak_ptr<Node> grad_accumulator;  ///< the AccumulateGrad of a leaf, while a graph holds it
 };
 
 /// This tensor's AutogradMeta, or null.
@@ -140,8 +140,8 @@ class SavedVariable {
   bool defined() const { return data_.defined(); }  ///< false for a saved undefined tensor
 
  private:
-  Tensor data_;                      // inputs: the tensor itself; outputs: an alias without history
-  std::weak_ptr<Node> weak_grad_fn_; // outputs: the saving node, re-attached on unpack
+  Tensor data_;                       // inputs: the tensor itself; outputs: an alias without history
+  std::weak_ptr<Node> weak_grad_fn_;  // outputs: the saving node, re-attached on unpack
   uint32_t output_nr_ = 0;
   uint32_t saved_version_ = 0;
   bool is_output_ = false;

@@ -21,97 +21,100 @@ namespace strata {
 
 // ---- elementwise (autograd/ops/elementwise.cpp) ----
 Tensor add(const Tensor& a, const Tensor& b, Scalar alpha = 1);  ///< a + alpha * b, broadcasting
-Tensor add(const Tensor& a, Scalar b, Scalar alpha = 1);  ///< a + alpha * b (Note [type promotion] in tensor/promotion.cpp)
+/// A + alpha * b (Note [type promotion] in tensor/promotion.cpp)
+Tensor add(const Tensor& a, Scalar b, Scalar alpha = 1);
 Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha = 1);  ///< a - alpha * b
-Tensor sub(const Tensor& a, Scalar b, Scalar alpha = 1);  ///< a - alpha * b
-Tensor mul(const Tensor& a, const Tensor& b);  ///< a * b
-Tensor mul(const Tensor& a, Scalar b);  ///< a * b
-Tensor div(const Tensor& a, const Tensor& b);  ///< a / b (true division: integer inputs give float)
-Tensor div(const Tensor& a, Scalar b);  ///< a / b (true division)
-Tensor neg(const Tensor& a);  ///< -a
-Tensor pow(const Tensor& a, const Tensor& e);  ///< a ** e
-Tensor pow(const Tensor& a, Scalar e);  ///< a ** e
-Tensor exp(const Tensor& a);  ///< e ** a
-Tensor log(const Tensor& a);  ///< natural log
-Tensor sqrt(const Tensor& a);  ///< square root
-Tensor rsqrt(const Tensor& a);  ///< 1 / sqrt(a)
-Tensor abs(const Tensor& a);  ///< |a|
-Tensor tanh(const Tensor& a);  ///< hyperbolic tangent
-Tensor sigmoid(const Tensor& a);  ///< 1 / (1 + exp(-a))
-Tensor relu(const Tensor& a);  ///< max(a, 0)
+Tensor sub(const Tensor& a, Scalar b, Scalar alpha = 1);         ///< a - alpha * b
+Tensor mul(const Tensor& a, const Tensor& b);                    ///< a * b
+Tensor mul(const Tensor& a, Scalar b);                           ///< a * b
+Tensor div(const Tensor& a, const Tensor& b);                    ///< a / b (true division: integer inputs give float)
+Tensor div(const Tensor& a, Scalar b);                           ///< a / b (true division)
+Tensor neg(const Tensor& a);                                     ///< -a
+Tensor pow(const Tensor& a, const Tensor& e);                    ///< a ** e
+Tensor pow(const Tensor& a, Scalar e);                           ///< a ** e
+Tensor exp(const Tensor& a);                                     ///< e ** a
+Tensor log(const Tensor& a);                                     ///< natural log
+Tensor sqrt(const Tensor& a);                                    ///< square root
+Tensor rsqrt(const Tensor& a);                                   ///< 1 / sqrt(a)
+Tensor abs(const Tensor& a);                                     ///< |a|
+Tensor tanh(const Tensor& a);                                    ///< hyperbolic tangent
+Tensor sigmoid(const Tensor& a);                                 ///< 1 / (1 + exp(-a))
+Tensor relu(const Tensor& a);                                    ///< max(a, 0)
 /// x * Phi(x); approximate = "tanh" uses the tanh formula, as torch's gelu.
 Tensor gelu(const Tensor& a, const std::string& approximate = "none");
 Tensor silu(const Tensor& a);  ///< a * sigmoid(a)
-Tensor clamp(const Tensor& a, std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);  ///< limits to [min, max]
+/// Limits to [min, max]
+Tensor clamp(const Tensor& a, std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);
 Tensor maximum(const Tensor& a, const Tensor& b);  ///< elementwise max (gradient split evenly on ties)
 Tensor minimum(const Tensor& a, const Tensor& b);  ///< elementwise min (gradient split evenly on ties)
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);  ///< a where cond, else b; broadcasting
-Tensor eq(const Tensor& a, const Tensor& b);  ///< a == b, bool
-Tensor eq(const Tensor& a, Scalar b);  ///< a == b, bool
-Tensor ne(const Tensor& a, const Tensor& b);  ///< a != b, bool
-Tensor ne(const Tensor& a, Scalar b);  ///< a != b, bool
-Tensor lt(const Tensor& a, const Tensor& b);  ///< a < b, bool
-Tensor lt(const Tensor& a, Scalar b);  ///< a < b, bool
-Tensor le(const Tensor& a, const Tensor& b);  ///< a <= b, bool
-Tensor le(const Tensor& a, Scalar b);  ///< a <= b, bool
-Tensor gt(const Tensor& a, const Tensor& b);  ///< a > b, bool
-Tensor gt(const Tensor& a, Scalar b);  ///< a > b, bool
-Tensor ge(const Tensor& a, const Tensor& b);  ///< a >= b, bool
-Tensor ge(const Tensor& a, Scalar b);  ///< a >= b, bool
-Tensor logical_and(const Tensor& a, const Tensor& b);  ///< a && b, bool
-Tensor logical_or(const Tensor& a, const Tensor& b);  ///< a || b, bool
-Tensor logical_not(const Tensor& a);  ///< !a, bool
+Tensor eq(const Tensor& a, const Tensor& b);                         ///< a == b, bool
+Tensor eq(const Tensor& a, Scalar b);                                ///< a == b, bool
+Tensor ne(const Tensor& a, const Tensor& b);                         ///< a != b, bool
+Tensor ne(const Tensor& a, Scalar b);                                ///< a != b, bool
+Tensor lt(const Tensor& a, const Tensor& b);                         ///< a < b, bool
+Tensor lt(const Tensor& a, Scalar b);                                ///< a < b, bool
+Tensor le(const Tensor& a, const Tensor& b);                         ///< a <= b, bool
+Tensor le(const Tensor& a, Scalar b);                                ///< a <= b, bool
+Tensor gt(const Tensor& a, const Tensor& b);                         ///< a > b, bool
+Tensor gt(const Tensor& a, Scalar b);                                ///< a > b, bool
+Tensor ge(const Tensor& a, const Tensor& b);                         ///< a >= b, bool
+Tensor ge(const Tensor& a, Scalar b);                                ///< a >= b, bool
+Tensor logical_and(const Tensor& a, const Tensor& b);                ///< a && b, bool
+Tensor logical_or(const Tensor& a, const Tensor& b);                 ///< a || b, bool
+Tensor logical_not(const Tensor& a);                                 ///< !a, bool
 
 // ---- reductions (autograd/ops/reduce.cpp); an empty dims list means every dim ----
-Tensor sum(const Tensor& a, IntArrayRef dims = {}, bool keepdim = false);  ///< sum over dims
+Tensor sum(const Tensor& a, IntArrayRef dims = {}, bool keepdim = false);   ///< sum over dims
 Tensor mean(const Tensor& a, IntArrayRef dims = {}, bool keepdim = false);  ///< mean over dims (floating point only)
 Tensor prod(const Tensor& a, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);  ///< product
 Tensor max(const Tensor& a);  ///< largest element (gradient split evenly among ties)
 std::tuple<Tensor, Tensor> max(const Tensor& a, int64_t dim, bool keepdim = false);  ///< values, indices along dim
-Tensor min(const Tensor& a);  ///< smallest element
+Tensor min(const Tensor& a);                                                         ///< smallest element
 std::tuple<Tensor, Tensor> min(const Tensor& a, int64_t dim, bool keepdim = false);  ///< values, indices along dim
 Tensor amax(const Tensor& a, IntArrayRef dims = {}, bool keepdim = false);  ///< max over dims (ties share the gradient)
 Tensor amin(const Tensor& a, IntArrayRef dims = {}, bool keepdim = false);  ///< min over dims (ties share the gradient)
 Tensor argmax(const Tensor& a, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);  ///< index of max
 Tensor argmin(const Tensor& a, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);  ///< index of min
-Tensor var(const Tensor& a, IntArrayRef dims = {}, bool unbiased = true, bool keepdim = false);  ///< variance
+Tensor var(const Tensor& a, IntArrayRef dims = {}, bool unbiased = true, bool keepdim = false);   ///< variance
 Tensor std(const Tensor& a, IntArrayRef dims = {}, bool unbiased = true, bool keepdim = false);  ///< standard deviation
-Tensor norm(const Tensor& a, double p = 2, IntArrayRef dims = {}, bool keepdim = false);  ///< p-norm
+Tensor norm(const Tensor& a, double p = 2, IntArrayRef dims = {}, bool keepdim = false);         ///< p-norm
 Tensor logsumexp(const Tensor& a, IntArrayRef dims, bool keepdim = false);  ///< stable log(sum(exp(a)))
 
 // ---- linear algebra (autograd/ops/linalg.cpp) ----
 Tensor matmul(const Tensor& a, const Tensor& b);  ///< 1-D, 2-D and batched with broadcast batch dims
-Tensor mm(const Tensor& a, const Tensor& b);  ///< [n,k] @ [k,m]
-Tensor bmm(const Tensor& a, const Tensor& b);  ///< [b,n,k] @ [b,k,m]
+Tensor mm(const Tensor& a, const Tensor& b);      ///< [n,k] @ [k,m]
+Tensor bmm(const Tensor& a, const Tensor& b);     ///< [b,n,k] @ [b,k,m]
 
 // ---- shape and views (autograd/ops/shape.cpp) ----
-Tensor t(const Tensor& a);  ///< transpose of a tensor of at most 2 dims
+Tensor t(const Tensor& a);                                  ///< transpose of a tensor of at most 2 dims
 Tensor transpose(const Tensor& a, int64_t d0, int64_t d1);  ///< swaps two dims
-Tensor permute(const Tensor& a, IntArrayRef dims);  ///< reorders dims
-Tensor reshape(const Tensor& a, IntArrayRef sizes);  ///< view when possible, else copy
+Tensor permute(const Tensor& a, IntArrayRef dims);          ///< reorders dims
+Tensor reshape(const Tensor& a, IntArrayRef sizes);         ///< view when possible, else copy
 Tensor flatten(const Tensor& a, int64_t start_dim = 0, int64_t end_dim = -1);  ///< merges dims
-Tensor unsqueeze(const Tensor& a, int64_t dim);  ///< inserts a size-1 dim
-Tensor squeeze(const Tensor& a, std::optional<int64_t> dim = std::nullopt);  ///< removes size-1 dims
-Tensor narrow(const Tensor& a, int64_t dim, int64_t start, int64_t length);  ///< a view of a range
-Tensor select(const Tensor& a, int64_t dim, int64_t index);  ///< picks one index, removing dim
-Tensor cat(const tensor_list& tensors, int64_t dim = 0);  ///< concatenates along dim
-Tensor stack(const tensor_list& tensors, int64_t dim = 0);  ///< stacks along a new dim
-tensor_list split(const Tensor& a, int64_t split_size, int64_t dim = 0);  ///< views of split_size
-tensor_list chunk(const Tensor& a, int64_t chunks, int64_t dim = 0);  ///< near-equal views
+Tensor unsqueeze(const Tensor& a, int64_t dim);                                ///< inserts a size-1 dim
+Tensor squeeze(const Tensor& a, std::optional<int64_t> dim = std::nullopt);    ///< removes size-1 dims
+Tensor narrow(const Tensor& a, int64_t dim, int64_t start, int64_t length);    ///< a view of a range
+Tensor select(const Tensor& a, int64_t dim, int64_t index);                    ///< picks one index, removing dim
+Tensor cat(const tensor_list& tensors, int64_t dim = 0);                       ///< concatenates along dim
+Tensor stack(const tensor_list& tensors, int64_t dim = 0);                     ///< stacks along a new dim
+tensor_list split(const Tensor& a, int64_t split_size, int64_t dim = 0);       ///< views of split_size
+tensor_list chunk(const Tensor& a, int64_t chunks, int64_t dim = 0);           ///< near-equal views
 
 // ---- indexing (autograd/ops/index.cpp) ----
 Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index);  ///< picks indices along dim
-Tensor gather(const Tensor& a, int64_t dim, const Tensor& index);  ///< gathers along dim
-Tensor scatter_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src);  ///< a with src added at index
+Tensor gather(const Tensor& a, int64_t dim, const Tensor& index);        ///< gathers along dim
+/// A with src added at index
+Tensor scatter_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src);
 Tensor masked_fill(const Tensor& a, const Tensor& mask, Scalar value);  ///< value (converted to a's dtype) where mask
-Tensor embedding(const Tensor& weight, const Tensor& indices);  ///< rows of weight picked by indices
+Tensor embedding(const Tensor& weight, const Tensor& indices);          ///< rows of weight picked by indices
 
 // ---- nn functional (autograd/ops/nn.cpp) ----
-Tensor softmax(const Tensor& a, int64_t dim);  ///< exp(a) / sum(exp(a)) along dim
+Tensor softmax(const Tensor& a, int64_t dim);      ///< exp(a) / sum(exp(a)) along dim
 Tensor log_softmax(const Tensor& a, int64_t dim);  ///< a - logsumexp(a) along dim
 /// Normalises over the trailing dims `normalized_shape`, then scales and shifts (weight and bias optional).
-Tensor layer_norm(const Tensor& a, IntArrayRef normalized_shape, const Tensor& weight = {},
-                  const Tensor& bias = {}, double eps = 1e-5);
+Tensor layer_norm(const Tensor& a, IntArrayRef normalized_shape, const Tensor& weight = {}, const Tensor& bias = {},
+                  double eps = 1e-5);
 /// Zeroes elements with probability p and scales the rest by 1/(1-p) when training.
 Tensor dropout(const Tensor& a, double p = 0.5, bool train = true, Generator* gen = nullptr);
 /// int64 class indices to a one-hot int64 tensor with a trailing dim of num_classes (-1: max + 1).

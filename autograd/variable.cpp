@@ -53,11 +53,12 @@ Node::~Node() {
 }
 
 void throw_released(const char* name) {
-  ::strata::detail::throw_error(__FILE__, __LINE__, name,
-               ": trying to backward through the graph a second time (or directly access saved tensors after they "
-               "have already been freed). Saved intermediate values of the graph are freed when you call backward() "
-               "or autograd::grad(). Specify retain_graph=true if you need to backward through the graph a second "
-               "time.");
+  ::strata::detail::throw_error(
+      __FILE__, __LINE__, name,
+      ": trying to backward through the graph a second time (or directly access saved tensors after they "
+      "have already been freed). Saved intermediate values of the graph are freed when you call backward() "
+      "or autograd::grad(). Specify retain_graph=true if you need to backward through the graph a second "
+      "time.");
 }
 
 tensor_list LambdaNode::apply(tensor_list&& grads) {
@@ -172,7 +173,9 @@ void check_inplace(const Tensor& t, const char* op) {
   // Several elements on one memory location (an expanded tensor): which write wins is undefined.
   STRATA_CHECK(t.is_contiguous() || is_non_overlapping(t.sizes(), t.strides()), op,
                ": unsupported operation: more than one element of the written-to tensor refers to a single memory "
-               "location (shape ", t.sizes(), ", strides ", t.strides(), "). Please clone() the tensor before "
+               "location (shape ",
+               t.sizes(), ", strides ", t.strides(),
+               "). Please clone() the tensor before "
                "performing the operation.");
   if (GradMode::is_enabled()) {
     const AutogradMeta* m = meta(t);
@@ -361,8 +364,10 @@ void Tensor::retain_grad() const {
     if (!impl) return;
     Tensor self(impl);
     Tensor& slot = autograd::ensure_meta(self).grad;
-    if (!slot.defined()) slot = g.clone();
-    else slot = slot + g;
+    if (!slot.defined())
+      slot = g.clone();
+    else
+      slot = slot + g;
   });
 }
 

@@ -35,7 +35,7 @@ using strata_bench::median;
 constexpr int64_t kMinBytes = 4;
 constexpr int64_t kMaxBytes = int64_t{64} << 20;
 constexpr int64_t kSizeStep = 4;
-constexpr int64_t kLatencyTargetMaxBytes = 64;          // sizes judged by the difference
+constexpr int64_t kLatencyTargetMaxBytes = 64;  // sizes judged by the difference
 constexpr double kLatencyTargetS = 1e-6;
 constexpr int64_t kBandwidthTargetMinBytes = 64 << 10;  // sizes judged by the ratio
 constexpr double kBandwidthTargetRatio = 1.03;
@@ -84,9 +84,9 @@ double warm_up(const Op& op, double block_s) {
 struct Timing {
   double strata_s = 0;  // median seconds per call
   double raw_s = 0;
-  double diff_s = 0;    // median over block pairs of strata - raw
-  double ratio = 0;     // median over block pairs of strata / raw
-  int64_t iters = 0;    // calls per timed block
+  double diff_s = 0;  // median over block pairs of strata - raw
+  double ratio = 0;   // median over block pairs of strata / raw
+  int64_t iters = 0;  // calls per timed block
 };
 
 // Both sides reduce the same zero-filled buffer in place (zeros stay zeros: no overflow, no
@@ -174,13 +174,14 @@ int main(int argc, char** argv) {
                 first_line_of_mpi_version().c_str(), opt.reps, opt.seconds,
                 dist::comm_logging() ? "; comm logging ON (STRATA_COMM_LOG)" : "");
     if (world == 1) std::printf("one rank: nothing crosses a process; run it as mpirun -np 2 %s\n", argv[0]);
-    std::printf("us: median per call (slowest rank); diff, ratio: medians over neighbouring block pairs; "
-                "GB/s = 1e9 B/s\n");
+    std::printf(
+        "us: median per call (slowest rank); diff, ratio: medians over neighbouring block pairs; "
+        "GB/s = 1e9 B/s\n");
     std::printf("targets: ratio <= %.2f from %s up, diff <= %.1f us up to %s\n\n", kBandwidthTargetRatio,
                 size_label(kBandwidthTargetMinBytes).c_str(), kLatencyTargetS * 1e6,
                 size_label(kLatencyTargetMaxBytes).c_str());
-    std::printf("%8s %8s | %10s %10s %9s %7s | %12s %12s | %12s %12s | %s\n", "size", "calls", "strata us",
-                "raw us", "diff us", "ratio", "strata algbw", "strata busbw", "raw algbw", "raw busbw", "target");
+    std::printf("%8s %8s | %10s %10s %9s %7s | %12s %12s | %12s %12s | %s\n", "size", "calls", "strata us", "raw us",
+                "diff us", "ratio", "strata algbw", "strata busbw", "raw algbw", "raw busbw", "target");
   }
 
   int latency_pass = 0, latency_rows = 0, bandwidth_pass = 0, bandwidth_rows = 0;

@@ -17,12 +17,12 @@
 
 namespace strata_bench {
 
-constexpr int64_t kBatch = 64;    // MLP: B
-constexpr int64_t kIn = 784;      // MLP: input features
-constexpr int64_t kHidden = 256;  // MLP: both hidden layers
-constexpr int64_t kClasses = 10;  // MLP: output classes
-constexpr double kLr = 0.01;      // MLP: SGD step size
-constexpr int64_t kMatmul = 1024; // matmul: n = k = m
+constexpr int64_t kBatch = 64;     // MLP: B
+constexpr int64_t kIn = 784;       // MLP: input features
+constexpr int64_t kHidden = 256;   // MLP: both hidden layers
+constexpr int64_t kClasses = 10;   // MLP: output classes
+constexpr double kLr = 0.01;       // MLP: SGD step size
+constexpr int64_t kMatmul = 1024;  // matmul: n = k = m
 
 /// Which BLAS libtorch's matmul goes to, and its thread control (defined in bench_torch.cpp).
 std::string torch_blas_info();
@@ -42,8 +42,8 @@ inline double median(std::vector<double> v) {
 
 /// A "--name value" option of a benchmark program and the variable it sets.
 struct Flag {
-  const char* name;                                    ///< e.g. "--reps"
-  std::variant<int*, double*, std::string*> value;     ///< where the value goes
+  const char* name;                                 ///< e.g. "--reps"
+  std::variant<int*, double*, std::string*> value;  ///< where the value goes
 };
 
 /// Sets the flags given as "--name value" (numbers must parse whole); anything else throws

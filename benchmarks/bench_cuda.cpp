@@ -41,7 +41,7 @@ using strata_bench::Clock, strata_bench::median, strata_bench::seconds_since;
 namespace {
 
 constexpr int64_t kMlpBatch = 512, kMlpIn = 784, kMlpHidden = 4096, kMlpClasses = 10;  // MLP: B, in, hidden, classes
-constexpr int64_t kBlockB = 16, kBlockT = 256, kBlockC = 768, kBlockHeads = 12;       // block: B, T, C, heads
+constexpr int64_t kBlockB = 16, kBlockT = 256, kBlockC = 768, kBlockHeads = 12;        // block: B, T, C, heads
 constexpr double kTargetBatchSeconds = 0.05;
 
 strata::Device gpu() { return strata::Device(strata::kCUDA, 0); }
@@ -72,7 +72,8 @@ void bench_matmul(int reps) {
     strata::ScalarType dtype;
     bool tf32;
   };
-  const Mode modes[] = {{"f32", strata::kFloat, false}, {"tf32", strata::kFloat, true}, {"bf16", strata::kBFloat16, false}};
+  const Mode modes[] = {
+      {"f32", strata::kFloat, false}, {"tf32", strata::kFloat, true}, {"bf16", strata::kBFloat16, false}};
   for (int64_t n : {4096, 8192})
     for (const Mode& mode : modes) {
       strata::manual_seed(static_cast<uint64_t>(n));
@@ -153,7 +154,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!strata::cuda::is_available()) {
-    std::fprintf(stderr, "strata_bench_cuda: no CUDA device is visible (strata::cuda::device_count() == 0); "
+    std::fprintf(stderr,
+                 "strata_bench_cuda: no CUDA device is visible (strata::cuda::device_count() == 0); "
                  "nothing to measure\n");
     return 1;
   }

@@ -147,9 +147,10 @@ int main(int argc, char** argv) {
     const double wait = std::max(0.0, median(step_tail_s) - median(compute_tail_s));
     int64_t bytes = 0;
     for (const Tensor& b : buffers) bytes += static_cast<int64_t>(b.nbytes());
-    std::printf("DDP step, 784-256-256-10 MLP, batch %lld per rank, SGD; %zu buckets, %.2f MB all-reduced per step; "
-                "medians of %d blocks of %d steps\n",
-                static_cast<long long>(kBatchPerRank), buffers.size(), bytes / 1e6, opt.reps, opt.steps);
+    std::printf(
+        "DDP step, 784-256-256-10 MLP, batch %lld per rank, SGD; %zu buckets, %.2f MB all-reduced per step; "
+        "medians of %d blocks of %d steps\n",
+        static_cast<long long>(kBatchPerRank), buffers.size(), bytes / 1e6, opt.reps, opt.steps);
     std::printf("%5s | %8s %10s %11s %12s | %8s %8s %7s\n", "ranks", "step ms", "samples/s", "compute ms",
                 "overhead ms", "comm ms", "wait ms", "hidden");
     const std::string hidden =

@@ -139,7 +139,9 @@ std::optional<double> peak_rss_growth(F&& f) {
 }
 
 void part_schedule() {
-  struct Size { int stages, micro_batches; };
+  struct Size {
+    int stages, micro_batches;
+  };
   const std::vector<Size> sizes = {{64, 512}, {1024, 2048}, {1024, 4096}, {1024, 8192}, {256, 8192}, {512, 8192}};
   std::printf(
       "TrainSchedule (1F1B): generation alone (step(t) of every stage and step) and validate_schedule(\"train\", "
@@ -188,11 +190,12 @@ void part_partition() {
   for (int64_t w : weights) total += w;
   const int64_t bound = std::max(*std::max_element(weights.begin(), weights.end()), (total + kStages - 1) / kStages);
 
-  std::printf("partitioning %d layers (weights uniform in [1, 1e6], seed 5) into %d stages; CPU time, median of "
-              "repeated calls;\nlower bound on the heaviest stage = max(heaviest layer, ceil(total / stages)) = %lld;\n"
-              "optimal: no split has a lighter heaviest stage (greedy packing under a cap 1 lighter needs more than %d "
-              "stages)\n",
-              kLayers, kStages, static_cast<long long>(bound), kStages);
+  std::printf(
+      "partitioning %d layers (weights uniform in [1, 1e6], seed 5) into %d stages; CPU time, median of "
+      "repeated calls;\nlower bound on the heaviest stage = max(heaviest layer, ceil(total / stages)) = %lld;\n"
+      "optimal: no split has a lighter heaviest stage (greedy packing under a cap 1 lighter needs more than %d "
+      "stages)\n",
+      kLayers, kStages, static_cast<long long>(bound), kStages);
   std::printf("%-20s %12s %16s %14s %9s\n", "", "us per call", "heaviest stage", "/ lower bound", "optimal");
   // The fewest stages any split needs when no stage may weigh more than cap (greedy filling is optimal for this).
   auto stages_needed = [&](int64_t cap) {
@@ -291,8 +294,10 @@ double ping_pong_seconds(int reps) {
     dist::barrier();
     const auto start = Clock::now();
     for (int i = 0; i < 200 && paired; ++i) {
-      if (rank % 2 == 0) dist::send(t, peer), dist::recv(t, peer);
-      else dist::recv(t, peer), dist::send(t, peer);
+      if (rank % 2 == 0)
+        dist::send(t, peer), dist::recv(t, peer);
+      else
+        dist::recv(t, peer), dist::send(t, peer);
     }
     times.push_back(seconds_since(start) / 400);
   }
@@ -336,11 +341,12 @@ void part_engine(int reps) {
   const std::vector<double> all = gather({static_cast<double>(engine.timings().instructions), median(total),
                                           median(compute), median(overhead), median(p2p), median(other), median(loop)});
   if (dist::get_rank() != 0) return;
-  std::printf("engine overhead: %d stage%s (mpirun -np %d), one Linear(%lld, %lld) per stage, M = %d micro-batches of "
-              "%lld rows, 1F1B;\nmedians of %d batches, %s; us per instruction of the stage (p2p: per "
-              "Send/Recv,\nother: per Load/Reduce/OptimizerStep)\n",
-              S, S > 1 ? "s" : "", S, static_cast<long long>(kWidth), static_cast<long long>(kWidth), kMicroBatches,
-              static_cast<long long>(kRows), reps, machine_load().c_str());
+  std::printf(
+      "engine overhead: %d stage%s (mpirun -np %d), one Linear(%lld, %lld) per stage, M = %d micro-batches of "
+      "%lld rows, 1F1B;\nmedians of %d batches, %s; us per instruction of the stage (p2p: per "
+      "Send/Recv,\nother: per Load/Reduce/OptimizerStep)\n",
+      S, S > 1 ? "s" : "", S, static_cast<long long>(kWidth), static_cast<long long>(kWidth), kMicroBatches,
+      static_cast<long long>(kRows), reps, machine_load().c_str());
   std::printf("%5s %6s %9s %11s | %12s | %7s %7s %7s\n", "stage", "instr", "batch ms", "fwd+bwd ms", "overhead us",
               "p2p us", "other", "loop");
   std::vector<double> overheads;
@@ -354,10 +360,11 @@ void part_engine(int reps) {
   }
   std::printf("mean overhead: %.2f us per instruction\n", mean(overheads) * 1e6);
   if (S > 1)
-    std::printf("raw p2p latency: %.2f us (half a ping-pong of one float between neighbour ranks, pairs at once). A "
-                "Send/Recv\ninstruction also waits for its peer to get there, so with more ranks than free cores it "
-                "mostly measures\nhow soon the OS runs the peer.\n",
-                latency * 1e6);
+    std::printf(
+        "raw p2p latency: %.2f us (half a ping-pong of one float between neighbour ranks, pairs at once). A "
+        "Send/Recv\ninstruction also waits for its peer to get there, so with more ranks than free cores it "
+        "mostly measures\nhow soon the OS runs the peer.\n",
+        latency * 1e6);
 }
 
 // Note [bubble model]: each stage runs its instruction stream in order; ForwardPass and BackwardPass take the
@@ -472,10 +479,11 @@ void part_bubble(int reps) {
   const double cores = std::max(1u, std::thread::hardware_concurrency());
 
   if (rank == 0) {
-    std::printf("bubble: %d stages of %d x (Linear(%lld, %lld), tanh), micro-batches of %lld rows, 1F1B; medians of "
-                "%d batches,\n%s\nforward / backward CPU ms per micro-batch outside the pipeline (least of 20):",
-                S, kLayersPerStage, static_cast<long long>(kWidth), static_cast<long long>(kWidth),
-                static_cast<long long>(kRows), reps, machine_load().c_str());
+    std::printf(
+        "bubble: %d stages of %d x (Linear(%lld, %lld), tanh), micro-batches of %lld rows, 1F1B; medians of "
+        "%d batches,\n%s\nforward / backward CPU ms per micro-batch outside the pipeline (least of 20):",
+        S, kLayersPerStage, static_cast<long long>(kWidth), static_cast<long long>(kWidth),
+        static_cast<long long>(kRows), reps, machine_load().c_str());
     for (int s = 0; s < S; ++s)
       std::printf(" stage %d %.2f / %.2f%s", s, forward[s] * 1e3, backward[s] * 1e3, s + 1 < S ? "," : "\n");
     std::printf("%3s | %-33s | %-38s | %-25s\n", "M", "predicted bubble", "measured bubble", "batch ms");
@@ -510,15 +518,16 @@ void part_bubble(int reps) {
                 mean(per_stage), cells.c_str(), own.batch_seconds * 1e3, shared.batch_seconds * 1e3, batch * 1e3);
   }
   if (rank == 0)
-    std::printf("unit steps: the validator's bubble, every step one unit of time. own cores: Note [bubble model] "
-                "in\nbenchmarks/bench_pipe.cpp with the CPU times above and a processor per stage; shared: the same "
-                "with\nthe stages sharing the %d cores. measured: 1 - (forward + backward) / batch seconds from "
-                "engine.timings()\n(wall time), per stage and their mean; batch: the slowest stage's. With more ranks "
-                "than cores, a rank's\nforward and backward take longer in wall time whenever other ranks hold the "
-                "cores, so compare the measured\nbubble and batch time with the shared columns, not with own cores; "
-                "and as a waiting rank still polls\n(MPI_Wait, even with mpi_yield_when_idle) where the model gives "
-                "it no CPU, shared is a lower bound.\n",
-                static_cast<int>(cores));
+    std::printf(
+        "unit steps: the validator's bubble, every step one unit of time. own cores: Note [bubble model] "
+        "in\nbenchmarks/bench_pipe.cpp with the CPU times above and a processor per stage; shared: the same "
+        "with\nthe stages sharing the %d cores. measured: 1 - (forward + backward) / batch seconds from "
+        "engine.timings()\n(wall time), per stage and their mean; batch: the slowest stage's. With more ranks "
+        "than cores, a rank's\nforward and backward take longer in wall time whenever other ranks hold the "
+        "cores, so compare the measured\nbubble and batch time with the shared columns, not with own cores; "
+        "and as a waiting rank still polls\n(MPI_Wait, even with mpi_yield_when_idle) where the model gives "
+        "it no CPU, shared is a lower bound.\n",
+        static_cast<int>(cores));
 }
 
 }  // namespace
@@ -537,8 +546,10 @@ int main(int argc, char** argv) {
     if (opt.part == "partition") strata::part_partition();
     if (opt.part == "engine" || opt.part == "bubble") {
       strata::distributed::init();
-      if (opt.part == "engine") strata::part_engine(opt.reps);
-      else strata::part_bubble(opt.reps);
+      if (opt.part == "engine")
+        strata::part_engine(opt.reps);
+      else
+        strata::part_bubble(opt.reps);
       strata::distributed::finalize();
     }
     return 0;

@@ -51,9 +51,7 @@ void mlp_step_strata(benchmark::State& state) {
   strata::manual_seed(0);
   Tensor x = strata::randn({kBatch, kIn});
   Tensor y = strata::randint(kClasses, {kBatch});
-  auto param = [](int64_t rows, int64_t cols) {
-    return (strata::randn({rows, cols}) * 0.05).requires_grad_();
-  };
+  auto param = [](int64_t rows, int64_t cols) { return (strata::randn({rows, cols}) * 0.05).requires_grad_(); };
   Tensor w1 = param(kIn, kHidden), b1 = strata::zeros({kHidden}, strata::requires_grad());
   Tensor w2 = param(kHidden, kHidden), b2 = strata::zeros({kHidden}, strata::requires_grad());
   Tensor w3 = param(kHidden, kClasses), b3 = strata::zeros({kClasses}, strata::requires_grad());
@@ -148,7 +146,12 @@ void matmul_strata(benchmark::State& state) {
   }
   set_flops(state);
 }
-BENCHMARK(matmul_strata)->Name("matmul_1024/strata")->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()
+BENCHMARK(matmul_strata)
+    ->Name("matmul_1024/strata")
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
 void matmul_eigen(benchmark::State& state) {
@@ -163,7 +166,12 @@ void matmul_eigen(benchmark::State& state) {
   }
   set_flops(state);
 }
-BENCHMARK(matmul_eigen)->Name("matmul_1024/eigen")->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()
+BENCHMARK(matmul_eigen)
+    ->Name("matmul_1024/eigen")
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace

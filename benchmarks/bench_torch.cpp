@@ -85,7 +85,12 @@ void matmul_torch(benchmark::State& state) {
   state.counters["FLOPS"] =
       benchmark::Counter(2.0 * kMatmul * kMatmul * kMatmul, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(matmul_torch)->Name("matmul_1024/libtorch")->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()
+BENCHMARK(matmul_torch)
+    ->Name("matmul_1024/libtorch")
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -41,8 +41,10 @@ std::vector<int64_t> sample_indices(int64_t dataset_size, const DataLoaderOption
   STRATA_CHECK(dataset_size >= 0, "sample_indices: dataset_size must be non-negative, got ", dataset_size);
   STRATA_CHECK(epoch >= 0, "sample_indices: epoch must be non-negative, got ", epoch);
   std::vector<int64_t> order(dataset_size);
-  if (options.shuffle) order = permutation(dataset_size, options.seed, epoch);
-  else std::iota(order.begin(), order.end(), int64_t{0});
+  if (options.shuffle)
+    order = permutation(dataset_size, options.seed, epoch);
+  else
+    std::iota(order.begin(), order.end(), int64_t{0});
   // Note [epoch order and shards]: position p >= N of the padded order is order[p % N].
   const int64_t replicas = options.num_replicas;
   const int64_t per_rank = options.drop_last ? dataset_size / replicas : (dataset_size + replicas - 1) / replicas;

@@ -58,20 +58,20 @@ class DataLoader {
   /// Picks the epoch whose order the next iteration follows, as DistributedSampler.set_epoch; call it
   /// before each epoch, or every epoch repeats the same order.
   void set_epoch(int64_t epoch);
-  int64_t epoch() const { return epoch_; }  ///< the current epoch
-  int64_t size() const;  ///< batches per epoch on this rank
+  int64_t epoch() const { return epoch_; }                          ///< the current epoch
+  int64_t size() const;                                             ///< batches per epoch on this rank
   const std::vector<int64_t>& indices() const { return indices_; }  ///< this rank's indices this epoch, in order
-  Example batch(int64_t i) const;  ///< batch i of this epoch, in [0, size())
-  const Dataset& dataset() const { return *dataset_; }  ///< the dataset
-  const DataLoaderOptions& options() const { return options_; }  ///< the options
+  Example batch(int64_t i) const;                                   ///< batch i of this epoch, in [0, size())
+  const Dataset& dataset() const { return *dataset_; }              ///< the dataset
+  const DataLoaderOptions& options() const { return options_; }     ///< the options
 
   /// Walks the batches of the current epoch, holding the current one.
   class Iterator {
    public:
-    Iterator(const DataLoader* loader, int64_t index);  ///< at batch `index` (size() for the end)
-    Example& operator*() { return batch_; }  ///< the current batch
-    Example* operator->() { return &batch_; }  ///< the current batch
-    Iterator& operator++();  ///< loads the next batch
+    Iterator(const DataLoader* loader, int64_t index);                       ///< at batch `index` (size() for the end)
+    Example& operator*() { return batch_; }                                  ///< the current batch
+    Example* operator->() { return &batch_; }                                ///< the current batch
+    Iterator& operator++();                                                  ///< loads the next batch
     bool operator==(const Iterator& o) const { return index_ == o.index_; }  ///< same position
 
    private:
@@ -79,7 +79,7 @@ class DataLoader {
     int64_t index_;
     Example batch_;
   };
-  Iterator begin() const { return Iterator(this, 0); }  ///< at the first batch (loads it)
+  Iterator begin() const { return Iterator(this, 0); }     ///< at the first batch (loads it)
   Iterator end() const { return Iterator(this, size()); }  ///< past the last batch
 
  private:

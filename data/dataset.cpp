@@ -22,8 +22,8 @@ Tensor stack_field(const std::vector<Example>& examples, Tensor Example::*field,
     STRATA_CHECK(t.defined() == first.defined(), "Dataset::get_batch: example ", indices[k],
                  t.defined() ? " has a " : " has no ", name, " but example ", indices[0],
                  first.defined() ? " has one" : " has none");
-    STRATA_CHECK(!t.defined() || t.sizes() == first.sizes(), "Dataset::get_batch: example ", indices[k], " has ",
-                 name, " of shape ", t.sizes(), " but example ", indices[0], " has ", first.sizes(),
+    STRATA_CHECK(!t.defined() || t.sizes() == first.sizes(), "Dataset::get_batch: example ", indices[k], " has ", name,
+                 " of shape ", t.sizes(), " but example ", indices[0], " has ", first.sizes(),
                  "; examples of one batch must have equal shapes");
   }
   if (!first.defined()) return {};
@@ -53,8 +53,8 @@ TensorDataset load_fashion_mnist(const std::string& root, FashionMNIST::Mode mod
   Tensor labels = read_idx(labels_path);
   STRATA_CHECK(images.dim() == 3 && images.size(1) == 28 && images.size(2) == 28, "FashionMNIST: ", images_path,
                " holds shape ", images.sizes(), ", expected [N, 28, 28]");
-  STRATA_CHECK(labels.dim() == 1 && labels.size(0) == images.size(0), "FashionMNIST: ", labels_path,
-               " holds shape ", labels.sizes(), ", expected [", images.size(0), "] to match ", images_path);
+  STRATA_CHECK(labels.dim() == 1 && labels.size(0) == images.size(0), "FashionMNIST: ", labels_path, " holds shape ",
+               labels.sizes(), ", expected [", images.size(0), "] to match ", images_path);
   if (labels.numel() > 0) {
     const int64_t low = labels.min().item<int64_t>(), high = labels.max().item<int64_t>();
     STRATA_CHECK(low >= 0 && high <= 9, "FashionMNIST: ", labels_path, " holds labels in [", low, ", ", high,
@@ -79,11 +79,13 @@ Example Dataset::get_batch(IntArrayRef indices) const {
 }
 
 TensorDataset::TensorDataset(Tensor data, Tensor targets) : data_(std::move(data)), targets_(std::move(targets)) {
-  STRATA_CHECK(data_.defined() && data_.dim() > 0, "TensorDataset: data must have a first dim indexing the "
-               "examples, got ", data_.defined() ? "a 0-dim tensor" : "an undefined tensor");
+  STRATA_CHECK(data_.defined() && data_.dim() > 0,
+               "TensorDataset: data must have a first dim indexing the "
+               "examples, got ",
+               data_.defined() ? "a 0-dim tensor" : "an undefined tensor");
   STRATA_CHECK(!targets_.defined() || (targets_.dim() > 0 && targets_.size(0) == data_.size(0)),
-               "TensorDataset: targets of shape ", targets_.sizes(),
-               " do not match the ", data_.size(0), " examples of data of shape ", data_.sizes());
+               "TensorDataset: targets of shape ", targets_.sizes(), " do not match the ", data_.size(0),
+               " examples of data of shape ", data_.sizes());
 }
 
 int64_t TensorDataset::size() const { return data_.size(0); }

@@ -28,7 +28,7 @@ struct Example {
 class Dataset {
  public:
   virtual ~Dataset() = default;
-  virtual int64_t size() const = 0;  ///< number of examples
+  virtual int64_t size() const = 0;              ///< number of examples
   virtual Example get(int64_t index) const = 0;  ///< example `index`, in [0, size())
   /// The examples at `indices`, stacked along a new first dim. The default calls get() for each index.
   virtual Example get_batch(IntArrayRef indices) const;
@@ -39,11 +39,11 @@ class TensorDataset : public Dataset {
  public:
   /// data is [N, ...]; targets is [N, ...] or undefined (then every example's target is undefined).
   explicit TensorDataset(Tensor data, Tensor targets = {});
-  int64_t size() const override;  ///< N
-  Example get(int64_t index) const override;  ///< views of data[index] and targets[index]
+  int64_t size() const override;                          ///< N
+  Example get(int64_t index) const override;              ///< views of data[index] and targets[index]
   Example get_batch(IntArrayRef indices) const override;  ///< index_select on both tensors at once
-  const Tensor& data() const { return data_; }  ///< all inputs, [N, ...]
-  const Tensor& targets() const { return targets_; }  ///< all targets, [N, ...] or undefined
+  const Tensor& data() const { return data_; }            ///< all inputs, [N, ...]
+  const Tensor& targets() const { return targets_; }      ///< all targets, [N, ...] or undefined
 
  private:
   Tensor data_, targets_;
@@ -61,7 +61,7 @@ class FashionMNIST : public TensorDataset {
   /// gzip-compressed (.gz) or plain. A missing file throws an error naming the Debian package.
   explicit FashionMNIST(const std::string& root = kDefaultRoot, Mode mode = Mode::kTrain);
   bool is_train() const { return mode_ == Mode::kTrain; }  ///< whether this is the training split
-  const Tensor& images() const { return data(); }  ///< all images, float32 [N, 28, 28]
+  const Tensor& images() const { return data(); }          ///< all images, float32 [N, 28, 28]
 
  private:
   Mode mode_;

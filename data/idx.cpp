@@ -42,8 +42,9 @@ std::string hex(uint32_t value, int digits) {
   // zlib's messages start with the path; ours does already.
   if (message.starts_with(path + ": ")) message.erase(0, path.size() + 2);
   detail::throw_error(__FILE__, __LINE__, "read_idx: ", path, ": ", message,
-                      errnum == Z_BUF_ERROR ? " (the gzip stream is truncated)"
-                      : errnum == Z_DATA_ERROR ? " (the gzip stream is corrupt)" : "");
+                      errnum == Z_BUF_ERROR    ? " (the gzip stream is truncated)"
+                      : errnum == Z_DATA_ERROR ? " (the gzip stream is corrupt)"
+                                               : "");
 }
 
 /// Reads up to n bytes into dst; fewer only at the end of the data. Throws on a read or gzip error.
@@ -64,12 +65,18 @@ int64_t read_some(gzFile f, unsigned char* dst, int64_t n, const std::string& pa
 template <class F>
 Tensor visit_idx_type(uint8_t code, const std::string& path, F&& f) {
   switch (code) {
-    case 0x08: return f.template operator()<uint8_t>("ubyte");
-    case 0x09: return f.template operator()<int8_t>("byte");
-    case 0x0B: return f.template operator()<int16_t>("short");
-    case 0x0C: return f.template operator()<int32_t>("int");
-    case 0x0D: return f.template operator()<float>("float");
-    case 0x0E: return f.template operator()<double>("double");
+    case 0x08:
+      return f.template operator()<uint8_t>("ubyte");
+    case 0x09:
+      return f.template operator()<int8_t>("byte");
+    case 0x0B:
+      return f.template operator()<int16_t>("short");
+    case 0x0C:
+      return f.template operator()<int32_t>("int");
+    case 0x0D:
+      return f.template operator()<float>("float");
+    case 0x0E:
+      return f.template operator()<double>("double");
   }
   detail::throw_error(__FILE__, __LINE__, "read_idx: ", path, ": unknown element type code ", hex(code, 2),
                       " in the magic number (IDX has 0x08 ubyte, 0x09 byte, 0x0B short, 0x0C int, 0x0D float, "
@@ -78,8 +85,9 @@ Tensor visit_idx_type(uint8_t code, const std::string& path, F&& f) {
 
 /// The unsigned integer as wide as S.
 template <class S>
-using Bits = std::conditional_t<sizeof(S) == 1, uint8_t,
-             std::conditional_t<sizeof(S) == 2, uint16_t, std::conditional_t<sizeof(S) == 4, uint32_t, uint64_t>>>;
+using Bits = std::conditional_t<
+    sizeof(S) == 1, uint8_t,
+    std::conditional_t<sizeof(S) == 2, uint16_t, std::conditional_t<sizeof(S) == 4, uint32_t, uint64_t>>>;
 
 /// n big-endian elements of type S at src, converted to T at dst.
 template <class S, class T>
@@ -100,8 +108,10 @@ Tensor read_idx(const std::string& path, std::optional<ScalarType> dtype) {
 
   unsigned char magic[4];
   const int64_t magic_bytes = read_some(file.get(), magic, 4, path);
-  STRATA_CHECK(magic_bytes == 4, "read_idx: ", path, ": truncated header: the magic number needs 4 bytes, the file "
-               "holds ", magic_bytes);
+  STRATA_CHECK(magic_bytes == 4, "read_idx: ", path,
+               ": truncated header: the magic number needs 4 bytes, the file "
+               "holds ",
+               magic_bytes);
   const uint32_t magic_number = uint32_t{magic[0]} << 24 | uint32_t{magic[1]} << 16 | magic[2] << 8 | magic[3];
   STRATA_CHECK(magic[0] == 0 && magic[1] == 0, "read_idx: ", path, ": bad magic number ", hex(magic_number, 8),
                " (an IDX file starts with two zero bytes, the element type code and the number of dims)");
@@ -111,8 +121,8 @@ Tensor read_idx(const std::string& path, std::optional<ScalarType> dtype) {
   return visit_idx_type(magic[2], path, [&]<class S>(const char* type_name) {
     unsigned char size_bytes[4 * 255];
     const int64_t size_count = read_some(file.get(), size_bytes, 4 * ndims, path);
-    STRATA_CHECK(size_count == 4 * ndims, "read_idx: ", path, ": truncated header: ", ndims, " dims need ",
-                 4 * ndims, " bytes of sizes, the file holds ", size_count);
+    STRATA_CHECK(size_count == 4 * ndims, "read_idx: ", path, ": truncated header: ", ndims, " dims need ", 4 * ndims,
+                 " bytes of sizes, the file holds ", size_count);
     DimVector sizes;
     int64_t numel = 1;
     bool overflow = false;

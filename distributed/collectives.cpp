@@ -70,13 +70,13 @@ void check_same(const Tensor& t, const Tensor& ref, const char* op, const char* 
 void check_pair(const Tensor& output, const Tensor& input, const char* op) {
   check_defined(output, op, "output");
   check_defined(input, op, "input");
-  STRATA_CHECK(output.dtype() == input.dtype() && output.device() == input.device(), op, ": output is ",
-               output.dtype(), " on ", output.device(), " but input is ", input.dtype(), " on ", input.device());
+  STRATA_CHECK(output.dtype() == input.dtype() && output.device() == input.device(), op, ": output is ", output.dtype(),
+               " on ", output.device(), " but input is ", input.dtype(), " on ", input.device());
 }
 
 void check_list(const tensor_list& list, const Tensor& ref, const ProcessGroup& g, const char* op, const char* what) {
-  STRATA_CHECK(static_cast<int>(list.size()) == g.size(), op, ": ", what, " has ", list.size(),
-               " tensors but ", g.describe(), " has ", g.size(), " ranks");
+  STRATA_CHECK(static_cast<int>(list.size()) == g.size(), op, ": ", what, " has ", list.size(), " tensors but ",
+               g.describe(), " has ", g.size(), " ranks");
   for (size_t i = 0; i < list.size(); ++i) check_same(list[i], ref, op, what, i);
 }
 
@@ -116,7 +116,8 @@ std::shared_ptr<Work> detail::broadcast_unswitched(const Tensor& tensor, int src
   detail::OpRecord rec = make_record("broadcast", g, tensor, tensor.nbytes());
   rec.root = root;
   Tensor buf = buffer(tensor);
-  return run(rec, group, async_op, [&](bool a) { return b.broadcast(buf, root, a); }, copy_back(tensor, buf));
+  return run(
+      rec, group, async_op, [&](bool a) { return b.broadcast(buf, root, a); }, copy_back(tensor, buf));
 }
 
 // ---- collectives ----
@@ -139,7 +140,8 @@ std::shared_ptr<Work> detail::all_reduce_unswitched(const Tensor& tensor, Reduce
   detail::OpRecord rec = make_record("all_reduce", g, tensor, tensor.nbytes());
   rec.reduce_op = op;
   Tensor buf = buffer(tensor);
-  return run(rec, group, async_op, [&](bool a) { return b.all_reduce(buf, op, a); }, copy_back(tensor, buf));
+  return run(
+      rec, group, async_op, [&](bool a) { return b.all_reduce(buf, op, a); }, copy_back(tensor, buf));
 }
 
 std::shared_ptr<Work> reduce(const Tensor& tensor, int dst, ReduceOp op, const Group& group, bool async_op) {
@@ -153,7 +155,8 @@ std::shared_ptr<Work> reduce(const Tensor& tensor, int dst, ReduceOp op, const G
   rec.root = root;
   rec.reduce_op = op;
   Tensor buf = buffer(tensor);
-  return run(rec, group, async_op, [&](bool a) { return b.reduce(buf, root, op, a); }, copy_back(tensor, buf));
+  return run(
+      rec, group, async_op, [&](bool a) { return b.reduce(buf, root, op, a); }, copy_back(tensor, buf));
 }
 
 std::shared_ptr<Work> broadcast(const Tensor& tensor, int src, const Group& group, bool async_op) {
@@ -175,8 +178,9 @@ std::shared_ptr<Work> all_gather(const tensor_list& tensor_list, const Tensor& t
   detail::OpRecord rec = make_record("all_gather", g, tensor, tensor.nbytes() * g.size());
   Tensor in = buffer(tensor);
   Tensor out = empty({tensor.numel() * g.size()}, tensor.options());
-  return run(rec, group, async_op, [&](bool a) { return b.all_gather(out, in, a); },
-             [tensor_list, out] { unflatten_into(out, tensor_list); });
+  return run(
+      rec, group, async_op, [&](bool a) { return b.all_gather(out, in, a); },
+      [tensor_list, out] { unflatten_into(out, tensor_list); });
 }
 
 std::shared_ptr<Work> all_gather_into_tensor(const Tensor& output, const Tensor& input, const Group& group,
@@ -190,7 +194,8 @@ std::shared_ptr<Work> all_gather_into_tensor(const Tensor& output, const Tensor&
   Backend& b = g.backend(input.device(), "all_gather_into_tensor");
   detail::OpRecord rec = make_record("all_gather_into_tensor", g, input, output.nbytes());
   Tensor in = buffer(input), out = buffer(output);
-  return run(rec, group, async_op, [&](bool a) { return b.all_gather(out, in, a); }, copy_back(output, out));
+  return run(
+      rec, group, async_op, [&](bool a) { return b.all_gather(out, in, a); }, copy_back(output, out));
 }
 
 std::shared_ptr<Work> reduce_scatter(const Tensor& output, const tensor_list& input_list, ReduceOp op,
@@ -204,11 +209,12 @@ std::shared_ptr<Work> reduce_scatter(const Tensor& output, const tensor_list& in
   detail::OpRecord rec = make_record("reduce_scatter", g, output, output.nbytes() * g.size());
   rec.reduce_op = op;
   Tensor in = flatten_all(input_list), out = buffer(output);
-  return run(rec, group, async_op, [&](bool a) { return b.reduce_scatter(out, in, op, a); }, copy_back(output, out));
+  return run(
+      rec, group, async_op, [&](bool a) { return b.reduce_scatter(out, in, op, a); }, copy_back(output, out));
 }
 
-std::shared_ptr<Work> reduce_scatter_tensor(const Tensor& output, const Tensor& input, ReduceOp op,
-                                            const Group& group, bool async_op) {
+std::shared_ptr<Work> reduce_scatter_tensor(const Tensor& output, const Tensor& input, ReduceOp op, const Group& group,
+                                            bool async_op) {
   ProcessGroup& g = detail::resolve(group, "reduce_scatter_tensor");
   check_pair(output, input, "reduce_scatter_tensor");
   STRATA_CHECK(input.numel() == output.numel() * g.size(), "reduce_scatter_tensor: input has ", input.numel(),
@@ -220,7 +226,8 @@ std::shared_ptr<Work> reduce_scatter_tensor(const Tensor& output, const Tensor& 
   detail::OpRecord rec = make_record("reduce_scatter_tensor", g, input, input.nbytes());
   rec.reduce_op = op;
   Tensor in = buffer(input), out = buffer(output);
-  return run(rec, group, async_op, [&](bool a) { return b.reduce_scatter(out, in, op, a); }, copy_back(output, out));
+  return run(
+      rec, group, async_op, [&](bool a) { return b.reduce_scatter(out, in, op, a); }, copy_back(output, out));
 }
 
 std::shared_ptr<Work> gather(const Tensor& tensor, const tensor_list& gather_list, int dst, const Group& group,
@@ -229,10 +236,11 @@ std::shared_ptr<Work> gather(const Tensor& tensor, const tensor_list& gather_lis
   check_defined(tensor, "gather", "tensor");
   const int root = to_group_rank(g, dst, "gather", "dst");
   const bool is_root = g.rank() == root;
-  if (is_root) check_list(gather_list, tensor, g, "gather", "gather_list");
+  if (is_root)
+    check_list(gather_list, tensor, g, "gather", "gather_list");
   else
-    STRATA_CHECK(gather_list.empty(), "gather: gather_list must be empty off the destination (rank ", dst,
-                 "), got ", gather_list.size(), " tensors");
+    STRATA_CHECK(gather_list.empty(), "gather: gather_list must be empty off the destination (rank ", dst, "), got ",
+                 gather_list.size(), " tensors");
   Backend& b = g.backend(tensor.device(), "gather");
   detail::OpRecord rec = make_record("gather", g, tensor, tensor.nbytes() * g.size());
   rec.root = root;
@@ -240,7 +248,8 @@ std::shared_ptr<Work> gather(const Tensor& tensor, const tensor_list& gather_lis
   Tensor out = is_root ? empty({tensor.numel() * g.size()}, tensor.options()) : Tensor();
   std::function<void()> finish;
   if (is_root) finish = [gather_list, out] { unflatten_into(out, gather_list); };
-  return run(rec, group, async_op, [&](bool a) { return b.gather(out, in, root, a); }, std::move(finish));
+  return run(
+      rec, group, async_op, [&](bool a) { return b.gather(out, in, root, a); }, std::move(finish));
 }
 
 std::shared_ptr<Work> scatter(const Tensor& tensor, const tensor_list& scatter_list, int src, const Group& group,
@@ -249,7 +258,8 @@ std::shared_ptr<Work> scatter(const Tensor& tensor, const tensor_list& scatter_l
   check_defined(tensor, "scatter", "tensor");
   const int root = to_group_rank(g, src, "scatter", "src");
   const bool is_root = g.rank() == root;
-  if (is_root) check_list(scatter_list, tensor, g, "scatter", "scatter_list");
+  if (is_root)
+    check_list(scatter_list, tensor, g, "scatter", "scatter_list");
   else
     STRATA_CHECK(scatter_list.empty(), "scatter: scatter_list must be empty off the source (rank ", src, "), got ",
                  scatter_list.size(), " tensors");
@@ -258,16 +268,17 @@ std::shared_ptr<Work> scatter(const Tensor& tensor, const tensor_list& scatter_l
   rec.root = root;
   Tensor in = is_root ? flatten_all(scatter_list) : Tensor();
   Tensor out = buffer(tensor);
-  return run(rec, group, async_op, [&](bool a) { return b.scatter(out, in, root, a); }, copy_back(tensor, out));
+  return run(
+      rec, group, async_op, [&](bool a) { return b.scatter(out, in, root, a); }, copy_back(tensor, out));
 }
 
 std::shared_ptr<Work> all_to_all(const tensor_list& output_list, const tensor_list& input_list, const Group& group,
                                  bool async_op) {
   ProcessGroup& g = detail::resolve(group, "all_to_all");
   for (const auto* list : {&output_list, &input_list})
-    STRATA_CHECK(static_cast<int>(list->size()) == g.size(), "all_to_all: ",
-                 list == &output_list ? "output_list" : "input_list", " has ", list->size(), " tensors but ",
-                 g.describe(), " has ", g.size(), " ranks");
+    STRATA_CHECK(static_cast<int>(list->size()) == g.size(),
+                 "all_to_all: ", list == &output_list ? "output_list" : "input_list", " has ", list->size(),
+                 " tensors but ", g.describe(), " has ", g.size(), " ranks");
   check_defined(input_list[0], "all_to_all", "input_list[0]");
   std::vector<int64_t> out_counts, in_counts;
   int64_t out_bytes = 0, in_bytes = 0;
@@ -276,8 +287,8 @@ std::shared_ptr<Work> all_to_all(const tensor_list& output_list, const tensor_li
     check_defined(input_list[p], "all_to_all", "an input");
     for (const Tensor* t : {&output_list[p], &input_list[p]})
       STRATA_CHECK(t->dtype() == input_list[0].dtype() && t->device() == input_list[0].device(),
-                   "all_to_all: every tensor must be ", input_list[0].dtype(), " on ", input_list[0].device(),
-                   ", got ", t->dtype(), " on ", t->device(), " for rank ", p);
+                   "all_to_all: every tensor must be ", input_list[0].dtype(), " on ", input_list[0].device(), ", got ",
+                   t->dtype(), " on ", t->device(), " for rank ", p);
     out_counts.push_back(output_list[p].numel());
     in_counts.push_back(input_list[p].numel());
     out_bytes += output_list[p].nbytes();
@@ -289,8 +300,9 @@ std::shared_ptr<Work> all_to_all(const tensor_list& output_list, const tensor_li
   Tensor in = flatten_all(input_list);
   Tensor out = empty({std::max<int64_t>(out_bytes / static_cast<int64_t>(input_list[0].element_size()), 0)},
                      input_list[0].options());
-  return run(rec, group, async_op, [&](bool a) { return b.all_to_all(out, in, out_counts, in_counts, a); },
-             [output_list, out] { unflatten_into(out, output_list); });
+  return run(
+      rec, group, async_op, [&](bool a) { return b.all_to_all(out, in, out_counts, in_counts, a); },
+      [output_list, out] { unflatten_into(out, output_list); });
 }
 
 std::shared_ptr<Work> all_to_all_single(const Tensor& output, const Tensor& input,
@@ -335,8 +347,9 @@ std::shared_ptr<Work> all_to_all_single(const Tensor& output, const Tensor& inpu
   detail::OpRecord rec = make_record(op, g, input, std::max(input.nbytes(), output.nbytes()));
   rec.shapes_must_match = false;
   Tensor in = buffer(input), out = buffer(output);
-  return run(rec, group, async_op, [&](bool a) { return b.all_to_all(out, in, out_counts, in_counts, a); },
-             copy_back(output, out));
+  return run(
+      rec, group, async_op, [&](bool a) { return b.all_to_all(out, in, out_counts, in_counts, a); },
+      copy_back(output, out));
 }
 
 std::shared_ptr<Work> barrier(const Group& group, bool async_op) {
@@ -350,8 +363,7 @@ std::shared_ptr<Work> barrier(const Group& group, bool async_op) {
   return run(rec, group, async_op, [&](bool a) { return b.barrier(a); });
 }
 
-std::shared_ptr<Work> all_reduce_coalesced(const tensor_list& tensors, ReduceOp op, const Group& group,
-                                           bool async_op) {
+std::shared_ptr<Work> all_reduce_coalesced(const tensor_list& tensors, ReduceOp op, const Group& group, bool async_op) {
   ProcessGroup& g = detail::resolve(group, "all_reduce_coalesced");
   STRATA_CHECK(!tensors.empty(), "all_reduce_coalesced: got no tensors");
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -366,8 +378,9 @@ std::shared_ptr<Work> all_reduce_coalesced(const tensor_list& tensors, ReduceOp 
   Tensor flat = flatten_all(tensors);
   detail::OpRecord rec = make_record("all_reduce_coalesced", g, flat, flat.nbytes());
   rec.reduce_op = op;
-  return run(rec, group, async_op, [&](bool a) { return b.all_reduce(flat, op, a); },
-             [tensors, flat] { unflatten_into(flat, tensors); });
+  return run(
+      rec, group, async_op, [&](bool a) { return b.all_reduce(flat, op, a); },
+      [tensors, flat] { unflatten_into(flat, tensors); });
 }
 
 std::shared_ptr<Work> all_gather_coalesced(const std::vector<tensor_list>& output_lists, const tensor_list& inputs,
@@ -394,8 +407,9 @@ std::shared_ptr<Work> all_gather_coalesced(const std::vector<tensor_list>& outpu
   detail::OpRecord rec = make_record("all_gather_coalesced", g, in, out.nbytes());
   tensor_list all_outputs;
   for (const tensor_list& outs : output_lists) all_outputs.insert(all_outputs.end(), outs.begin(), outs.end());
-  return run(rec, group, async_op, [&](bool a) { return b.all_gather(out, in, a); },
-             [all_outputs, out] { unflatten_into(out, all_outputs); });
+  return run(
+      rec, group, async_op, [&](bool a) { return b.all_gather(out, in, a); },
+      [all_outputs, out] { unflatten_into(out, all_outputs); });
 }
 
 // ---- profiling switches ----

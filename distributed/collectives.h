@@ -93,8 +93,8 @@ std::shared_ptr<Work> all_gather(const tensor_list& tensor_list, const Tensor& t
 std::shared_ptr<Work> all_gather_into_tensor(const Tensor& output, const Tensor& input, const Group& group = {},
                                              bool async_op = false);
 /// Reduces input_list[r] across ranks into group rank r's `output`.
-std::shared_ptr<Work> reduce_scatter(const Tensor& output, const tensor_list& input_list,
-                                     ReduceOp op = ReduceOp::SUM, const Group& group = {}, bool async_op = false);
+std::shared_ptr<Work> reduce_scatter(const Tensor& output, const tensor_list& input_list, ReduceOp op = ReduceOp::SUM,
+                                     const Group& group = {}, bool async_op = false);
 /// Reduces `input` across ranks; group rank r gets slice r of dim 0 in `output`.
 std::shared_ptr<Work> reduce_scatter_tensor(const Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::SUM,
                                             const Group& group = {}, bool async_op = false);
@@ -102,17 +102,17 @@ std::shared_ptr<Work> reduce_scatter_tensor(const Tensor& output, const Tensor& 
 std::shared_ptr<Work> gather(const Tensor& tensor, const tensor_list& gather_list, int dst, const Group& group = {},
                              bool async_op = false);
 /// Fills group rank r's `tensor` with scatter_list[r] of global rank src (scatter_list empty elsewhere).
-std::shared_ptr<Work> scatter(const Tensor& tensor, const tensor_list& scatter_list, int src,
-                              const Group& group = {}, bool async_op = false);
+std::shared_ptr<Work> scatter(const Tensor& tensor, const tensor_list& scatter_list, int src, const Group& group = {},
+                              bool async_op = false);
 /// Sends input_list[p] to group rank p and receives p's tensor for this rank into output_list[p].
-std::shared_ptr<Work> all_to_all(const tensor_list& output_list, const tensor_list& input_list,
-                                 const Group& group = {}, bool async_op = false);
+std::shared_ptr<Work> all_to_all(const tensor_list& output_list, const tensor_list& input_list, const Group& group = {},
+                                 bool async_op = false);
 /// all_to_all over dim 0 of one tensor: input_split_sizes[p] rows go to group rank p, output_split_sizes[p]
 /// rows come from it; empty split sizes mean equal parts.
 std::shared_ptr<Work> all_to_all_single(const Tensor& output, const Tensor& input,
                                         const std::vector<int64_t>& output_split_sizes = {},
-                                        const std::vector<int64_t>& input_split_sizes = {},
-                                        const Group& group = {}, bool async_op = false);
+                                        const std::vector<int64_t>& input_split_sizes = {}, const Group& group = {},
+                                        bool async_op = false);
 /// Returns when every rank of the group has entered it.
 std::shared_ptr<Work> barrier(const Group& group = {}, bool async_op = false);
 /// A barrier that gives up after `timeout` and throws naming the ranks that did not arrive (all of them
@@ -140,11 +140,11 @@ std::shared_ptr<Work> irecv(const Tensor& tensor, int src, const Group& group = 
 /// One send or receive of batch_isend_irecv, as torch.distributed.P2POp.
 struct P2POp {
   enum Kind : int8_t { kSend, kRecv };
-  Kind op;            ///< kSend (isend) or kRecv (irecv)
-  Tensor tensor;      ///< the buffer
-  int peer;           ///< global rank of the other side
-  Group group = {};   ///< WORLD when empty
-  int tag = 0;        ///< matched with the peer's tag
+  Kind op;           ///< kSend (isend) or kRecv (irecv)
+  Tensor tensor;     ///< the buffer
+  int peer;          ///< global rank of the other side
+  Group group = {};  ///< WORLD when empty
+  int tag = 0;       ///< matched with the peer's tag
 };
 /// Posts all ops together (so pairwise exchanges cannot deadlock); one Work per op.
 std::vector<std::shared_ptr<Work>> batch_isend_irecv(const std::vector<P2POp>& ops);
@@ -162,14 +162,17 @@ std::string recv_object(int src, const Group& group = {}, int tag = 0);
 /// vector of them, which move as their bytes.
 template <class T>
 concept Serializable = (std::is_trivially_copyable_v<T> && !std::is_array_v<T>) ||
-    (requires { typename T::value_type; } && std::is_same_v<T, std::vector<typename T::value_type>> &&
-     std::is_trivially_copyable_v<typename T::value_type>);
+                       (requires { typename T::value_type; } &&
+                        std::is_same_v<T, std::vector<typename T::value_type>> &&
+                        std::is_trivially_copyable_v<typename T::value_type>);
 
 namespace detail {
 template <Serializable T>
 std::string to_bytes(const T& obj) {
-  if constexpr (std::is_trivially_copyable_v<T>) return std::string(reinterpret_cast<const char*>(&obj), sizeof(T));
-  else return std::string(reinterpret_cast<const char*>(obj.data()), obj.size() * sizeof(typename T::value_type));
+  if constexpr (std::is_trivially_copyable_v<T>)
+    return std::string(reinterpret_cast<const char*>(&obj), sizeof(T));
+  else
+    return std::string(reinterpret_cast<const char*>(obj.data()), obj.size() * sizeof(typename T::value_type));
 }
 /// Throws when `bytes` cannot hold a `type` of `size` bytes (or a whole number of them).
 void check_object_size(const char* op, const char* type, size_t bytes, size_t size, bool exact);

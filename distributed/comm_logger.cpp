@@ -40,8 +40,8 @@ Totals& totals() {
 
 // nccl-tests' bus factors: what each rank's link carries relative to the message.
 double bus_factor(const std::string& op, int n) {
-  static constexpr std::array kOneSliceEach = {"all_gather", "all_gather_into_tensor", "all_gather_coalesced",
-                                               "reduce_scatter", "reduce_scatter_tensor", "all_to_all",
+  static constexpr std::array kOneSliceEach = {"all_gather",       "all_gather_into_tensor", "all_gather_coalesced",
+                                               "reduce_scatter",   "reduce_scatter_tensor",  "all_to_all",
                                                "all_to_all_single"};
   if (n <= 0) return 0;
   if (op == "all_reduce" || op == "all_reduce_coalesced") return 2.0 * (n - 1) / n;
@@ -104,8 +104,7 @@ void print_comm_summary(std::ostream& os) {
 
   constexpr size_t kColumns = 8;
   using Row = std::array<std::string, kColumns>;
-  std::vector<Row> rows = {
-      {"op", "group", "calls", "bytes", "total ms", "mean us", "algbw GB/s", "busbw GB/s"}};
+  std::vector<Row> rows = {{"op", "group", "calls", "bytes", "total ms", "mean us", "algbw GB/s", "busbw GB/s"}};
   for (const CommStats& s : stats)
     rows.push_back({s.op, s.group, std::to_string(s.calls), human_bytes(s.bytes), fixed(s.total_s * 1e3, 3),
                     fixed(s.mean_s() * 1e6, 2), fixed(s.algbw() / 1e9, 3), fixed(s.busbw() / 1e9, 3)});
@@ -118,8 +117,10 @@ void print_comm_summary(std::ostream& os) {
     for (size_t c = 0; c < kColumns; ++c) {
       const std::string pad(width[c] - row[c].size(), ' ');
       if (c > 0) os << "  ";
-      if (c < 2) os << row[c] << pad;
-      else os << pad << row[c];
+      if (c < 2)
+        os << row[c] << pad;
+      else
+        os << pad << row[c];
     }
     os << "\n";
   };

@@ -19,15 +19,15 @@ namespace strata::distributed {
 
 /// Totals of one op type on one group.
 struct CommStats {
-  std::string op;          ///< e.g. "all_reduce"
-  std::string group;       ///< ProcessGroup::describe()
-  int group_size = 0;      ///< ranks in the group
-  int64_t calls = 0;       ///< ops logged
-  int64_t bytes = 0;       ///< message bytes over all calls (the larger of input and output)
-  double total_s = 0;      ///< time over all calls
-  double mean_s() const { return calls ? total_s / calls : 0; }           ///< time per call
-  double algbw() const { return total_s > 0 ? bytes / total_s : 0; }     ///< bytes per second
-  double busbw() const;    ///< algbw scaled by the op's bus factor
+  std::string op;      ///< e.g. "all_reduce"
+  std::string group;   ///< ProcessGroup::describe()
+  int group_size = 0;  ///< ranks in the group
+  int64_t calls = 0;   ///< ops logged
+  int64_t bytes = 0;   ///< message bytes over all calls (the larger of input and output)
+  double total_s = 0;  ///< time over all calls
+  double mean_s() const { return calls ? total_s / calls : 0; }       ///< time per call
+  double algbw() const { return total_s > 0 ? bytes / total_s : 0; }  ///< bytes per second
+  double busbw() const;                                               ///< algbw scaled by the op's bus factor
 };
 
 /// Turns logging on or off on this rank.

@@ -76,8 +76,8 @@ unsigned differences(const Fingerprint& a, const Fingerprint& b, unsigned fields
 // "shape", "op and dtype", "dtype, shape and root".
 std::string field_names(unsigned fields) {
   static constexpr std::pair<Field, const char*> kNames[] = {
-      {kOp, "op"},           {kDtype, "dtype"}, {kShape, "shape"}, {kRoot, "root"}, {kReduceOp, "reduce op"},
-      {kSeq, "call number"}};
+      {kOp, "op"},     {kDtype, "dtype"},        {kShape, "shape"},
+      {kRoot, "root"}, {kReduceOp, "reduce op"}, {kSeq, "call number"}};
   std::vector<const char*> names;
   for (auto [field, name] : kNames)
     if (fields & field) names.push_back(name);
@@ -119,8 +119,12 @@ class CheckedP2P final : public Work {
  public:
   CheckedP2P(const OpRecord& record, bool is_send, int tag, Tensor fingerprint, std::shared_ptr<Work> fingerprint_work,
              std::shared_ptr<Work> transfer)
-      : record_(record), is_send_(is_send), tag_(tag), fingerprint_(std::move(fingerprint)),
-        fingerprint_work_(std::move(fingerprint_work)), transfer_(std::move(transfer)) {}
+      : record_(record),
+        is_send_(is_send),
+        tag_(tag),
+        fingerprint_(std::move(fingerprint)),
+        fingerprint_work_(std::move(fingerprint_work)),
+        transfer_(std::move(transfer)) {}
 
   bool is_completed() override { return fingerprint_work_->is_completed() && transfer_->is_completed(); }
 
@@ -145,9 +149,9 @@ class CheckedP2P final : public Work {
     const ProcessGroup& g = *record_.group;
     const int sender = g.ranks()[record_.peer];
     STRATA_CHECK(false, record_.op, " from rank ", sender, " on ", g.describe(), " with tag ", tag_,
-                 ": sender and receiver disagree on ", field_names(diff),
-                 " (STRATA_DISTRIBUTED_DEBUG=DETAIL): rank ", sender, " called ", describe_call(theirs, g, false), ", rank ",
-                 g.ranks()[g.rank()], " called ", describe_call(mine, g, false));
+                 ": sender and receiver disagree on ", field_names(diff), " (STRATA_DISTRIBUTED_DEBUG=DETAIL): rank ",
+                 sender, " called ", describe_call(theirs, g, false), ", rank ", g.ranks()[g.rank()], " called ",
+                 describe_call(mine, g, false));
   }
 
   OpRecord record_;

@@ -110,9 +110,7 @@ Header header_of(const Tensor& t) {
 }
 
 /// This rank's device of type `type`: the CPU, or the GPU it uses (cuda::current_device()).
-Device device_of(DeviceType type) {
-  return type == kCUDA ? cuda::device() : Device(kCPU);
-}
+Device device_of(DeviceType type) { return type == kCUDA ? cuda::device() : Device(kCPU); }
 
 /// What a rank receiving the source's tensor allocates it with.
 TensorOptions options_of(const Header& h) { return TensorOptions(h.dtype).device(device_of(h.device_type)); }
@@ -214,10 +212,12 @@ tensor_list all_ranks_backward(AutogradContext* ctx, const Tensor& g, Dual dual)
   if (!a.any_defined) return gradient_of_x(Tensor());
   const char* what = "functional: a recorded collective's saved output";
   const DeviceType device_type = device_type_from_code(ctx->saved_data["device_type"].toInt(), what);
-  const Tensor mine = g.defined() ? g
-                                  : zeros(ctx->saved_data["sizes"].toIntVector(),
-                                          TensorOptions(dtype_from_code(ctx->saved_data["dtype"].toInt(), what))
-                                              .device(device_of(device_type)));
+  const Tensor mine =
+      g.defined()
+          ? g
+          : zeros(
+                ctx->saved_data["sizes"].toIntVector(),
+                TensorOptions(dtype_from_code(ctx->saved_data["dtype"].toInt(), what)).device(device_of(device_type)));
   return gradient_of_x(dual(mine, call, a.record));
 }
 
@@ -240,9 +240,8 @@ struct AllReduceSum : Function<AllReduceSum> {
     return save(ctx, call, out);
   }
   static tensor_list backward(AutogradContext* ctx, tensor_list g) {
-    return all_ranks_backward(ctx, g[0], [](const Tensor& g, const Call& call, bool rec) {
-      return run<AllReduceSum>(rec, g, call);
-    });
+    return all_ranks_backward(
+        ctx, g[0], [](const Tensor& g, const Call& call, bool rec) { return run<AllReduceSum>(rec, g, call); });
   }
 };
 
@@ -273,9 +272,8 @@ struct AllGather : Function<AllGather> {
     return save(ctx, call, out);
   }
   static tensor_list backward(AutogradContext* ctx, tensor_list g) {
-    return all_ranks_backward(ctx, g[0], [](const Tensor& g, const Call& call, bool rec) {
-      return run<ReduceScatterSum>(rec, g, call);
-    });
+    return all_ranks_backward(
+        ctx, g[0], [](const Tensor& g, const Call& call, bool rec) { return run<ReduceScatterSum>(rec, g, call); });
   }
 };
 
@@ -288,9 +286,8 @@ struct ReduceScatterSum : Function<ReduceScatterSum> {
     return save(ctx, call, out);
   }
   static tensor_list backward(AutogradContext* ctx, tensor_list g) {
-    return all_ranks_backward(ctx, g[0], [](const Tensor& g, const Call& call, bool rec) {
-      return run<AllGather>(rec, g, call);
-    });
+    return all_ranks_backward(ctx, g[0],
+                              [](const Tensor& g, const Call& call, bool rec) { return run<AllGather>(rec, g, call); });
   }
 };
 
@@ -301,9 +298,8 @@ struct AllToAll : Function<AllToAll> {
     return save(ctx, call, out);
   }
   static tensor_list backward(AutogradContext* ctx, tensor_list g) {
-    return all_ranks_backward(ctx, g[0], [](const Tensor& g, const Call& call, bool rec) {
-      return run<AllToAll>(rec, g, call);
-    });
+    return all_ranks_backward(ctx, g[0],
+                              [](const Tensor& g, const Call& call, bool rec) { return run<AllToAll>(rec, g, call); });
   }
 };
 
@@ -325,9 +321,8 @@ struct ReduceSum : Function<ReduceSum> {
     return save(ctx, call, is_root(call) ? buffer : token());
   }
   static tensor_list backward(AutogradContext* ctx, tensor_list g) {
-    return root_backward(ctx, g[0], [](const Tensor& g, const Call& call) {
-      return run<Broadcast>(call.header.record, g, call);
-    });
+    return root_backward(ctx, g[0],
+                         [](const Tensor& g, const Call& call) { return run<Broadcast>(call.header.record, g, call); });
   }
 };
 
@@ -339,9 +334,8 @@ struct Broadcast : Function<Broadcast> {
     return save(ctx, call, out);
   }
   static tensor_list backward(AutogradContext* ctx, tensor_list g) {
-    return all_ranks_backward(ctx, g[0], [](const Tensor& g, const Call& call, bool rec) {
-      return reduce_sum0(g, call, rec);
-    });
+    return all_ranks_backward(ctx, g[0],
+                              [](const Tensor& g, const Call& call, bool rec) { return reduce_sum0(g, call, rec); });
   }
 };
 
@@ -360,9 +354,8 @@ struct Gather : Function<Gather> {
     return save(ctx, call, out);
   }
   static tensor_list backward(AutogradContext* ctx, tensor_list g) {
-    return root_backward(ctx, g[0], [](const Tensor& g, const Call& call) {
-      return run<Scatter>(call.header.record, g, call);
-    });
+    return root_backward(ctx, g[0],
+                         [](const Tensor& g, const Call& call) { return run<Scatter>(call.header.record, g, call); });
   }
 };
 
@@ -379,9 +372,8 @@ struct Scatter : Function<Scatter> {
     return save(ctx, call, out);
   }
   static tensor_list backward(AutogradContext* ctx, tensor_list g) {
-    return all_ranks_backward(ctx, g[0], [](const Tensor& g, const Call& call, bool rec) {
-      return gather0(g, call, rec);
-    });
+    return all_ranks_backward(ctx, g[0],
+                              [](const Tensor& g, const Call& call, bool rec) { return gather0(g, call, rec); });
   }
 };
 
@@ -581,7 +573,7 @@ Tensor scatter(const Tensor& x, const Group& group, int64_t axis, int root) {
   h.sizes[a] /= n;
   h.sizes[0] *= n;
   return run<Scatter>(h.record, pg.rank() == root ? parts_to_front(x, a, n) : Tensor(),
-                     {.group = group, .rank = root, .header = h});
+                      {.group = group, .rank = root, .header = h});
 }
 
 Tensor all_to_all(const Tensor& x, const Group& group, int64_t split_axis, int64_t concat_axis) {

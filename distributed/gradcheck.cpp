@@ -66,13 +66,15 @@ bool gradcheck(const autograd::GradcheckFn& fn, const tensor_list& inputs, const
   const int rank = pg.rank(), size = pg.size();
 
   std::vector<size_t> checked;  // this rank's inputs that require grad
-  on_every_rank([&] {
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      if (!inputs[i].defined() || !inputs[i].requires_grad()) continue;
-      autograd::detail::check_input(inputs[i], i);
-      checked.push_back(i);
-    }
-  }, group);
+  on_every_rank(
+      [&] {
+        for (size_t i = 0; i < inputs.size(); ++i) {
+          if (!inputs[i].defined() || !inputs[i].requires_grad()) continue;
+          autograd::detail::check_input(inputs[i], i);
+          checked.push_back(i);
+        }
+      },
+      group);
   std::vector<std::pair<size_t, int64_t>> elements;  // the (input, element) pairs this rank perturbs, in order
   for (size_t i : checked)
     for (int64_t e = 0; e < inputs[i].numel(); ++e) elements.emplace_back(i, e);
@@ -95,7 +97,8 @@ bool gradcheck(const autograd::GradcheckFn& fn, const tensor_list& inputs, const
     // A private generator per rank, so that the caller's random stream is untouched and ranks weigh differently.
     Generator gen(1 + rank);
     for (const Tensor& out : outputs)
-      weights.push_back(out.defined() && out.is_floating_point() ? randn(out.sizes(), kDouble, &gen).to(out.device()) : Tensor());
+      weights.push_back(out.defined() && out.is_floating_point() ? randn(out.sizes(), kDouble, &gen).to(out.device())
+                                                                 : Tensor());
     const Tensor sum = weighted_sum(outputs, weights);
     functional::backward(sum.requires_grad() ? tensor_list{sum} : tensor_list{});
   }
@@ -127,17 +130,19 @@ bool gradcheck(const autograd::GradcheckFn& fn, const tensor_list& inputs, const
     }
   }
 
-  return on_every_rank([&] {
-    for (size_t j = 0; j < elements.size(); ++j) {
-      const auto [i, e] = elements[j];
-      const Tensor& grad = leaves[i].grad();
-      const double an = grad.defined() ? autograd::detail::read(grad, e) : 0.0;
-      const double nu = numerical[j];
-      STRATA_CHECK(std::abs(an - nu) <= o.atol + o.rtol * std::abs(nu), "gradient mismatch for input ", i,
-                   " at element ", autograd::detail::index_string(inputs[i], e), ": analytical ", an,
-                   " vs numerical ", nu, " (eps ", o.eps, ", atol ", o.atol, ", rtol ", o.rtol, ")");
-    }
-  }, group, o.raise_exception);
+  return on_every_rank(
+      [&] {
+        for (size_t j = 0; j < elements.size(); ++j) {
+          const auto [i, e] = elements[j];
+          const Tensor& grad = leaves[i].grad();
+          const double an = grad.defined() ? autograd::detail::read(grad, e) : 0.0;
+          const double nu = numerical[j];
+          STRATA_CHECK(std::abs(an - nu) <= o.atol + o.rtol * std::abs(nu), "gradient mismatch for input ", i,
+                       " at element ", autograd::detail::index_string(inputs[i], e), ": analytical ", an,
+                       " vs numerical ", nu, " (eps ", o.eps, ", atol ", o.atol, ", rtol ", o.rtol, ")");
+        }
+      },
+      group, o.raise_exception);
 }
 
 }  // namespace strata::distributed

@@ -135,8 +135,10 @@ void monitored_barrier(const Group& group, std::chrono::milliseconds timeout, bo
       for (size_t i = 0; i < works.size(); ++i) {
         if (!done[i] && works[i] && works[i]->is_completed()) {
           works[i]->wait();  // rethrows a failed transfer
-          if (into[i].data_ptr<int64_t>()[0] == static_cast<int64_t>(seq)) done[i] = true;
-          else works[i] = receive(into[i], from[i]);
+          if (into[i].data_ptr<int64_t>()[0] == static_cast<int64_t>(seq))
+            done[i] = true;
+          else
+            works[i] = receive(into[i], from[i]);
         }
         all = all && (done[i] || !works[i]);
       }

@@ -59,8 +59,7 @@ class Backend {
   /// Concatenates every rank's `in` (same size everywhere) into `out`, in group-rank order.
   virtual std::shared_ptr<Work> all_gather(const Tensor& out, const Tensor& in, bool async_op) = 0;
   /// Reduces `in` (size() equal slices) across the group; rank r gets slice r in `out`.
-  virtual std::shared_ptr<Work> reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op,
-                                               bool async_op) = 0;
+  virtual std::shared_ptr<Work> reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op, bool async_op) = 0;
   /// Concatenates every rank's `in` into root's `out` (undefined off the root).
   virtual std::shared_ptr<Work> gather(const Tensor& out, const Tensor& in, int root, bool async_op) = 0;
   /// Sends slice r of root's `in` (undefined off the root) to rank r's `out`.
@@ -96,12 +95,12 @@ class ProcessGroup {
   /// Used by init() and new_group().
   ProcessGroup(int64_t id, std::vector<int> ranks, int rank, Backends backends);
 
-  int rank() const { return rank_; }                 ///< this process's group rank, -1 outside the group
+  int rank() const { return rank_; }                            ///< this process's group rank, -1 outside the group
   int size() const { return static_cast<int>(ranks_.size()); }  ///< number of ranks
-  bool is_member() const { return rank_ >= 0; }     ///< whether this process belongs to the group
-  const std::vector<int>& ranks() const { return ranks_; }  ///< global ranks, in group-rank order
-  int64_t id() const { return id_; }                ///< creation index, the same on every rank (WORLD is 0)
-  bool is_destroyed() const { return destroyed_; }  ///< true after destroy_process_group(group)
+  bool is_member() const { return rank_ >= 0; }                 ///< whether this process belongs to the group
+  const std::vector<int>& ranks() const { return ranks_; }      ///< global ranks, in group-rank order
+  int64_t id() const { return id_; }                            ///< creation index, the same on every rank (WORLD is 0)
+  bool is_destroyed() const { return destroyed_; }              ///< true after destroy_process_group(group)
   /// The global rank of group rank `group_rank`.
   int global_rank(int group_rank) const;
   /// The group rank of global rank `global_rank`, or -1 when it is not in the group.

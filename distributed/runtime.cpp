@@ -21,11 +21,16 @@ namespace strata::distributed {
 
 const char* to_string(ReduceOp op) {
   switch (op) {
-    case ReduceOp::SUM: return "SUM";
-    case ReduceOp::AVG: return "AVG";
-    case ReduceOp::PRODUCT: return "PRODUCT";
-    case ReduceOp::MIN: return "MIN";
-    case ReduceOp::MAX: return "MAX";
+    case ReduceOp::SUM:
+      return "SUM";
+    case ReduceOp::AVG:
+      return "AVG";
+    case ReduceOp::PRODUCT:
+      return "PRODUCT";
+    case ReduceOp::MIN:
+      return "MIN";
+    case ReduceOp::MAX:
+      return "MAX";
   }
   STRATA_INTERNAL_ASSERT(false);
 }
@@ -63,8 +68,8 @@ std::chrono::milliseconds timeout_from_env() {
   if (!text || !*text) return std::chrono::milliseconds(600'000);
   char* end = nullptr;
   const double seconds = std::strtod(text, &end);
-  STRATA_CHECK(end && *end == '\0' && seconds > 0, "init: STRATA_COMM_TIMEOUT_S must be a positive number of seconds, got '",
-               text, "'");
+  STRATA_CHECK(end && *end == '\0' && seconds > 0,
+               "init: STRATA_COMM_TIMEOUT_S must be a positive number of seconds, got '", text, "'");
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
 
@@ -142,8 +147,8 @@ ProcessGroup::ProcessGroup(int64_t id, std::vector<int> ranks, int rank, Backend
     : id_(id), ranks_(std::move(ranks)), rank_(rank), backends_(std::move(backends)) {}
 
 int ProcessGroup::global_rank(int group_rank) const {
-  STRATA_CHECK(group_rank >= 0 && group_rank < size(), "get_global_rank: group rank ", group_rank, " is out of range for ",
-               describe(), " of size ", size());
+  STRATA_CHECK(group_rank >= 0 && group_rank < size(), "get_global_rank: group rank ", group_rank,
+               " is out of range for ", describe(), " of size ", size());
   return ranks_[group_rank];
 }
 
@@ -287,7 +292,8 @@ Group new_group(const std::vector<int>& ranks) {
     }
   }
   std::lock_guard lock(rt.groups_mutex);
-  auto group = std::make_shared<ProcessGroup>(static_cast<int64_t>(rt.groups.size()), ranks, index, std::move(backends));
+  auto group =
+      std::make_shared<ProcessGroup>(static_cast<int64_t>(rt.groups.size()), ranks, index, std::move(backends));
   rt.groups.push_back(group);
   return group;
 }

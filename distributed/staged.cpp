@@ -59,7 +59,8 @@ ScalarType host_dtype(ScalarType t, bool reduces) { return reduces && is_reduced
 
 // A host copy of t (undefined stays undefined).
 Tensor stage_in(const Tensor& t, bool reduces = false) {
-  return t.defined() ? t.detach().to(kHost, host_dtype(t.dtype(), reduces), /*non_blocking=*/false, /*copy=*/true) : Tensor();
+  return t.defined() ? t.detach().to(kHost, host_dtype(t.dtype(), reduces), /*non_blocking=*/false, /*copy=*/true)
+                     : Tensor();
 }
 
 // A host tensor to receive t's result (undefined stays undefined).
@@ -75,7 +76,9 @@ auto copy_back(const Tensor& device, const Tensor& host) {
 class StagedBackend final : public Backend {
  public:
   StagedBackend(std::unique_ptr<Backend> host, DeviceType device_type, int rank)
-      : host_(std::move(host)), device_type_(device_type), name_(std::string(host_->name()) + "+staging"),
+      : host_(std::move(host)),
+        device_type_(device_type),
+        name_(std::string(host_->name()) + "+staging"),
         rank_(rank) {}
 
   const char* name() const override { return name_.c_str(); }

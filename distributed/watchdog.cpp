@@ -104,8 +104,11 @@ std::vector<OpenOp> open_ops() {
       n = std::min(t->depth.load(std::memory_order_relaxed), kMaxDepth);
       for (int i = 0; i < n; ++i) {
         const Slot& s = t->slots[i];
-        read[i] = {t.get(), s.ordinal.load(std::memory_order_relaxed), s.op.load(std::memory_order_relaxed),
-                   s.group.load(std::memory_order_relaxed), s.seq.load(std::memory_order_relaxed),
+        read[i] = {t.get(),
+                   s.ordinal.load(std::memory_order_relaxed),
+                   s.op.load(std::memory_order_relaxed),
+                   s.group.load(std::memory_order_relaxed),
+                   s.seq.load(std::memory_order_relaxed),
                    s.peer.load(std::memory_order_relaxed)};
       }
       std::atomic_thread_fence(std::memory_order_acquire);
@@ -126,8 +129,10 @@ std::string describe_op(const OpenOp& o) {
   else
     os << " #" << o.seq;
   os << " on ";
-  if (g) os << g->describe();
-  else os << "group " << o.group;
+  if (g)
+    os << g->describe();
+  else
+    os << "group " << o.group;
   return os.str();
 }
 
@@ -216,9 +221,8 @@ class Watchdog {
     const Clock::time_point now = Clock::now();
     std::vector<Timed> timed;
     for (const OpenOp& o : open_ops()) {
-      auto seen = std::find_if(timed_.begin(), timed_.end(), [&](const Timed& t) {
-        return t.op.thread == o.thread && t.op.ordinal == o.ordinal;
-      });
+      auto seen = std::find_if(timed_.begin(), timed_.end(),
+                               [&](const Timed& t) { return t.op.thread == o.thread && t.op.ordinal == o.ordinal; });
       timed.push_back({o, seen == timed_.end() ? now : seen->since});
     }
     timed_ = std::move(timed);
@@ -245,9 +249,12 @@ class Watchdog {
     }
     if (a.group != id) {
       std::shared_ptr<ProcessGroup> g = find_group(id);
-      if (!g) os << "; it has no live group " << id;
-      else if (g->sequence_number() == 0) os << "; it has made no call on " << g->describe();
-      else os << "; its last call on " << g->describe() << " was #" << g->sequence_number();
+      if (!g)
+        os << "; it has no live group " << id;
+      else if (g->sequence_number() == 0)
+        os << "; it has made no call on " << g->describe();
+      else
+        os << "; its last call on " << g->describe() << " was #" << g->sequence_number();
     }
     std::strncpy(a.text, os.str().c_str(), sizeof(a.text) - 1);
     return a;
@@ -262,7 +269,8 @@ class Watchdog {
     const OpenOp& op = oldest->op;
     Overdue o{op.op, op.group, {}, op.seq, op.peer != kNoRank, describe_op(op), seconds_since(oldest->since)};
     if (std::shared_ptr<ProcessGroup> g = find_group(op.group)) {
-      if (o.p2p) o.asked = {g->ranks()[op.peer]};
+      if (o.p2p)
+        o.asked = {g->ranks()[op.peer]};
       else
         for (int r : g->ranks())
           if (r != rank_) o.asked.push_back(r);
@@ -322,8 +330,9 @@ class Watchdog {
     std::snprintf(head, sizeof(head), " still blocked after %.1f s (STRATA_COMM_TIMEOUT_S is %.1f s); ending the job\n",
                   o.seconds, std::chrono::duration<double>(timeout_).count());
     std::ostringstream report;
-    report << prefix << o.what << head << prefix << "ranks that never arrived: "
-           << (missing.empty() ? "none, every rank is in this op" : list(missing)) << "\n";
+    report << prefix << o.what << head << prefix
+           << "ranks that never arrived: " << (missing.empty() ? "none, every rank is in this op" : list(missing))
+           << "\n";
     for (const auto& [r, state] : states) report << prefix << "  rank " << r << ": " << state << "\n";
     if (!o.p2p) report << prefix << "ranks that arrived: " << list(arrived) << "\n";
     const std::string text = report.str();
@@ -349,7 +358,7 @@ class Watchdog {
   Query query_{};
   MPI_Request query_request_ = MPI_REQUEST_NULL;
   std::list<Outgoing> answers_;  // sends in flight; a list keeps their buffers in place
-  std::vector<Timed> timed_;      // the open ops; only the watchdog thread touches it
+  std::vector<Timed> timed_;     // the open ops; only the watchdog thread touches it
   std::mutex stop_mutex_;
   std::condition_variable stop_cv_;
   bool stop_ = false;

@@ -15,8 +15,8 @@ namespace strata::nn {
 /// max(x, 0).
 class ReLUImpl : public Module {
  public:
-  ReLUImpl() : Module("ReLU") {}  ///< no options
-  Tensor forward(const Tensor& input);  ///< relu(input)
+  ReLUImpl() : Module("ReLU") {}                       ///< no options
+  Tensor forward(const Tensor& input);                 ///< relu(input)
   void pretty_print(std::ostream& os) const override;  ///< "ReLU()"
 };
 STRATA_MODULE(ReLU);
@@ -25,8 +25,8 @@ STRATA_MODULE(ReLU);
 class GELUImpl : public Module {
  public:
   explicit GELUImpl(std::string approximate = "none");  ///< "none" or "tanh"
-  Tensor forward(const Tensor& input);  ///< gelu(input, approximate)
-  void pretty_print(std::ostream& os) const override;  ///< "GELU()" or "GELU(approximate='tanh')"
+  Tensor forward(const Tensor& input);                  ///< gelu(input, approximate)
+  void pretty_print(std::ostream& os) const override;   ///< "GELU()" or "GELU(approximate='tanh')"
 
   std::string approximate;  ///< "none" or "tanh"
 };
@@ -35,8 +35,8 @@ STRATA_MODULE(GELU);
 /// Hyperbolic tangent.
 class TanhImpl : public Module {
  public:
-  TanhImpl() : Module("Tanh") {}  ///< no options
-  Tensor forward(const Tensor& input);  ///< tanh(input)
+  TanhImpl() : Module("Tanh") {}                       ///< no options
+  Tensor forward(const Tensor& input);                 ///< tanh(input)
   void pretty_print(std::ostream& os) const override;  ///< "Tanh()"
 };
 STRATA_MODULE(Tanh);
@@ -44,8 +44,8 @@ STRATA_MODULE(Tanh);
 /// 1 / (1 + exp(-x)).
 class SigmoidImpl : public Module {
  public:
-  SigmoidImpl() : Module("Sigmoid") {}  ///< no options
-  Tensor forward(const Tensor& input);  ///< sigmoid(input)
+  SigmoidImpl() : Module("Sigmoid") {}                 ///< no options
+  Tensor forward(const Tensor& input);                 ///< sigmoid(input)
   void pretty_print(std::ostream& os) const override;  ///< "Sigmoid()"
 };
 STRATA_MODULE(Sigmoid);

@@ -27,8 +27,10 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
   double total = 0;
   for (const Tensor& g : grads) {
     const double n = g.norm(norm_type).item<double>();
-    if (!max_norm_type) total += std::pow(n, norm_type);
-    else if (n > total || std::isnan(n)) total = n;  // a NaN stays: n > NaN is false
+    if (!max_norm_type)
+      total += std::pow(n, norm_type);
+    else if (n > total || std::isnan(n))
+      total = n;  // a NaN stays: n > NaN is false
   }
   if (!max_norm_type) total = std::pow(total, 1 / norm_type);
 

@@ -33,8 +33,7 @@ class SequentialImpl : public Module {
   SequentialImpl() : Module("Sequential") {}  ///< empty; add layers with push_back
   /// The given modules (holders or shared_ptrs), in order.
   template <class... Modules>
-    requires(sizeof...(Modules) > 0)
-  explicit SequentialImpl(Modules&&... modules) : Module("Sequential") {
+  requires(sizeof...(Modules) > 0) explicit SequentialImpl(Modules&&... modules) : Module("Sequential") {
     (push_back(std::forward<Modules>(modules)), ...);
   }
 
@@ -51,8 +50,8 @@ class SequentialImpl : public Module {
     modules_.push_back(impl);
   }
 
-  Tensor forward(const Tensor& x);  ///< each module's forward, in order
-  size_t size() const { return modules_.size(); }  ///< number of modules
+  Tensor forward(const Tensor& x);                            ///< each module's forward, in order
+  size_t size() const { return modules_.size(); }             ///< number of modules
   const std::shared_ptr<Module>& operator[](size_t i) const;  ///< module i
 
  private:

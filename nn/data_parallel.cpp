@@ -57,11 +57,14 @@ std::string difference(const std::vector<std::string>& mine, const std::vector<s
   while (i < mine.size() && i < root.size() && mine[i] == root[i]) ++i;
   std::ostringstream os;
   os << "global rank " << rank;
-  if (i < mine.size() && i < root.size()) os << " has " << mine[i] << " where global rank " << root_rank << " has "
-                                               << root[i];
-  else if (i < mine.size()) os << " has " << mine[i] << " that global rank " << root_rank << " lacks";
-  else if (i < root.size()) os << " lacks " << root[i] << " that global rank " << root_rank << " has";
-  else return "";
+  if (i < mine.size() && i < root.size())
+    os << " has " << mine[i] << " where global rank " << root_rank << " has " << root[i];
+  else if (i < mine.size())
+    os << " has " << mine[i] << " that global rank " << root_rank << " lacks";
+  else if (i < root.size())
+    os << " lacks " << root[i] << " that global rank " << root_rank << " has";
+  else
+    return "";
   return os.str();
 }
 
@@ -110,10 +113,10 @@ struct DistributedDataParallel::Reducer {
     Tensor tensor;
     std::string name;
     size_t bucket = 0;
-    size_t slot = 0;        // index within its bucket
-    Tensor view;            // its gradient's slice of the bucket buffer, shaped as the parameter
+    size_t slot = 0;  // index within its bucket
+    Tensor view;      // its gradient's slice of the bucket buffer, shaped as the parameter
     unsigned hook = 0;
-    bool ready = false;     // accumulated in the running backward
+    bool ready = false;  // accumulated in the running backward
   };
   struct Bucket {
     explicit Bucket(ScalarType d) : dtype(d) {}
@@ -153,9 +156,9 @@ struct DistributedDataParallel::Reducer {
       const ScalarType dtype = p.tensor.dtype();
       const auto bytes = static_cast<int64_t>(p.tensor.nbytes());
       auto it = open.find(dtype);
-      const bool full = it != open.end() &&
-          static_cast<double>(it->second.bytes + bytes) >
-              (it->second.first ? std::min(cap_mb, kFirstBucketCapMb) : cap_mb) * kBytesPerMb;
+      const bool full =
+          it != open.end() && static_cast<double>(it->second.bytes + bytes) >
+                                  (it->second.first ? std::min(cap_mb, kFirstBucketCapMb) : cap_mb) * kBytesPerMb;
       if (it == open.end() || full) {
         open.insert_or_assign(dtype, Open{buckets.size(), 0, it == open.end()});
         buckets.emplace_back(dtype);
@@ -226,15 +229,18 @@ struct DistributedDataParallel::Reducer {
     NoGradGuard no_grad;
     for (size_t i : b.params) {
       Param& p = params[i];
-      STRATA_CHECK(p.tensor.dtype() == b.dtype && p.tensor.sizes() == p.view.sizes(), "DistributedDataParallel: ",
-                   "parameter ", p.name, " is now ", p.tensor.dtype(), " ", p.tensor.sizes(), " but was ", b.dtype, " ",
-                   p.view.sizes(), " when DistributedDataParallel was made; make it after changing the module");
+      STRATA_CHECK(p.tensor.dtype() == b.dtype && p.tensor.sizes() == p.view.sizes(),
+                   "DistributedDataParallel: ", "parameter ", p.name, " is now ", p.tensor.dtype(), " ",
+                   p.tensor.sizes(), " but was ", b.dtype, " ", p.view.sizes(),
+                   " when DistributedDataParallel was made; make it after changing the module");
       STRATA_CHECK(p.tensor.device() == device, "DistributedDataParallel: parameter ", p.name, " is now on ",
                    p.tensor.device(), " but was on ", device, " when DistributedDataParallel was made; make it after ",
                    "moving the module");
       const Tensor& grad = p.tensor.grad();
-      if (!grad.defined()) p.view.zero_();
-      else if (!is_bucket_view(grad, p)) p.view.copy_(grad);
+      if (!grad.defined())
+        p.view.zero_();
+      else if (!is_bucket_view(grad, p))
+        p.view.copy_(grad);
       b.flags[static_cast<int64_t>(p.slot)].fill_(grad.defined() ? 1 : 0);
     }
     b.work = dist::all_reduce(b.buffer, dist::ReduceOp::AVG, group, /*async_op=*/true);
@@ -267,10 +273,10 @@ struct DistributedDataParallel::Reducer {
   Device device;              // of every parameter, so of every bucket
   std::vector<Param> params;  // the parameters that require grad, in registration order
   std::vector<Bucket> buckets;
-  bool sync = true;           // false under no_sync()
-  bool pass_open = false;     // a synchronized backward started and its finish() has not run
+  bool sync = true;                // false under no_sync()
+  bool pass_open = false;          // a synchronized backward started and its finish() has not run
   std::weak_ptr<void> pass_alive;  // expires with the queued finish(), run or dropped with a failed pass
-  size_t launched = 0;        // buckets started in this pass; they start in index order
+  size_t launched = 0;             // buckets started in this pass; they start in index order
 };
 
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module, DDPOptions options) {

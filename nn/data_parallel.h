@@ -74,11 +74,11 @@ class DistributedDataParallel {
   explicit DistributedDataParallel(std::shared_ptr<Module> module, DDPOptions options = {});
   /// The module behind a holder: DistributedDataParallel ddp(model).
   template <class H>
-    requires requires(const H& h) { h.ptr(); }
+  requires requires(const H& h) { h.ptr(); }
   explicit DistributedDataParallel(const H& holder, DDPOptions options = {})
       : DistributedDataParallel(std::shared_ptr<Module>(holder.ptr()), std::move(options)) {}
-  ~DistributedDataParallel();  ///< removes the hooks
-  DistributedDataParallel(DistributedDataParallel&&) noexcept;  ///< moves the hooks' state along
+  ~DistributedDataParallel();                                              ///< removes the hooks
+  DistributedDataParallel(DistributedDataParallel&&) noexcept;             ///< moves the hooks' state along
   DistributedDataParallel& operator=(DistributedDataParallel&&) noexcept;  ///< removes this one's hooks first
   DistributedDataParallel(const DistributedDataParallel&) = delete;
   DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
@@ -99,7 +99,7 @@ class DistributedDataParallel {
   [[nodiscard]] NoSyncGuard no_sync();
 
   const std::shared_ptr<Module>& module() const;  ///< the module
-  std::vector<DDPBucket> buckets() const;  ///< the buckets, in the order their all_reduces start
+  std::vector<DDPBucket> buckets() const;         ///< the buckets, in the order their all_reduces start
   /// Buckets whose all_reduce the running (or last) synchronized backward has started.
   int64_t buckets_launched() const;
 

@@ -17,8 +17,8 @@ namespace strata::nn {
 /// Randomly zeroes elements while training, as torch.nn.Dropout.
 class DropoutImpl : public Module {
  public:
-  explicit DropoutImpl(double p = 0.5);  ///< p: probability of zeroing an element, in [0, 1]
-  Tensor forward(const Tensor& input);  ///< masked and scaled when is_training(), else input itself
+  explicit DropoutImpl(double p = 0.5);                ///< p: probability of zeroing an element, in [0, 1]
+  Tensor forward(const Tensor& input);                 ///< masked and scaled when is_training(), else input itself
   void pretty_print(std::ostream& os) const override;  ///< "Dropout(p=0.5)"
 
   double p;  ///< probability of zeroing an element

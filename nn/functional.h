@@ -11,21 +11,21 @@
 namespace strata::nn::functional {
 
 using strata::LossOptions;  ///< options of cross_entropy and nll_loss
-using strata::Reduction;  ///< None, Mean or Sum
+using strata::Reduction;    ///< None, Mean or Sum
 
 using strata::cross_entropy;  ///< log_softmax over dim 1, then nll_loss
-using strata::dropout;  ///< random zeroing while training
-using strata::gelu;  ///< x * Phi(x), exact or tanh
-using strata::layer_norm;  ///< normalisation over trailing dims
-using strata::log_softmax;  ///< log of softmax
-using strata::mse_loss;  ///< squared error
-using strata::nll_loss;  ///< negative log likelihood
-using strata::one_hot;  ///< class indices to one-hot
-using strata::relu;  ///< max(x, 0)
-using strata::sigmoid;  ///< 1 / (1 + exp(-x))
-using strata::silu;  ///< x * sigmoid(x)
-using strata::softmax;  ///< exp normalised along a dim
-using strata::tanh;  ///< hyperbolic tangent
+using strata::dropout;        ///< random zeroing while training
+using strata::gelu;           ///< x * Phi(x), exact or tanh
+using strata::layer_norm;     ///< normalisation over trailing dims
+using strata::log_softmax;    ///< log of softmax
+using strata::mse_loss;       ///< squared error
+using strata::nll_loss;       ///< negative log likelihood
+using strata::one_hot;        ///< class indices to one-hot
+using strata::relu;           ///< max(x, 0)
+using strata::sigmoid;        ///< 1 / (1 + exp(-x))
+using strata::silu;           ///< x * sigmoid(x)
+using strata::softmax;        ///< exp normalised along a dim
+using strata::tanh;           ///< hyperbolic tangent
 
 /// Rows of `weight` picked by `input`, in libtorch's argument order (strata::embedding, like ATen's, takes
 /// the weight first).

@@ -42,8 +42,10 @@ double calculate_gain(Nonlinearity nonlinearity, double param) {
 
 std::pair<int64_t, int64_t> calculate_fan_in_and_fan_out(const Tensor& tensor) {
   check_defined(tensor, "calculate_fan_in_and_fan_out");
-  STRATA_CHECK(tensor.dim() >= 2, "nn::init: fan in and fan out can not be computed for a tensor with fewer than 2 "
-               "dimensions, got shape ", tensor.sizes());
+  STRATA_CHECK(tensor.dim() >= 2,
+               "nn::init: fan in and fan out can not be computed for a tensor with fewer than 2 "
+               "dimensions, got shape ",
+               tensor.sizes());
   int64_t receptive_field = 1;
   for (int64_t d = 2; d < tensor.dim(); ++d) receptive_field *= tensor.size(d);
   return {tensor.size(1) * receptive_field, tensor.size(0) * receptive_field};
@@ -51,18 +53,16 @@ std::pair<int64_t, int64_t> calculate_fan_in_and_fan_out(const Tensor& tensor) {
 
 Tensor uniform_(Tensor tensor, double a, double b, Generator* gen) {
   STRATA_CHECK(a <= b, "nn::init::uniform_: expected a <= b, got a=", a, " b=", b);
-  return fill_random(std::move(tensor), "uniform_", gen,
-                     [&](const Kernels& k, const Tensor& t, uint64_t seed, uint64_t offset) {
-                       k.uniform(t, a, b, seed, offset);
-                     });
+  return fill_random(
+      std::move(tensor), "uniform_", gen,
+      [&](const Kernels& k, const Tensor& t, uint64_t seed, uint64_t offset) { k.uniform(t, a, b, seed, offset); });
 }
 
 Tensor normal_(Tensor tensor, double mean, double std, Generator* gen) {
   STRATA_CHECK(std >= 0, "nn::init::normal_: expected std >= 0, got ", std);
-  return fill_random(std::move(tensor), "normal_", gen,
-                     [&](const Kernels& k, const Tensor& t, uint64_t seed, uint64_t offset) {
-                       k.normal(t, mean, std, seed, offset);
-                     });
+  return fill_random(
+      std::move(tensor), "normal_", gen,
+      [&](const Kernels& k, const Tensor& t, uint64_t seed, uint64_t offset) { k.normal(t, mean, std, seed, offset); });
 }
 
 Tensor constant_(Tensor tensor, Scalar value) {

@@ -34,9 +34,8 @@ void LinearImpl::reset_parameters() {
 }
 
 Tensor LinearImpl::forward(const Tensor& input) {
-  STRATA_CHECK(input.dim() >= 1 && input.size(-1) == options.in_features(),
-               "Linear: expected input with last dim ", options.in_features(), ", got shape ",
-               input.sizes());
+  STRATA_CHECK(input.dim() >= 1 && input.size(-1) == options.in_features(), "Linear: expected input with last dim ",
+               options.in_features(), ", got shape ", input.sizes());
   // x @ w.t() hands the kernel a column-major view of w; matmul folds x's batch dims into one product.
   Tensor y = matmul(input, weight.t());
   return bias.defined() ? y + bias : y;

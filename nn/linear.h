@@ -20,9 +20,9 @@ class LinearOptions {
  public:
   LinearOptions(int64_t in_features, int64_t out_features)
       : in_features_(in_features), out_features_(out_features) {}  ///< the sizes; bias on
-  STRATA_ARG(int64_t, in_features);  ///< size of each input's last dim
-  STRATA_ARG(int64_t, out_features);  ///< size of each output's last dim
-  STRATA_ARG(bool, bias) = true;  ///< whether to add a learned bias
+  STRATA_ARG(int64_t, in_features);                                ///< size of each input's last dim
+  STRATA_ARG(int64_t, out_features);                               ///< size of each output's last dim
+  STRATA_ARG(bool, bias) = true;                                   ///< whether to add a learned bias
 };
 
 /// y = x @ weight^T + bias over the last dim of x.
@@ -39,12 +39,12 @@ class LinearImpl : public Module {
   /// Draws the parameters again as torch: weight kaiming_uniform_(a = sqrt(5)), i.e. U(-1/sqrt(in), 1/sqrt(in)),
   /// and bias U(-1/sqrt(in), 1/sqrt(in)).
   void reset_parameters();
-  Tensor forward(const Tensor& input);  ///< [..., in_features] -> [..., out_features]
+  Tensor forward(const Tensor& input);                 ///< [..., in_features] -> [..., out_features]
   void pretty_print(std::ostream& os) const override;  ///< "Linear(in_features=784, out_features=256, bias=true)"
 
   LinearOptions options;  ///< the sizes it was made with
-  Tensor weight;  ///< [out_features, in_features]
-  Tensor bias;  ///< [out_features], undefined without bias
+  Tensor weight;          ///< [out_features, in_features]
+  Tensor bias;            ///< [out_features], undefined without bias
 };
 STRATA_MODULE(Linear);
 

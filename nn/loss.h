@@ -22,7 +22,7 @@ class CrossEntropyLossImpl : public Module {
   /// becomes the buffer "weight", as torch).
   explicit CrossEntropyLossImpl(LossOptions options = {});
   Tensor forward(const Tensor& input, const Tensor& target);  ///< cross_entropy(input, target, options)
-  void pretty_print(std::ostream& os) const override;  ///< "CrossEntropyLoss()"
+  void pretty_print(std::ostream& os) const override;         ///< "CrossEntropyLoss()"
 
   LossOptions options;  ///< what forward passes to cross_entropy
 };
@@ -34,7 +34,7 @@ class NLLLossImpl : public Module {
   /// With strata::LossOptions (reduction, ignore_index, per-class weight as the buffer "weight"; no label_smoothing).
   explicit NLLLossImpl(LossOptions options = {});
   Tensor forward(const Tensor& input, const Tensor& target);  ///< nll_loss(input, target, options)
-  void pretty_print(std::ostream& os) const override;  ///< "NLLLoss()"
+  void pretty_print(std::ostream& os) const override;         ///< "NLLLoss()"
 
   LossOptions options;  ///< what forward passes to nll_loss
 };
@@ -44,8 +44,8 @@ STRATA_MODULE(NLLLoss);
 class MSELossImpl : public Module {
  public:
   explicit MSELossImpl(Reduction reduction = Reduction::Mean);  ///< how to reduce over elements
-  Tensor forward(const Tensor& input, const Tensor& target);  ///< mse_loss(input, target, reduction)
-  void pretty_print(std::ostream& os) const override;  ///< "MSELoss()"
+  Tensor forward(const Tensor& input, const Tensor& target);    ///< mse_loss(input, target, reduction)
+  void pretty_print(std::ostream& os) const override;           ///< "MSELoss()"
 
   Reduction reduction;  ///< what forward passes to mse_loss
 };

@@ -161,8 +161,7 @@ void Module::convert(std::optional<Device> device, std::optional<ScalarType> dty
   for (const Tensor& b : buffers()) plan(b);
   for (Change& change : changes) {
     change.tensor.set_data(change.data);
-    if (change.grad.defined() || change.tensor.grad().defined())
-      change.tensor.mutable_grad() = std::move(change.grad);
+    if (change.grad.defined() || change.tensor.grad().defined()) change.tensor.mutable_grad() = std::move(change.grad);
   }
 }
 
@@ -194,7 +193,8 @@ void Module::check_state_dict(const StateDict& dict, bool strict) const {
     STRATA_CHECK(it->second.sizes() == t.sizes(), name_, "::load_state_dict: size mismatch for \"", name,
                  "\": the state dict has ", it->second.sizes(), ", the module has ", t.sizes());
     STRATA_CHECK(it->second.is_floating_point() == t.is_floating_point(), name_, "::load_state_dict: dtype ",
-                 "mismatch for \"", name, "\": the state dict has ", it->second.dtype(), ", the module has ", t.dtype());
+                 "mismatch for \"", name, "\": the state dict has ", it->second.dtype(), ", the module has ",
+                 t.dtype());
   }
   auto list = [](const std::vector<std::string>& names) {
     std::ostringstream os;

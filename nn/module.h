@@ -59,10 +59,8 @@ class Module : public std::enable_shared_from_this<Module> {
   }
   /// Adds the module behind a holder (nn::Linear(...)) and returns it.
   template <class H>
-    requires requires(const H& h) { h.ptr(); }
-  auto register_module(std::string name, const H& holder) {
-    return register_module(std::move(name), holder.ptr());
-  }
+  requires requires(const H& h) { h.ptr(); }
+  auto register_module(std::string name, const H& holder) { return register_module(std::move(name), holder.ptr()); }
 
   std::vector<Tensor> parameters(bool recurse = true) const;  ///< every parameter, depth first
   NamedTensors named_parameters(bool recurse = true) const;   ///< parameters as "child.weight"
@@ -76,8 +74,8 @@ class Module : public std::enable_shared_from_this<Module> {
   /// Number of parameter elements (only those that require grad when trainable_only).
   int64_t num_parameters(bool trainable_only = false) const;
 
-  virtual void train(bool on = true);  ///< sets training mode here and below
-  void eval() { train(false); }  ///< train(false)
+  virtual void train(bool on = true);             ///< sets training mode here and below
+  void eval() { train(false); }                   ///< train(false)
   bool is_training() const { return training_; }  ///< whether in training mode
   /// Clears every parameter's gradient: undefined (the default, as torch) or zero-filled.
   void zero_grad(bool set_to_none = true);
@@ -128,27 +126,24 @@ class ModuleHolder {
  public:
   using ContainedType = Impl;  ///< the module type it holds (libtorch's name)
   /// Default-constructs the module.
-  ModuleHolder()
-    requires std::default_initializable<Impl>
-      : impl_(std::make_shared<Impl>()) {}
-  ModuleHolder(std::nullptr_t) {}  ///< an empty holder, to be assigned later
+  ModuleHolder() requires std::default_initializable<Impl> : impl_(std::make_shared<Impl>()) {}
+  ModuleHolder(std::nullptr_t) {}                                       ///< an empty holder, to be assigned later
   ModuleHolder(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}  ///< wraps an existing module
   /// Constructs the module from arguments: nn::Linear(784, 256).
   template <class First, class... Rest>
-    requires(!std::convertible_to<First, std::shared_ptr<Impl>> &&
-             !std::derived_from<std::remove_cvref_t<First>, ModuleHolder> &&
-             std::constructible_from<Impl, First, Rest...>)
-  explicit ModuleHolder(First&& first, Rest&&... rest)
+  requires(!std::convertible_to<First, std::shared_ptr<Impl>> &&
+           !std::derived_from<std::remove_cvref_t<First>, ModuleHolder> &&
+           std::constructible_from<Impl, First, Rest...>) explicit ModuleHolder(First&& first, Rest&&... rest)
       : impl_(std::make_shared<Impl>(std::forward<First>(first), std::forward<Rest>(rest)...)) {}
 
   Impl* operator->() const { return get(); }  ///< the module
   Impl& operator*() const { return *get(); }  ///< the module
-  Impl* get() const {  ///< the module; throws when empty
+  Impl* get() const {                         ///< the module; throws when empty
     STRATA_CHECK(impl_, "ModuleHolder: the module is empty (constructed from nullptr and never assigned)");
     return impl_.get();
   }
   const std::shared_ptr<Impl>& ptr() const { return impl_; }  ///< the shared module
-  bool is_empty() const { return impl_ == nullptr; }  ///< true when made from nullptr
+  bool is_empty() const { return impl_ == nullptr; }          ///< true when made from nullptr
   /// Calls the module's forward.
   template <class... Args>
   decltype(auto) operator()(Args&&... args) const {
@@ -162,8 +157,8 @@ class ModuleHolder {
 }  // namespace strata::nn
 
 /// Declares `Name` as the holder of `NameImpl`, as libtorch's TORCH_MODULE.
-#define STRATA_MODULE(Name)                                        \
-  class Name : public ::strata::nn::ModuleHolder<Name##Impl> {     \
-   public:                                                         \
-    using ::strata::nn::ModuleHolder<Name##Impl>::ModuleHolder;    \
+#define STRATA_MODULE(Name)                                     \
+  class Name : public ::strata::nn::ModuleHolder<Name##Impl> {  \
+   public:                                                      \
+    using ::strata::nn::ModuleHolder<Name##Impl>::ModuleHolder; \
   }

@@ -30,15 +30,15 @@ class LayerNormImpl : public Module {
   static int64_t count_parameters(int64_t normalized_size, double eps = 1e-5, bool elementwise_affine = true) {
     return count_parameters(std::vector<int64_t>{normalized_size}, eps, elementwise_affine);
   }
-  void reset_parameters();  ///< weight to ones, bias to zeros
-  Tensor forward(const Tensor& input);  ///< [..., *normalized_shape] -> same shape
+  void reset_parameters();                             ///< weight to ones, bias to zeros
+  Tensor forward(const Tensor& input);                 ///< [..., *normalized_shape] -> same shape
   void pretty_print(std::ostream& os) const override;  ///< "LayerNorm([256], eps=1e-05, elementwise_affine=true)"
 
   std::vector<int64_t> normalized_shape;  ///< the trailing dims normalised over
-  double eps;  ///< added to the variance
-  bool elementwise_affine;  ///< whether weight and bias exist
-  Tensor weight;  ///< normalized_shape, undefined without elementwise_affine
-  Tensor bias;  ///< normalized_shape, undefined without elementwise_affine
+  double eps;                             ///< added to the variance
+  bool elementwise_affine;                ///< whether weight and bias exist
+  Tensor weight;                          ///< normalized_shape, undefined without elementwise_affine
+  Tensor bias;                            ///< normalized_shape, undefined without elementwise_affine
 };
 STRATA_MODULE(LayerNorm);
 

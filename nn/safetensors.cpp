@@ -160,7 +160,7 @@ class TempFile {
 Json parse_header(const std::string& text, const std::string& path) {
   const Where file{"load_file", path};
   std::vector<std::set<std::string>> open_objects;  // innermost last
-  std::string top_key;                               // the header entry being parsed
+  std::string top_key;                              // the header entry being parsed
   auto check_keys = [&](int depth, Json::parse_event_t event, Json& parsed) {
     if (event == Json::parse_event_t::object_start) {
       open_objects.emplace_back();
@@ -220,25 +220,24 @@ TensorEntry parse_entry(const std::string& name, const Json& v, uint64_t data_si
   STRATA_CHECK(v.is_object(), where, "the entry must be an object with dtype, shape and data_offsets, got ",
                describe(v));
   for (const auto& [field, value] : v.items())
-    STRATA_CHECK(field == "dtype" || field == "shape" || field == "data_offsets", where, "unknown field '", field,
-                 "'");
+    STRATA_CHECK(field == "dtype" || field == "shape" || field == "data_offsets", where, "unknown field '", field, "'");
   for (const char* field : {"dtype", "shape", "data_offsets"})
     STRATA_CHECK(v.contains(field), where, "missing field '", field, "'");
   TensorEntry e{&name, parse_dtype(v["dtype"], where), parse_shape(v["shape"], where), 0, 0};
 
   const Json& offsets = v["data_offsets"];
-  STRATA_CHECK(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
-                   offsets[1].is_number_unsigned(),
-               where, "data_offsets must be two non-negative integers [begin, end], got ",
-               offsets.is_array() && offsets.size() <= 4 ? offsets.dump() : describe(offsets));
+  STRATA_CHECK(
+      offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() && offsets[1].is_number_unsigned(),
+      where, "data_offsets must be two non-negative integers [begin, end], got ",
+      offsets.is_array() && offsets.size() <= 4 ? offsets.dump() : describe(offsets));
   e.begin = offsets[0].get<uint64_t>();
   e.end = offsets[1].get<uint64_t>();
   STRATA_CHECK(e.begin <= e.end, where, "data_offsets [", e.begin, ", ", e.end, "] end before they begin");
   STRATA_CHECK(e.end <= data_size, where, "data_offsets [", e.begin, ", ", e.end,
                "] run past the end of the data area (", data_size, " bytes)");
   uint64_t nbytes = 0;
-  const bool overflow = __builtin_mul_overflow(static_cast<uint64_t>(multiply(e.shape)),
-                                               element_size(e.dtype), &nbytes);
+  const bool overflow =
+      __builtin_mul_overflow(static_cast<uint64_t>(multiply(e.shape)), element_size(e.dtype), &nbytes);
   STRATA_CHECK(!overflow && nbytes == e.end - e.begin, where, "data_offsets [", e.begin, ", ", e.end, "] span ",
                e.end - e.begin, " bytes but shape ", IntArrayRef(e.shape), " of ", v["dtype"].get<std::string>(),
                " needs ", overflow ? std::string("more than 2^64") : std::to_string(nbytes));
@@ -247,8 +246,7 @@ TensorEntry parse_entry(const std::string& name, const Json& v, uint64_t data_si
 
 }  // namespace
 
-void save_file(const StateDict& tensors, const std::string& path,
-               const std::map<std::string, std::string>& metadata) {
+void save_file(const StateDict& tensors, const std::string& path, const std::map<std::string, std::string>& metadata) {
   const Where file{"save_file", path};
   struct Item {
     const std::string* name;
@@ -298,7 +296,7 @@ StateDict load_file(const std::string& path, std::map<std::string, std::string>*
   const Where file{"load_file", path};
   FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   STRATA_CHECK(fd.get() >= 0, file, "cannot open the file: ", os_error());
-  struct stat st{};
+  struct stat st {};
   STRATA_CHECK(::fstat(fd.get(), &st) == 0, file, "cannot stat the file: ", os_error());
   STRATA_CHECK(S_ISREG(st.st_mode), file, "not a regular file");
   const auto file_size = static_cast<uint64_t>(st.st_size);
@@ -338,8 +336,8 @@ StateDict load_file(const std::string& path, std::map<std::string, std::string>*
   const std::string* previous = nullptr;
   for (const auto& e : entries) {
     const Where where{"load_file", path, e.name};
-    STRATA_CHECK(e.begin >= covered, where, "data_offsets [", e.begin, ", ", e.end, "] overlap tensor '",
-                 *previous, "', which ends at ", covered);
+    STRATA_CHECK(e.begin >= covered, where, "data_offsets [", e.begin, ", ", e.end, "] overlap tensor '", *previous,
+                 "', which ends at ", covered);
     STRATA_CHECK(e.begin == covered, where, "bytes ", covered, " to ", e.begin,
                  " of the data area, before this tensor, belong to no tensor");
     covered = e.end;

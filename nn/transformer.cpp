@@ -24,7 +24,7 @@ Tensor CausalSelfAttentionImpl::forward(const Tensor& x) {
   STRATA_CHECK(x.dim() == 3 && x.size(2) == embed_dim, "CausalSelfAttention: expected input of shape [B, T, ",
                embed_dim, "], got shape ", x.sizes());
   const int64_t B = x.size(0), T = x.size(1), C = embed_dim, H = num_heads, D = C / H;
-  const tensor_list qkv = c_attn(x).split(C, 2);  // q, k, v: [B, T, C] each
+  const tensor_list qkv = c_attn(x).split(C, 2);                                          // q, k, v: [B, T, C] each
   auto heads = [&](const Tensor& t) { return t.reshape({B, T, H, D}).transpose(1, 2); };  // [B, H, T, D]
   // Scaling q costs B*T*C multiplications, scaling the scores B*H*T*T.
   Tensor q = heads(qkv[0]) * (1.0 / std::sqrt(static_cast<double>(D)));

@@ -27,11 +27,11 @@ class CausalSelfAttentionImpl : public Module {
   CausalSelfAttentionImpl(int64_t embed_dim, int64_t num_heads, double dropout = 0);
   Tensor forward(const Tensor& x);  ///< [B, T, C] -> [B, T, C]
 
-  int64_t embed_dim;  ///< C
-  int64_t num_heads;  ///< heads, each of size C / num_heads
-  Linear c_attn{nullptr};  ///< C -> 3C: q, k, v side by side
-  Linear c_proj{nullptr};  ///< C -> C, after the heads are merged
-  Dropout attn_dropout{nullptr};  ///< on the attention weights
+  int64_t embed_dim;               ///< C
+  int64_t num_heads;               ///< heads, each of size C / num_heads
+  Linear c_attn{nullptr};          ///< C -> 3C: q, k, v side by side
+  Linear c_proj{nullptr};          ///< C -> C, after the heads are merged
+  Dropout attn_dropout{nullptr};   ///< on the attention weights
   Dropout resid_dropout{nullptr};  ///< on the output
 };
 STRATA_MODULE(CausalSelfAttention);
@@ -43,10 +43,10 @@ class TransformerBlockImpl : public Module {
   TransformerBlockImpl(int64_t embed_dim, int64_t num_heads, int64_t mlp_ratio = 4, double dropout = 0);
   Tensor forward(const Tensor& x);  ///< [B, T, C] -> [B, T, C]
 
-  LayerNorm ln_1{nullptr};  ///< before attention
+  LayerNorm ln_1{nullptr};            ///< before attention
   CausalSelfAttention attn{nullptr};  ///< causal self-attention
-  LayerNorm ln_2{nullptr};  ///< before the MLP
-  Sequential mlp{nullptr};  ///< c_fc, gelu, c_proj, dropout
+  LayerNorm ln_2{nullptr};            ///< before the MLP
+  Sequential mlp{nullptr};            ///< c_fc, gelu, c_proj, dropout
 };
 STRATA_MODULE(TransformerBlock);
 

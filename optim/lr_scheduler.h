@@ -32,10 +32,10 @@ class LRScheduler {
   using Schedule = std::function<double(int64_t epoch, double base_lr)>;
 
   virtual ~LRScheduler() = default;
-  void step();  ///< advances one epoch and sets every group's lr
+  void step();                                                         ///< advances one epoch and sets every group's lr
   const std::vector<double>& get_last_lr() const { return last_lr_; }  ///< the lrs step() (or the constructor) set
-  int64_t last_epoch() const { return last_epoch_; }  ///< steps taken since the scheduler was made
-  StateDict state_dict() const;  ///< "last_epoch" and "base_lrs"
+  int64_t last_epoch() const { return last_epoch_; }                   ///< steps taken since the scheduler was made
+  StateDict state_dict() const;                                        ///< "last_epoch" and "base_lrs"
   /// Restores last_epoch and base_lrs and sets the lrs they give; checks every key first.
   void load_state_dict(const StateDict& dict);
 

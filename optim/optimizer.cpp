@@ -65,10 +65,10 @@ void Optimizer::check_grads() const {
   for (const OptimizerParamGroup& group : groups_) {
     for (const Tensor& p : group.params_) {
       const Tensor& grad = p.grad();
-      STRATA_CHECK(!grad.defined() || (grad.sizes() == p.sizes() && grad.dtype() == p.dtype() &&
-                                       grad.device() == p.device()),
-                   name_, "::step: parameter ", i, " has shape ", p.sizes(), ", dtype ", p.dtype(), " and device ",
-                   p.device(), " but its gradient has ", grad.sizes(), ", ", grad.dtype(), " and ", grad.device());
+      STRATA_CHECK(
+          !grad.defined() || (grad.sizes() == p.sizes() && grad.dtype() == p.dtype() && grad.device() == p.device()),
+          name_, "::step: parameter ", i, " has shape ", p.sizes(), ", dtype ", p.dtype(), " and device ", p.device(),
+          " but its gradient has ", grad.sizes(), ", ", grad.dtype(), " and ", grad.device());
       ++i;
     }
   }
@@ -95,14 +95,14 @@ Tensor param_numbers(size_t first, size_t count) {
 
 }  // namespace
 
-const Tensor& detail::state_entry(const StateDict& dict, const std::string& key, IntArrayRef sizes,
-                                  ScalarType dtype, const std::string& where) {
+const Tensor& detail::state_entry(const StateDict& dict, const std::string& key, IntArrayRef sizes, ScalarType dtype,
+                                  const std::string& where) {
   auto it = dict.find(key);
   STRATA_CHECK(it != dict.end(), where, ": missing key \"", key, "\"");
   const Tensor& t = it->second;
   STRATA_CHECK(t.defined(), where, ": \"", key, "\" is undefined in the state dict");
-  STRATA_CHECK(t.sizes() == sizes && t.dtype() == dtype, where, ": \"", key, "\" has shape ", t.sizes(),
-               " and dtype ", t.dtype(), ", expected shape ", sizes, " and dtype ", dtype);
+  STRATA_CHECK(t.sizes() == sizes && t.dtype() == dtype, where, ": \"", key, "\" has shape ", t.sizes(), " and dtype ",
+               t.dtype(), ", expected shape ", sizes, " and dtype ", dtype);
   return t;
 }
 
@@ -171,7 +171,8 @@ void Optimizer::load_state_dict(const StateDict& dict) {
                      "\" holds a negative step count ", value.item<int64_t>());
         // A copy where step() keeps it: the count on the host, buffers on the parameter's device (a file is
         // read to the CPU).
-        state[i].emplace(name, value.to(name == "step" ? Device(kCPU) : p.device(), /*non_blocking=*/false, /*copy=*/true));
+        state[i].emplace(name,
+                         value.to(name == "step" ? Device(kCPU) : p.device(), /*non_blocking=*/false, /*copy=*/true));
         used.insert(key);
       }
     }

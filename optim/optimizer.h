@@ -37,7 +37,6 @@
 #include "strata/tensor/arg.h"
 #include "strata/tensor/tensor.h"
 
-
 namespace strata::optim {
 
 /// Name to tensor: what state_dict returns (the same type as nn::StateDict).
@@ -50,7 +49,7 @@ class OptimizerOptions {
  public:
   virtual ~OptimizerOptions() = default;
   virtual std::unique_ptr<OptimizerOptions> clone() const = 0;  ///< a copy of the derived options
-  virtual double get_lr() const = 0;  ///< the learning rate
+  virtual double get_lr() const = 0;                            ///< the learning rate
   virtual void set_lr(double lr) = 0;  ///< sets the learning rate (unchecked: Optimizer::set_lr checks)
   /// The hyperparameters as named tensors: what state_dict saves under "param_groups.<g>.".
   virtual StateDict to_tensors() const = 0;
@@ -73,8 +72,8 @@ class OptimizerParamGroup {
   OptimizerParamGroup& operator=(OptimizerParamGroup&&) = delete;
 
   const std::vector<Tensor>& params() const { return params_; }  ///< the group's parameters
-  bool has_options() const { return options_ != nullptr; }  ///< false until the optimizer fills in its defaults
-  OptimizerOptions& options();  ///< the group's hyperparameters, to read or change between steps
+  bool has_options() const { return options_ != nullptr; }       ///< false until the optimizer fills in its defaults
+  OptimizerOptions& options();              ///< the group's hyperparameters, to read or change between steps
   const OptimizerOptions& options() const;  ///< the group's hyperparameters
 
  private:
@@ -95,11 +94,11 @@ class Optimizer {
   /// Clears every parameter's gradient: undefined (the default, as torch) or zero-filled.
   void zero_grad(bool set_to_none = true);
 
-  double lr() const;  ///< the learning rate of param group 0
+  double lr() const;       ///< the learning rate of param group 0
   void set_lr(double lr);  ///< sets every group's learning rate (what schedulers call)
-  std::span<OptimizerParamGroup> param_groups() { return groups_; }  ///< the groups, options changeable
+  std::span<OptimizerParamGroup> param_groups() { return groups_; }              ///< the groups, options changeable
   std::span<const OptimizerParamGroup> param_groups() const { return groups_; }  ///< the groups
-  size_t num_params() const { return state_.size(); }  ///< parameters over all groups
+  size_t num_params() const { return state_.size(); }                            ///< parameters over all groups
 
   /// Hyperparameters and state, laid out as the header comment says. State tensors are the optimizer's
   /// own buffers (no copy): save or clone them before the next step().

@@ -23,11 +23,11 @@ namespace strata::optim {
 class SGDOptions : public OptimizerOptions {
  public:
   explicit SGDOptions(double lr) : lr_(lr) {}  ///< options with learning rate lr
-  STRATA_ARG(double, lr);  ///< learning rate
-  STRATA_ARG(double, momentum) = 0;  ///< momentum factor (0: none)
-  STRATA_ARG(double, dampening) = 0;  ///< scales the gradient's share of the momentum buffer by 1 - dampening
-  STRATA_ARG(double, weight_decay) = 0;  ///< L2 penalty added to the gradient
-  STRATA_ARG(bool, nesterov) = false;  ///< Nesterov momentum (needs momentum > 0 and dampening 0)
+  STRATA_ARG(double, lr);                      ///< learning rate
+  STRATA_ARG(double, momentum) = 0;            ///< momentum factor (0: none)
+  STRATA_ARG(double, dampening) = 0;           ///< scales the gradient's share of the momentum buffer by 1 - dampening
+  STRATA_ARG(double, weight_decay) = 0;        ///< L2 penalty added to the gradient
+  STRATA_ARG(bool, nesterov) = false;          ///< Nesterov momentum (needs momentum > 0 and dampening 0)
 
  public:
   std::unique_ptr<OptimizerOptions> clone() const override { return std::make_unique<SGDOptions>(*this); }
@@ -42,8 +42,7 @@ class SGDOptions : public OptimizerOptions {
 class SGD : public Optimizer {
  public:
   /// One group of parameters with `options`.
-  SGD(std::vector<Tensor> params, const SGDOptions& options)
-      : SGD({OptimizerParamGroup(std::move(params))}, options) {}
+  SGD(std::vector<Tensor> params, const SGDOptions& options) : SGD({OptimizerParamGroup(std::move(params))}, options) {}
   /// Several groups; a group without options takes `defaults`.
   SGD(std::vector<OptimizerParamGroup> groups, const SGDOptions& defaults)
       : Optimizer("SGD", std::move(groups), defaults) {}

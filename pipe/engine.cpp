@@ -56,7 +56,8 @@ std::string describe(const Meta& meta) {
   std::ostringstream os;
   os << "[";
   for (size_t i = 0; i < meta.size(); ++i)
-    os << (i ? ", " : "") << meta[i].dtype << " " << IntArrayRef(meta[i].sizes) << (meta[i].requires_grad ? " grad" : "");
+    os << (i ? ", " : "") << meta[i].dtype << " " << IntArrayRef(meta[i].sizes)
+       << (meta[i].requires_grad ? " grad" : "");
   os << "]";
   return os.str();
 }
@@ -110,7 +111,8 @@ Device stage_device(const PipelineModule& module, const PipelineParallelGrid& gr
   Tensor types = tensor({type, own ? -type : -kGpu});
   dist::all_reduce(types, dist::ReduceOp::MAX);
   const int64_t highest = types[0].item<int64_t>(), lowest = -types[1].item<int64_t>();
-  STRATA_CHECK(highest == kNone || highest == lowest, "PipelineEngine: some ranks hold their stage's modules on the CPU ",
+  STRATA_CHECK(highest == kNone || highest == lowest,
+               "PipelineEngine: some ranks hold their stage's modules on the CPU ",
                "and others on a GPU (this is stage ", grid.get_stage_id(), ", on ",
                own ? (own->is_cpu() ? "the CPU" : "a GPU") : "no device: it has no parameters",
                "); put every stage's module on the same kind of device");
@@ -143,7 +145,7 @@ struct PipelineEngine::State {
   struct Buffer {
     tensor_list inputs, outputs, labels, output_grads;
     MetaPtr in_meta, out_meta;  // what was received into inputs / sent from outputs
-    Tensor loss;             // last stage, training: this micro-batch's loss until its backward
+    Tensor loss;                // last stage, training: this micro-batch's loss until its backward
     int micro_batch = -1;
   };
   struct Tie {
@@ -157,8 +159,8 @@ struct PipelineEngine::State {
   Device device;  // see Note [stage devices]
   P2P p2p;
   std::vector<Tie> ties;
-  MetaPtr sent[2], received[2];           // the last description each way, per mode
-  Tensor header = empty({1}, kLong);      // reused: p2p sends and receives block until done
+  MetaPtr sent[2], received[2];       // the last description each way, per mode
+  Tensor header = empty({1}, kLong);  // reused: p2p sends and receives block until done
   std::vector<Buffer> buffers;
   // Per batch:
   int mode = kTrain;
@@ -173,10 +175,10 @@ PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, const Pip
     : module_(std::move(module)), grid_(grid), optimizer_(std::move(optimizer)), options_(std::move(options)) {
   STRATA_CHECK(module_ != nullptr, "PipelineEngine: got no module");
   STRATA_CHECK(optimizer_ != nullptr, "PipelineEngine: got no optimizer");
-  STRATA_CHECK(module_->num_stages() == grid_.get_pipe_parallel_world_size() &&
-                   module_->stage_id() == grid_.get_stage_id(),
-               "PipelineEngine: the module was built as stage ", module_->stage_id(), " of ", module_->num_stages(),
-               " stages, but this rank is stage ", grid_.get_stage_id(), " of ", grid_.get_pipe_parallel_world_size());
+  STRATA_CHECK(
+      module_->num_stages() == grid_.get_pipe_parallel_world_size() && module_->stage_id() == grid_.get_stage_id(),
+      "PipelineEngine: the module was built as stage ", module_->stage_id(), " of ", module_->num_stages(),
+      " stages, but this rank is stage ", grid_.get_stage_id(), " of ", grid_.get_pipe_parallel_world_size());
   STRATA_CHECK(options_.micro_batches >= 1, "PipelineEngine: micro_batches must be at least 1, got ",
                options_.micro_batches);
   STRATA_CHECK(options_.schedule == "train" || options_.schedule == "gpipe",
@@ -185,8 +187,8 @@ PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, const Pip
   for (const Tensor& p : module_->parameters()) own.insert(p.impl_ptr().get());
   for (const auto& group : optimizer_->param_groups())
     for (const Tensor& p : group.params())
-      STRATA_CHECK(own.count(p.impl_ptr().get()), "PipelineEngine: the optimizer holds a tensor of shape ",
-                   p.sizes(), " that is not a parameter of stage ", grid_.get_stage_id(), "'s module");
+      STRATA_CHECK(own.count(p.impl_ptr().get()), "PipelineEngine: the optimizer holds a tensor of shape ", p.sizes(),
+                   " that is not a parameter of stage ", grid_.get_stage_id(), "'s module");
   state_ = std::make_unique<State>(grid_, options_.dynamic_shapes, stage_device(*module_, grid_));
 
   // Replicas start from data-parallel rank 0's values; then each tie group from its lowest stage.
@@ -219,8 +221,8 @@ double PipelineEngine::train_batch(const DataIterator& data_iter) {
                "train_batch: the PipelineModule has no loss_fn; set PipelineModuleOptions::loss_fn");
   module_->train();
   module_->zero_grad();  // a batch that threw half-way leaves partial gradients behind
-  std::unique_ptr<PipeSchedule> schedule =
-      make_schedule(options_.schedule, options_.micro_batches, grid_.get_pipe_parallel_world_size(), grid_.get_stage_id());
+  std::unique_ptr<PipeSchedule> schedule = make_schedule(options_.schedule, options_.micro_batches,
+                                                         grid_.get_pipe_parallel_world_size(), grid_.get_stage_id());
   return run(*schedule, data_iter, nullptr);
 }
 

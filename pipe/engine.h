@@ -45,8 +45,8 @@ using DataIterator = std::function<std::optional<MicroBatch>()>;
 
 /// How the engine runs.
 struct PipelineEngineOptions {
-  int micro_batches = 1;            ///< micro-batches per train_batch (DeepSpeed's gradient_accumulation_steps)
-  std::string schedule = "train";   ///< "train" (1F1B) or "gpipe"
+  int micro_batches = 1;           ///< micro-batches per train_batch (DeepSpeed's gradient_accumulation_steps)
+  std::string schedule = "train";  ///< "train" (1F1B) or "gpipe"
   /// Let activation shapes and dtypes change between micro-batches (variable sequence lengths): the metadata
   /// then travels again whenever it changes. Off, it travels once, and a change is an error.
   bool dynamic_shapes = false;
@@ -55,9 +55,9 @@ struct PipelineEngineOptions {
 /// Seconds this rank spent in each instruction kind during the last train_batch or eval_batch.
 struct PipelineTimings {
   std::array<double, PipeInstruction::kNumKinds> seconds{};  ///< indexed by PipeInstruction::Kind
-  double total = 0;        ///< the whole batch on this rank
-  int64_t instructions = 0;  ///< instructions executed
-  double compute() const;  ///< ForwardPass + BackwardPass seconds
+  double total = 0;                                          ///< the whole batch on this rank
+  int64_t instructions = 0;                                  ///< instructions executed
+  double compute() const;                                    ///< ForwardPass + BackwardPass seconds
 };
 
 /// Executes pipeline schedules for a module over its grid.
@@ -69,8 +69,9 @@ class PipelineEngine {
   /// The grid must outlive the engine.
   PipelineEngine(std::shared_ptr<PipelineModule> module, const PipelineParallelGrid& grid,
                  std::shared_ptr<optim::Optimizer> optimizer, PipelineEngineOptions options = {});
+  /// A temporary grid would dangle.
   PipelineEngine(std::shared_ptr<PipelineModule>, PipelineParallelGrid&&, std::shared_ptr<optim::Optimizer>,
-                 PipelineEngineOptions = {}) = delete;  ///< a temporary grid would dangle
+                 PipelineEngineOptions = {}) = delete;
   ~PipelineEngine();
 
   /// One training step: forward and backward of micro_batches micro-batches, grads reduced across tied
@@ -87,10 +88,10 @@ class PipelineEngine {
   /// Loads what save_checkpoint wrote (layer files from any number of stages; optimizer state needs the same).
   void load_checkpoint(const std::string& dir, bool load_optimizer_states = true);
 
-  const PipelineTimings& timings() const { return timings_; }  ///< of the last batch on this rank
-  PipelineModule& module() const { return *module_; }          ///< the model
-  const PipelineParallelGrid& grid() const { return grid_; }   ///< the grid
-  optim::Optimizer& optimizer() const { return *optimizer_; }  ///< the optimizer
+  const PipelineTimings& timings() const { return timings_; }        ///< of the last batch on this rank
+  PipelineModule& module() const { return *module_; }                ///< the model
+  const PipelineParallelGrid& grid() const { return grid_; }         ///< the grid
+  optim::Optimizer& optimizer() const { return *optimizer_; }        ///< the optimizer
   const PipelineEngineOptions& options() const { return options_; }  ///< as given
 
  private:

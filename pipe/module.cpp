@@ -59,8 +59,8 @@ LayerSpec::LayerSpec(std::string type_name, std::function<BuiltLayer()> build, s
     : type_name_(std::move(type_name)), build_(std::move(build)), num_parameters_(num_parameters) {
   STRATA_CHECK(!type_name_.empty(), "LayerSpec: the type name is empty");
   STRATA_CHECK(build_, "LayerSpec: '", type_name_, "' has no build function");
-  STRATA_CHECK(!num_parameters_ || *num_parameters_ >= 0, "LayerSpec: '", type_name_, "' reports ",
-               *num_parameters_, " parameters");
+  STRATA_CHECK(!num_parameters_ || *num_parameters_ >= 0, "LayerSpec: '", type_name_, "' reports ", *num_parameters_,
+               " parameters");
 }
 
 BuiltLayer LayerSpec::build() const {
@@ -92,7 +92,8 @@ TiedLayerSpec::TiedLayerSpec(std::string key, LayerSpec spec,
       tied_weight_attrs_(std::move(tied_weight_attrs)) {
   STRATA_CHECK(!key_.empty() && key_.find('.') == std::string::npos,
                "TiedLayerSpec: the key must be non-empty and contain no dot (the module is registered as "
-               "tied_modules.<key>), got '", key_, "'");
+               "tied_modules.<key>), got '",
+               key_, "'");
   STRATA_CHECK(!tied_weight_attrs_.empty(), "TiedLayerSpec: '", key_, "' names no parameters to tie");
 }
 
@@ -118,8 +119,7 @@ Tensor cross_entropy_loss(const tensor_list& outputs, const tensor_list& labels)
 
 PipelineModule::PipelineModule(std::vector<Layer> layers, const PipelineParallelGrid& grid,
                                PipelineModuleOptions options)
-    : PipelineModule(std::move(layers), grid.get_pipe_parallel_world_size(), grid.get_stage_id(),
-                     std::move(options)) {}
+    : PipelineModule(std::move(layers), grid.get_pipe_parallel_world_size(), grid.get_stage_id(), std::move(options)) {}
 
 PipelineModule::PipelineModule(std::vector<Layer> layers, int num_stages, int stage_id, PipelineModuleOptions options)
     : nn::Module("PipelineModule"),
@@ -128,9 +128,8 @@ PipelineModule::PipelineModule(std::vector<Layer> layers, int num_stages, int st
       num_stages_(num_stages),
       stage_id_(stage_id) {
   STRATA_CHECK(!layers_.empty(), "PipelineModule: the layer list is empty");
-  STRATA_CHECK(num_stages_ >= 1 && stage_id_ >= 0 && stage_id_ < num_stages_, "PipelineModule: stage_id ",
-               stage_id_, " with num_stages ", num_stages_,
-               "; expected num_stages >= 1 and 0 <= stage_id < num_stages");
+  STRATA_CHECK(num_stages_ >= 1 && stage_id_ >= 0 && stage_id_ < num_stages_, "PipelineModule: stage_id ", stage_id_,
+               " with num_stages ", num_stages_, "; expected num_stages >= 1 and 0 <= stage_id < num_stages");
   STRATA_CHECK(num_layers() >= num_stages_, "PipelineModule: ", num_layers(), " layers cannot fill ", num_stages_,
                " stages");
   STRATA_CHECK(options_.activation_checkpoint_interval >= 0,
@@ -222,8 +221,7 @@ std::vector<std::string> PipelineModule::tied_keys() const {
 }
 
 std::vector<int> PipelineModule::tied_stages(const std::string& key) const {
-  STRATA_CHECK(first_tied_.count(key), "PipelineModule::tied_stages: no layer is tied by key '", key,
-               "'");
+  STRATA_CHECK(first_tied_.count(key), "PipelineModule::tied_stages: no layer is tied by key '", key, "'");
   std::vector<int> stages;
   for (int s = 0; s < num_stages_; ++s)
     for (int i = parts_[s]; i < parts_[s + 1]; ++i)
@@ -235,8 +233,7 @@ std::vector<int> PipelineModule::tied_stages(const std::string& key) const {
 }
 
 std::vector<Tensor> PipelineModule::tied_parameters(const std::string& key) const {
-  STRATA_CHECK(first_tied_.count(key), "PipelineModule::tied_parameters: no layer is tied by key '",
-               key, "'");
+  STRATA_CHECK(first_tied_.count(key), "PipelineModule::tied_parameters: no layer is tied by key '", key, "'");
   for (int i = local_start(); i < local_stop(); ++i) {
     const TiedLayerSpec* tie = tie_of(layers_[i]);
     if (!tie || tie->key() != key) continue;

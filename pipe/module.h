@@ -71,7 +71,7 @@ class LayerSpec {
         count_parameters<typename Holder::ContainedType>(args...));
   }
 
-  BuiltLayer build() const;                                  ///< makes the layer
+  BuiltLayer build() const;                                    ///< makes the layer
   const std::string& type_name() const { return type_name_; }  ///< e.g. "Linear"
   /// The trainable parameter count: the reported one, else counted by building the layer once (with the
   /// default generator's position restored afterwards, so counting does not change later initialisation).
@@ -99,10 +99,12 @@ class TiedLayerSpec {
   TiedLayerSpec(std::string key, LayerSpec spec,
                 std::function<tensor_list(nn::Module&, const tensor_list&)> forward_fn = {},
                 std::vector<std::string> tied_weight_attrs = {"weight"});
-  const std::string& key() const { return key_; }                        ///< the sharing key
-  const LayerSpec& spec() const { return spec_; }                          ///< builds the shared module
-  const std::function<tensor_list(nn::Module&, const tensor_list&)>& forward_fn() const { return forward_fn_; }  ///< may be empty
-  const std::vector<std::string>& tied_weight_attrs() const { return tied_weight_attrs_; }  ///< the shared parameter names
+  const std::string& key() const { return key_; }  ///< the sharing key
+  const LayerSpec& spec() const { return spec_; }  ///< builds the shared module
+  /// May be empty
+  const std::function<tensor_list(nn::Module&, const tensor_list&)>& forward_fn() const { return forward_fn_; }
+  /// The shared parameter names
+  const std::vector<std::string>& tied_weight_attrs() const { return tied_weight_attrs_; }
 
  private:
   std::string key_;
@@ -114,20 +116,22 @@ class TiedLayerSpec {
 /// One entry of the layer list: a LayerSpec, a TiedLayerSpec, or a parameterless one-tensor function.
 class Layer {
  public:
-  Layer(LayerSpec spec) : v_(std::move(spec)) {}        ///< a layer built on its stage
-  Layer(TiedLayerSpec spec) : v_(std::move(spec)) {}    ///< a shared layer
+  Layer(LayerSpec spec) : v_(std::move(spec)) {}      ///< a layer built on its stage
+  Layer(TiedLayerSpec spec) : v_(std::move(spec)) {}  ///< a shared layer
   /// A function such as a reshape or an activation; `type_name` is what "type:REGEX" matches.
   template <class F>
-    requires std::is_invocable_r_v<Tensor, F, const Tensor&>
-  Layer(F f, std::string type_name = "Function")
-      : v_(LayerSpec(type_name, [f, type_name] {
-          return BuiltLayer{nullptr, [f, type_name](const tensor_list& x) {
-                              return tensor_list{f(detail::single_input(x, type_name))};
-                            }};
-        }, 0)) {}
+  requires std::is_invocable_r_v<Tensor, F, const Tensor&> Layer(F f, std::string type_name = "Function")
+      : v_(LayerSpec(
+            type_name,
+            [f, type_name] {
+              return BuiltLayer{nullptr, [f, type_name](const tensor_list& x) {
+                                  return tensor_list{f(detail::single_input(x, type_name))};
+                                }};
+            },
+            0)) {}
   const std::variant<LayerSpec, TiedLayerSpec>& get() const { return v_; }  ///< the spec
-  const LayerSpec& spec() const;          ///< the LayerSpec, or the TiedLayerSpec's spec
-  const std::string* tied_key() const;    ///< the tie key, null for untied layers
+  const LayerSpec& spec() const;        ///< the LayerSpec, or the TiedLayerSpec's spec
+  const std::string* tied_key() const;  ///< the tie key, null for untied layers
 
  private:
   std::variant<LayerSpec, TiedLayerSpec> v_;
@@ -143,8 +147,8 @@ struct PipelineModuleOptions {
   std::string partition_method = "parameters";  ///< "uniform", "parameters" or "type:REGEX" (pipe/partition.h)
   std::vector<int> partition = {};  ///< explicit boundaries (num_stages + 1), used instead of the method when set
   LossFn loss_fn = {};              ///< the last stage's loss; required for training
-  bool seed_layers = false;        ///< seed the default generator with base_seed + layer index before each build
-  uint64_t base_seed = 1234;       ///< see seed_layers
+  bool seed_layers = false;         ///< seed the default generator with base_seed + layer index before each build
+  uint64_t base_seed = 1234;        ///< see seed_layers
   int activation_checkpoint_interval = 0;  ///< > 0: recompute every chunk of this many layers during backward
 };
 
@@ -163,8 +167,8 @@ class PipelineModule : public nn::Module {
   /// options().loss_fn on outputs and labels; throws when there is none.
   Tensor compute_loss(const tensor_list& outputs, const tensor_list& labels) const;
 
-  int num_stages() const { return num_stages_; }        ///< stages in the pipeline
-  int stage_id() const { return stage_id_; }            ///< this module's stage
+  int num_stages() const { return num_stages_; }                       ///< stages in the pipeline
+  int stage_id() const { return stage_id_; }                           ///< this module's stage
   int num_layers() const { return static_cast<int>(layers_.size()); }  ///< layers of the whole model
   const std::vector<int>& parts() const { return parts_; }  ///< S + 1 boundaries: stage s has [parts[s], parts[s+1])
   int local_start() const { return parts_[stage_id_]; }     ///< first layer of this stage
@@ -191,9 +195,9 @@ class PipelineModule : public nn::Module {
   PipelineModuleOptions options_;
   int num_stages_ = 1, stage_id_ = 0;
   std::vector<int> parts_;
-  std::map<std::string, int> first_tied_;       // each tie key's first layer in the whole model
-  std::vector<BuiltLayer> local_;               // local_[i] runs layer local_start() + i
-  std::vector<tensor_list> chunk_parameters_;   // with activation checkpointing: each chunk's parameters, once
+  std::map<std::string, int> first_tied_;      // each tie key's first layer in the whole model
+  std::vector<BuiltLayer> local_;              // local_[i] runs layer local_start() + i
+  std::vector<tensor_list> chunk_parameters_;  // with activation checkpointing: each chunk's parameters, once
 };
 
 }  // namespace strata::pipe

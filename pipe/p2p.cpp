@@ -27,14 +27,18 @@ int P2P::peer_rank(const char* op, int peer_stage) const {
 
 void P2P::send(const Tensor& tensor, int dest_stage, bool async_op) {
   const int dst = peer_rank("P2P::send", dest_stage);
-  if (async_op) pending_.push_back(dist::isend(tensor, dst));
-  else dist::send(tensor, dst);
+  if (async_op)
+    pending_.push_back(dist::isend(tensor, dst));
+  else
+    dist::send(tensor, dst);
 }
 
 void P2P::recv(const Tensor& tensor, int src_stage, bool async_op) {
   const int src = peer_rank("P2P::recv", src_stage);
-  if (async_op) pending_.push_back(dist::irecv(tensor, src));
-  else dist::recv(tensor, src);
+  if (async_op)
+    pending_.push_back(dist::irecv(tensor, src));
+  else
+    dist::recv(tensor, src);
 }
 
 void P2P::wait() {

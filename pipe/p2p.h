@@ -35,7 +35,6 @@ class P2P {
   /// Number of async ops not yet finished by wait().
   size_t num_pending() const { return pending_.size(); }
 
-
  private:
   /// The global rank of `peer_stage`, after checking that this stage may talk to it.
   int peer_rank(const char* op, int peer_stage) const;

@@ -47,7 +47,8 @@ int part_end(const std::vector<int64_t>& prefix, int i, int64_t bound) {
   int64_t step = 1;
   while (step <= n - lo && fits(prefix[lo + step])) lo += static_cast<int>(step), step *= 2;
   const int hi = static_cast<int>(std::min<int64_t>(lo + step, n + 1));  // the first end known not to fit, or n + 1
-  return static_cast<int>(std::partition_point(prefix.begin() + lo + 1, prefix.begin() + hi, fits) - prefix.begin()) - 1;
+  return static_cast<int>(std::partition_point(prefix.begin() + lo + 1, prefix.begin() + hi, fits) - prefix.begin()) -
+         1;
 }
 
 /// The fewest contiguous parts with every part at most `bound` (greedy is optimal), counted up to cap + 1.
@@ -103,8 +104,10 @@ std::vector<int> partition_balanced(const std::vector<int64_t>& weights, int num
   int64_t lo = std::max(max_weight, share), hi = max_weight > total - share ? total : share + max_weight;
   while (lo < hi) {
     const int64_t mid = lo + (hi - lo) / 2;
-    if (count_parts(prefix, mid, num_parts) <= num_parts) hi = mid;
-    else lo = mid + 1;
+    if (count_parts(prefix, mid, num_parts) <= num_parts)
+      hi = mid;
+    else
+      lo = mid + 1;
   }
   const int64_t bound = lo;
 
@@ -128,7 +131,8 @@ std::vector<int> partition_balanced(const std::vector<int64_t>& weights, int num
     const int64_t remaining = total - prefix[i];
     const auto begin = prefix.begin() + first, end = prefix.begin() + last + 1;
     // The first end whose part weighs at least remaining / r, and the ends of the plateaus on either side.
-    const int above = static_cast<int>(std::lower_bound(begin, end, prefix[i] + ceil_div(remaining, r)) - prefix.begin());
+    const int above =
+        static_cast<int>(std::lower_bound(begin, end, prefix[i] + ceil_div(remaining, r)) - prefix.begin());
     auto key = [&](int j) {
       const __int128 weight_gap = static_cast<__int128>(prefix[j] - prefix[i]) * r - remaining;
       const int64_t size_gap = static_cast<int64_t>(j - i) * r - (n - i);
@@ -172,8 +176,8 @@ void check_partition(const std::vector<int>& parts, int num_items, int num_parts
 std::vector<int64_t> method_weights(const std::string& method, const std::vector<int64_t>& parameter_counts,
                                     const std::vector<std::string>& type_names) {
   const size_t n = parameter_counts.size();
-  STRATA_CHECK(type_names.empty() || type_names.size() == n, "method_weights: ", type_names.size(),
-               " type names for ", n, " layers");
+  STRATA_CHECK(type_names.empty() || type_names.size() == n, "method_weights: ", type_names.size(), " type names for ",
+               n, " layers");
   if (method == "uniform") return std::vector<int64_t>(n, 1);
   if (method == "parameters") {
     for (size_t i = 0; i < n; ++i)

@@ -20,7 +20,8 @@ std::string_view name(PipeInstruction::Kind kind) {
 
 bool PipeInstruction::has_buffer() const {
 #define STRATA_PIPE_KIND_HAS_BUFFER(kind, names_a_buffer) names_a_buffer,
-  static constexpr std::array<bool, kNumKinds> kHasBuffer = {STRATA_PIPE_INSTRUCTION_KINDS(STRATA_PIPE_KIND_HAS_BUFFER)};
+  static constexpr std::array<bool, kNumKinds> kHasBuffer = {
+      STRATA_PIPE_INSTRUCTION_KINDS(STRATA_PIPE_KIND_HAS_BUFFER)};
 #undef STRATA_PIPE_KIND_HAS_BUFFER
   return kind < kNumKinds && kHasBuffer[kind];
 }
@@ -49,8 +50,8 @@ PipeSchedule::PipeSchedule(int micro_batches, int stages, int stage_id)
     : micro_batches_(micro_batches), stages_(stages), stage_id_(stage_id) {
   STRATA_CHECK(micro_batches >= 1, "PipeSchedule: micro_batches must be at least 1, got ", micro_batches);
   STRATA_CHECK(stages >= 1, "PipeSchedule: stages must be at least 1, got ", stages);
-  STRATA_CHECK(0 <= stage_id && stage_id < stages, "PipeSchedule: stage_id ", stage_id, " is out of range for ",
-               stages, " stages");
+  STRATA_CHECK(0 <= stage_id && stage_id < stages, "PipeSchedule: stage_id ", stage_id, " is out of range for ", stages,
+               " stages");
 }
 
 std::vector<PipeStep> PipeSchedule::steps() const {

@@ -25,16 +25,16 @@ namespace strata::pipe {
 
 /// Every instruction kind, in order, as X(kind, names_a_buffer): the one list that PipeInstruction::Kind, its names,
 /// has_buffer() and kind-indexed tables come from. The names are DeepSpeed's class names.
-#define STRATA_PIPE_INSTRUCTION_KINDS(X)                                                                           \
+#define STRATA_PIPE_INSTRUCTION_KINDS(X)                                                                             \
   X(LoadMicroBatch, true)   /* the next micro-batch's inputs (first stage) or labels (last stage) into the buffer */ \
-  X(ForwardPass, true)      /* runs this stage's layers on the buffer's inputs */                                  \
-  X(BackwardPass, true)     /* backpropagates the buffer's outputs (loss on the last stage, received grads) */     \
-  X(SendActivation, true)   /* sends the buffer's outputs to the next stage */                                     \
-  X(RecvActivation, true)   /* receives the previous stage's outputs into the buffer */                            \
-  X(SendGrad, true)         /* sends the gradient of the buffer's inputs to the previous stage */                  \
-  X(RecvGrad, true)         /* receives the gradient of the buffer's outputs from the next stage */                \
-  X(ReduceTiedGrads, false) /* all-reduces tied parameters' grads across the stages that share them */             \
-  X(ReduceGrads, false)     /* averages grads across the data-parallel group */                                    \
+  X(ForwardPass, true)      /* runs this stage's layers on the buffer's inputs */                                    \
+  X(BackwardPass, true)     /* backpropagates the buffer's outputs (loss on the last stage, received grads) */       \
+  X(SendActivation, true)   /* sends the buffer's outputs to the next stage */                                       \
+  X(RecvActivation, true)   /* receives the previous stage's outputs into the buffer */                              \
+  X(SendGrad, true)         /* sends the gradient of the buffer's inputs to the previous stage */                    \
+  X(RecvGrad, true)         /* receives the gradient of the buffer's outputs from the next stage */                  \
+  X(ReduceTiedGrads, false) /* all-reduces tied parameters' grads across the stages that share them */               \
+  X(ReduceGrads, false)     /* averages grads across the data-parallel group */                                      \
   X(OptimizerStep, false)   /* one optimizer step, then zeroes the grads */
 
 /// One thing a stage does (DeepSpeed's PipeInstruction subclasses); buffer ops name a pipe buffer.
@@ -61,7 +61,7 @@ std::ostream& operator<<(std::ostream& os, const PipeInstruction& instruction);
 /// The instructions of one step, in order (at most six; no allocation).
 class PipeStep {
  public:
-  static constexpr int kCapacity = 6;  ///< the most instructions any schedule puts in one step
+  static constexpr int kCapacity = 6;           ///< the most instructions any schedule puts in one step
   void push_back(PipeInstruction instruction);  ///< appends; throws past kCapacity
   int size() const { return size_; }            ///< number of instructions
   bool empty() const { return size_ == 0; }     ///< no instructions
@@ -84,20 +84,20 @@ class PipeSchedule {
   PipeSchedule(int micro_batches, int stages, int stage_id);
   virtual ~PipeSchedule() = default;
 
-  virtual std::string_view name() const = 0;           ///< "train", "inference", "dataparallel" or "gpipe"
-  virtual int num_steps() const = 0;                   ///< number of steps in one batch
-  virtual PipeStep step(int step_id) const = 0;        ///< the instructions of step step_id
-  virtual int num_pipe_buffers() const = 0;            ///< buffers this stage needs; ids are 0..n-1
-  virtual bool is_training() const { return true; }    ///< whether it runs backward passes
+  virtual std::string_view name() const = 0;         ///< "train", "inference", "dataparallel" or "gpipe"
+  virtual int num_steps() const = 0;                 ///< number of steps in one batch
+  virtual PipeStep step(int step_id) const = 0;      ///< the instructions of step step_id
+  virtual int num_pipe_buffers() const = 0;          ///< buffers this stage needs; ids are 0..n-1
+  virtual bool is_training() const { return true; }  ///< whether it runs backward passes
   /// Whether stages pass activations and grads to each other; false when every stage is a whole-model replica.
   virtual bool is_pipelined() const { return true; }
-  std::vector<PipeStep> steps() const;                 ///< every step, in order
+  std::vector<PipeStep> steps() const;  ///< every step, in order
 
-  int micro_batches() const { return micro_batches_; }  ///< micro-batches per batch
-  int stages() const { return stages_; }                ///< number of stages
-  int stage_id() const { return stage_id_; }            ///< the stage this schedule is for
-  bool is_first_stage() const { return stage_id_ == 0; }            ///< stage 0
-  bool is_last_stage() const { return stage_id_ == stages_ - 1; }   ///< the last stage
+  int micro_batches() const { return micro_batches_; }             ///< micro-batches per batch
+  int stages() const { return stages_; }                           ///< number of stages
+  int stage_id() const { return stage_id_; }                       ///< the stage this schedule is for
+  bool is_first_stage() const { return stage_id_ == 0; }           ///< stage 0
+  bool is_last_stage() const { return stage_id_ == stages_ - 1; }  ///< the last stage
 
  protected:
   bool valid_micro_batch(int micro_batch_id) const { return 0 <= micro_batch_id && micro_batch_id < micro_batches_; }
@@ -161,13 +161,14 @@ std::ostream& operator<<(std::ostream& os, const PipeSchedule& schedule);
 
 /// What the validator found for one stage.
 struct StageReport {
-  int compute_steps = 0;      ///< steps with a ForwardPass or BackwardPass
-  int peak_live_buffers = 0;  ///< the most buffers at any moment holding a micro-batch still needed (or labels awaiting their forward)
-  int num_pipe_buffers = 0;   ///< the buffers the schedule declares
+  int compute_steps = 0;  ///< steps with a ForwardPass or BackwardPass
+  /// The most buffers at any moment holding a micro-batch still needed (or labels awaiting their forward)
+  int peak_live_buffers = 0;
+  int num_pipe_buffers = 0;  ///< the buffers the schedule declares
 };
 /// What the validator found for a whole schedule.
 struct ScheduleReport {
-  std::string schedule;             ///< the schedule's name
+  std::string schedule;                          ///< the schedule's name
   int micro_batches = 0, stages = 0, steps = 0;  ///< M, S and the number of steps
   /// Idle stage-steps over all stage-steps: 1 - (steps with a forward or backward pass, summed over stages)
   /// / (S x steps), each step one unit of time; (S - 1) / (M + S - 1) for train, inference and gpipe, 0 for
@@ -180,9 +181,9 @@ std::ostream& operator<<(std::ostream& os, const ScheduleReport& report);
 
 /// One executed instruction, as the validator saw it: what a trace shows.
 struct TraceEvent {
-  int stage, step, position;     ///< where: the stage, the step, the instruction's index in its step
-  PipeInstruction instruction;   ///< what
-  int micro_batch;               ///< the micro-batch it worked on, -1 for the end-of-batch instructions
+  int stage, step, position;    ///< where: the stage, the step, the instruction's index in its step
+  PipeInstruction instruction;  ///< what
+  int micro_batch;              ///< the micro-batch it worked on, -1 for the end-of-batch instructions
 };
 
 /// Runs all stages' instruction streams in lockstep with blocking p2p, and proves: every send meets the

@@ -24,10 +24,14 @@ int peer_of(int stage, Instr::Kind kind) {
 }
 Instr::Kind partner_of(Instr::Kind kind) {
   switch (kind) {
-    case Instr::SendActivation: return Instr::RecvActivation;
-    case Instr::RecvActivation: return Instr::SendActivation;
-    case Instr::SendGrad: return Instr::RecvGrad;
-    default: return Instr::SendGrad;
+    case Instr::SendActivation:
+      return Instr::RecvActivation;
+    case Instr::RecvActivation:
+      return Instr::SendActivation;
+    case Instr::SendGrad:
+      return Instr::RecvGrad;
+    default:
+      return Instr::SendGrad;
   }
 }
 
@@ -123,8 +127,8 @@ Simulator::Simulator(const std::function<std::unique_ptr<PipeSchedule>(int)>& ma
                  "validate_schedule: stage ", s, "'s schedule (", sched.name(), ", ", sched.micro_batches(),
                  " micro-batches, ", sched.num_steps(), " steps) does not match stage 0's (", first.name(), ", ",
                  first.micro_batches(), " micro-batches, ", first.num_steps(), " steps)");
-    STRATA_CHECK(sched.num_pipe_buffers() >= 1, "validate_schedule: stage ", s, " declares ",
-                 sched.num_pipe_buffers(), " pipe buffers");
+    STRATA_CHECK(sched.num_pipe_buffers() >= 1, "validate_schedule: stage ", s, " declares ", sched.num_pipe_buffers(),
+                 " pipe buffers");
     st.buffers.resize(sched.num_pipe_buffers());
     st.report.num_pipe_buffers = sched.num_pipe_buffers();
     // A stage of a data-parallel schedule holds the whole model: it loads its own inputs and labels.
@@ -180,8 +184,8 @@ ScheduleReport Simulator::run() {
     STRATA_CHECK(st.forwards == micro_batches_, "validate_schedule: ", name_, " schedule, stage ", s, " forwarded ",
                  st.forwards, " of ", micro_batches_, " micro-batches");
     if (training_) {
-      STRATA_CHECK(st.backwards == micro_batches_, "validate_schedule: ", name_, " schedule, stage ", s,
-                   " backwarded ", st.backwards, " of ", micro_batches_, " micro-batches");
+      STRATA_CHECK(st.backwards == micro_batches_, "validate_schedule: ", name_, " schedule, stage ", s, " backwarded ",
+                   st.backwards, " of ", micro_batches_, " micro-batches");
       STRATA_CHECK(st.optimizer_stepped, "validate_schedule: ", name_, " schedule, stage ", s,
                    " never runs OptimizerStep");
     }
@@ -220,8 +224,7 @@ void Simulator::advance(int s) {
 // Checks what a p2p instruction can check before its peer arrives: that the peer exists and what is sent.
 void Simulator::start_p2p(int s, const Instr& in) {
   const StageState& st = stages_[s];
-  STRATA_CHECK(pipelined_, at(s, in, -1), ": the stages of a ", name_,
-               " schedule are replicas and exchange nothing");
+  STRATA_CHECK(pipelined_, at(s, in, -1), ": the stages of a ", name_, " schedule are replicas and exchange nothing");
   const bool to_next = peer_of(s, in.kind) > s;
   STRATA_CHECK(to_next ? st.has_next : st.has_prev, at(s, in, -1), ": stage ", s, " has no ",
                to_next ? "next" : "previous", " stage");
@@ -267,7 +270,9 @@ void Simulator::meet(int sender, int receiver) {
 void Simulator::run_local(int s, const Instr& in) {
   StageState& st = stages_[s];
   switch (in.kind) {
-    case Instr::LoadMicroBatch: load(s, in); return;
+    case Instr::LoadMicroBatch:
+      load(s, in);
+      return;
     case Instr::ForwardPass: {
       BufferState& b = holding(s, in);
       const At where = at(s, in, b.micro_batch);
@@ -299,7 +304,9 @@ void Simulator::run_local(int s, const Instr& in) {
       emit(s, in, b.micro_batch);
       return;
     }
-    default: check_end_of_batch(s, in); emit(s, in, -1);
+    default:
+      check_end_of_batch(s, in);
+      emit(s, in, -1);
   }
 }
 
@@ -417,8 +424,9 @@ void write_chrome_trace(std::ostream& os, std::string_view name, int micro_batch
         body << (e.instruction.kind == Instr::ForwardPass ? 'F' : 'B') << e.micro_batch;
       else
         body << e.instruction;
-      body << "\",\"ph\":\"X\",\"pid\":0,\"tid\":" << e.stage << ",\"ts\":"
-         << static_cast<int64_t>(e.step) * kStepMicros + e.position * dur << ",\"dur\":" << dur << ",\"args\":{";
+      body << "\",\"ph\":\"X\",\"pid\":0,\"tid\":" << e.stage
+           << ",\"ts\":" << static_cast<int64_t>(e.step) * kStepMicros + e.position * dur << ",\"dur\":" << dur
+           << ",\"args\":{";
       if (e.instruction.has_buffer())
         body << "\"micro_batch\":" << e.micro_batch << ",\"buffer\":" << e.instruction.buffer_id << ",";
       body << "\"step\":" << e.step << "}}";

@@ -67,8 +67,8 @@ int ProcessTopology::get_dim(const std::string& axis) const {
 
 std::vector<int> ProcessTopology::get_axis_list(const std::string& axis, int idx) const {
   const int a = axis_index(axis, "ProcessTopology::get_axis_list");
-  STRATA_CHECK(idx >= 0 && idx < dims_[a], "ProcessTopology::get_axis_list: index ", idx,
-               " is out of range for axis '", axis, "' of dim ", dims_[a]);
+  STRATA_CHECK(idx >= 0 && idx < dims_[a], "ProcessTopology::get_axis_list: index ", idx, " is out of range for axis '",
+               axis, "' of dim ", dims_[a]);
   return filter_match({{axis, idx}});
 }
 
@@ -138,8 +138,8 @@ PipeDataParallelTopology stages_topology(int num_stages) {
   check_initialized("PipelineParallelGrid");
   STRATA_CHECK(num_stages >= 1, "PipelineParallelGrid: expected at least 1 stage, got ", num_stages);
   const int world = dist::get_world_size();
-  STRATA_CHECK(world % num_stages == 0, "PipelineParallelGrid: world size ", world, " is not divisible by ",
-               num_stages, " stages");
+  STRATA_CHECK(world % num_stages == 0, "PipelineParallelGrid: world size ", world, " is not divisible by ", num_stages,
+               " stages");
   return PipeDataParallelTopology(num_stages, world / num_stages);
 }
 

@@ -78,14 +78,15 @@ class PipelineParallelGrid {
   /// A PipeDataParallelTopology of num_stages x (world size / num_stages); throws when that does not divide.
   explicit PipelineParallelGrid(int num_stages);
 
-  const ProcessTopology& topology() const { return topology_; }  ///< the layout
+  const ProcessTopology& topology() const { return topology_; }     ///< the layout
   int get_global_rank() const { return rank_; }                     ///< this rank in WORLD
-  int get_stage_id() const { return stage_id_; }                     ///< this rank's pipeline stage
-  int get_data_parallel_id() const { return data_parallel_id_; }     ///< this rank's replica index
-  int get_pipe_parallel_world_size() const { return num_stages_; }   ///< number of stages
-  int get_data_parallel_world_size() const { return num_dp_; }       ///< number of replicas
-  int get_model_parallel_world_size() const { return num_mp_; }      ///< model-parallel ranks per stage (1 without that axis)
-  bool is_first_stage() const { return stage_id_ == 0; }             ///< stage 0
+  int get_stage_id() const { return stage_id_; }                    ///< this rank's pipeline stage
+  int get_data_parallel_id() const { return data_parallel_id_; }    ///< this rank's replica index
+  int get_pipe_parallel_world_size() const { return num_stages_; }  ///< number of stages
+  int get_data_parallel_world_size() const { return num_dp_; }      ///< number of replicas
+  /// Model-parallel ranks per stage (1 without that axis)
+  int get_model_parallel_world_size() const { return num_mp_; }
+  bool is_first_stage() const { return stage_id_ == 0; }               ///< stage 0
   bool is_last_stage() const { return stage_id_ == num_stages_ - 1; }  ///< the last stage
   /// The ranks of this rank's replica across stages (same data and model index), ordered by stage.
   const distributed::Group& get_pipe_parallel_group() const { return pp_group_; }

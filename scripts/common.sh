@@ -7,7 +7,7 @@ JOBS="${STRATA_JOBS:-$(nproc)}"
 
 # Packages every build needs.
 REQUIRED_PACKAGES=(build-essential cmake libeigen3-dev libgtest-dev libbenchmark-dev libopenmpi-dev openmpi-bin
-  zlib1g-dev nlohmann-json3-dev dataset-fashion-mnist python3)
+  zlib1g-dev nlohmann-json3-dev dataset-fashion-mnist python3 clang-format git)
 
 sudo_if_needed() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi

@@ -13,13 +13,13 @@
 
 /// Declares member `name_` of type T with a reader name() and a chaining writer name(value). Reads
 /// are name(), writes name(value); the macro leaves the class in `private:`.
-#define STRATA_ARG(T, name)                                           \
- public:                                                              \
-  auto name(const T& value)->decltype(*this) {                        \
-    name##_ = value;                                                  \
-    return *this;                                                     \
-  }                                                                   \
-  const T& name() const noexcept { return name##_; }                  \
-                                                                      \
- private:                                                             \
+#define STRATA_ARG(T, name)                          \
+ public:                                             \
+  auto name(const T& value)->decltype(*this) {       \
+    name##_ = value;                                 \
+    return *this;                                    \
+  }                                                  \
+  const T& name() const noexcept { return name##_; } \
+                                                     \
+ private:                                            \
   T name##_

@@ -21,8 +21,8 @@ void check_sizes(IntArrayRef sizes, const char* op) {
 
 Tensor finish(Tensor t, const TensorOptions& options) {
   if (options.requires_grad()) {
-    STRATA_CHECK(t.is_floating_point(), "requires_grad: only tensors of floating point dtype can require gradients, got ",
-                 t.dtype());
+    STRATA_CHECK(t.is_floating_point(),
+                 "requires_grad: only tensors of floating point dtype can require gradients, got ", t.dtype());
     t.requires_grad_(true);
   }
   return t;

@@ -18,7 +18,7 @@ namespace strata {
 /// A counter-based random stream: the same seed gives the same numbers on every run and thread count.
 class Generator {
  public:
-  explicit Generator(uint64_t seed = 67280421310721ULL) : seed_(seed) {}  ///< a stream starting at seed
+  explicit Generator(uint64_t seed = 67280421310721ULL) : seed_(seed) {}        ///< a stream starting at seed
   Generator(const Generator& o) : seed_(o.seed_), offset_(o.offset_.load()) {}  ///< a copy of the stream state
   /// Takes o's seed and position: drawing continues exactly where o's stream stands.
   Generator& operator=(const Generator& o) {
@@ -26,7 +26,11 @@ class Generator {
     offset_ = o.offset_.load();
     return *this;
   }
-  void manual_seed(uint64_t seed) { seed_ = seed; offset_ = 0; }  ///< restarts the stream at seed
+  /// Restarts the stream at seed
+  void manual_seed(uint64_t seed) {
+    seed_ = seed;
+    offset_ = 0;
+  }
   uint64_t seed() const { return seed_; }  ///< the current seed
   /// Reserves n values of the stream and returns the offset of the first; kernels hash (seed, offset + i).
   /// Safe to call from several threads (each call gets its own range).

@@ -16,15 +16,15 @@ namespace strata {
 /// Element type of a tensor.
 enum class ScalarType : int8_t { Bool, Long, Float, Double, Half, BFloat16 };
 
-constexpr ScalarType kBool = ScalarType::Bool;       ///< bool, one byte
-constexpr ScalarType kLong = ScalarType::Long;       ///< int64_t
-constexpr ScalarType kInt64 = ScalarType::Long;      ///< int64_t
-constexpr ScalarType kFloat = ScalarType::Float;     ///< float
-constexpr ScalarType kFloat32 = ScalarType::Float;   ///< float
-constexpr ScalarType kDouble = ScalarType::Double;   ///< double
-constexpr ScalarType kFloat64 = ScalarType::Double;  ///< double
-constexpr ScalarType kHalf = ScalarType::Half;       ///< IEEE binary16 (strata::Half)
-constexpr ScalarType kFloat16 = ScalarType::Half;    ///< IEEE binary16 (strata::Half)
+constexpr ScalarType kBool = ScalarType::Bool;          ///< bool, one byte
+constexpr ScalarType kLong = ScalarType::Long;          ///< int64_t
+constexpr ScalarType kInt64 = ScalarType::Long;         ///< int64_t
+constexpr ScalarType kFloat = ScalarType::Float;        ///< float
+constexpr ScalarType kFloat32 = ScalarType::Float;      ///< float
+constexpr ScalarType kDouble = ScalarType::Double;      ///< double
+constexpr ScalarType kFloat64 = ScalarType::Double;     ///< double
+constexpr ScalarType kHalf = ScalarType::Half;          ///< IEEE binary16 (strata::Half)
+constexpr ScalarType kFloat16 = ScalarType::Half;       ///< IEEE binary16 (strata::Half)
 constexpr ScalarType kBFloat16 = ScalarType::BFloat16;  ///< bfloat16 (strata::BFloat16)
 /// The number of ScalarTypes, whose values are 0 to kNumScalarTypes - 1 (BFloat16 stays the last one).
 constexpr int kNumScalarTypes = static_cast<int>(ScalarType::BFloat16) + 1;
@@ -34,7 +34,7 @@ constexpr int kNumScalarTypes = static_cast<int>(ScalarType::BFloat16) + 1;
 struct Half {
   uint16_t bits = 0;  ///< sign, 5 exponent bits, 10 mantissa bits
   Half() = default;
-  Half(float f) : bits(from_float(f)) {}  ///< rounds f to the nearest Half (overflow gives inf)
+  Half(float f) : bits(from_float(f)) {}             ///< rounds f to the nearest Half (overflow gives inf)
   operator float() const { return to_float(bits); }  ///< the exact float value
 
   /// The bits of the Half nearest to f (ties to even; NaN stays NaN).
@@ -42,9 +42,9 @@ struct Half {
     const uint32_t x = std::bit_cast<uint32_t>(f);
     const auto sign = static_cast<uint16_t>((x >> 16) & 0x8000);
     const uint32_t mag = x & 0x7fffffff;
-    if (mag > 0x7f800000) return sign | 0x7e00;  // NaN
+    if (mag > 0x7f800000) return sign | 0x7e00;   // NaN
     if (mag >= 0x477ff000) return sign | 0x7c00;  // 65520 and above round to inf
-    if (mag < 0x38800000)  // below 2^-14: a subnormal Half, counted in units of 2^-24
+    if (mag < 0x38800000)                         // below 2^-14: a subnormal Half, counted in units of 2^-24
       return sign | static_cast<uint16_t>(std::nearbyint(std::bit_cast<float>(mag) * 16777216.0f));
     const uint32_t rebiased = mag - (112u << 23);  // exponent bias 127 -> 15
     return sign | static_cast<uint16_t>((rebiased + 0xfff + ((rebiased >> 13) & 1)) >> 13);
@@ -81,11 +81,15 @@ struct BFloat16 {
 /// Bytes per element.
 constexpr size_t element_size(ScalarType t) {
   switch (t) {
-    case kBool: return 1;
+    case kBool:
+      return 1;
     case kHalf:
-    case kBFloat16: return 2;
-    case kFloat: return 4;
-    default: return 8;
+    case kBFloat16:
+      return 2;
+    case kFloat:
+      return 4;
+    default:
+      return 8;
   }
 }
 /// True for float32, float64, float16 and bfloat16.
@@ -96,7 +100,9 @@ constexpr bool is_reduced_floating_point(ScalarType t) { return t == kHalf || t 
 /// Bool < Long < the floats; Half with BFloat16 gives Float.
 constexpr ScalarType promote_types(ScalarType a, ScalarType b) {
   if (a == b) return a;
-  auto rank = [](ScalarType t) { return t == kBool ? 0 : t == kLong ? 1 : is_reduced_floating_point(t) ? 2 : t == kFloat ? 3 : 4; };
+  auto rank = [](ScalarType t) {
+    return t == kBool ? 0 : t == kLong ? 1 : is_reduced_floating_point(t) ? 2 : t == kFloat ? 3 : 4;
+  };
   if (rank(a) == 2 && rank(b) == 2) return kFloat;
   return rank(a) >= rank(b) ? a : b;
 }
@@ -106,25 +112,49 @@ const char* to_string(ScalarType t);
 std::ostream& operator<<(std::ostream& os, ScalarType t);
 
 /// The ScalarType of a C++ element type.
-template <class T> constexpr ScalarType scalar_type_of();
-template <> constexpr ScalarType scalar_type_of<bool>() { return kBool; }
-template <> constexpr ScalarType scalar_type_of<int64_t>() { return kLong; }
-template <> constexpr ScalarType scalar_type_of<float>() { return kFloat; }
-template <> constexpr ScalarType scalar_type_of<double>() { return kDouble; }
-template <> constexpr ScalarType scalar_type_of<Half>() { return kHalf; }
-template <> constexpr ScalarType scalar_type_of<BFloat16>() { return kBFloat16; }
+template <class T>
+constexpr ScalarType scalar_type_of();
+template <>
+constexpr ScalarType scalar_type_of<bool>() {
+  return kBool;
+}
+template <>
+constexpr ScalarType scalar_type_of<int64_t>() {
+  return kLong;
+}
+template <>
+constexpr ScalarType scalar_type_of<float>() {
+  return kFloat;
+}
+template <>
+constexpr ScalarType scalar_type_of<double>() {
+  return kDouble;
+}
+template <>
+constexpr ScalarType scalar_type_of<Half>() {
+  return kHalf;
+}
+template <>
+constexpr ScalarType scalar_type_of<BFloat16>() {
+  return kBFloat16;
+}
 
 /// Calls f.template operator()<T>() with T the C++ type of `t`, for code that does arithmetic on the
 /// host: bool, int64_t, float or double. Half and BFloat16 throw (CPU tensors of those are converted only).
 template <class F>
 decltype(auto) visit_dtype(ScalarType t, F&& f) {
   switch (t) {
-    case kBool: return f.template operator()<bool>();
-    case kLong: return f.template operator()<int64_t>();
-    case kFloat: return f.template operator()<float>();
-    case kDouble: return f.template operator()<double>();
+    case kBool:
+      return f.template operator()<bool>();
+    case kLong:
+      return f.template operator()<int64_t>();
+    case kFloat:
+      return f.template operator()<float>();
+    case kDouble:
+      return f.template operator()<double>();
     case kHalf:
-    case kBFloat16: break;
+    case kBFloat16:
+      break;
   }
   STRATA_CHECK(false, "CPU kernels do not support ", t,
                " tensors beyond copies and conversions: compute on CUDA or convert with .to(kFloat) first");

@@ -38,8 +38,8 @@ template <class... Args>
   } while (0)
 
 /// For strata's own invariants: a failure is a bug in strata, not in the caller's input.
-#define STRATA_INTERNAL_ASSERT(cond)                                                           \
-  do {                                                                                         \
-    if (!(cond)) [[unlikely]]                                                                  \
+#define STRATA_INTERNAL_ASSERT(cond)                                                               \
+  do {                                                                                             \
+    if (!(cond)) [[unlikely]]                                                                      \
       ::strata::detail::throw_error(__FILE__, __LINE__, "internal error, please report: ", #cond); \
   } while (0)

@@ -175,8 +175,8 @@ inline void check_matmul_operands(const Tensor& a, const Tensor& c, const Tensor
   STRATA_CHECK(a.size(0) == B && c.size(0) == B && a.size(1) == M && c.size(1) == a.size(2) && c.size(2) == N,
                "matmul: shapes ", a.sizes(), " and ", c.sizes(), " do not multiply into ", out.sizes());
   STRATA_CHECK(out.is_contiguous(), "matmul: expected a contiguous output");
-  STRATA_CHECK(a.dtype() == out.dtype() && c.dtype() == out.dtype(), "matmul: expected operands of dtype ",
-               out.dtype(), ", got ", a.dtype(), " and ", c.dtype());
+  STRATA_CHECK(a.dtype() == out.dtype() && c.dtype() == out.dtype(), "matmul: expected operands of dtype ", out.dtype(),
+               ", got ", a.dtype(), " and ", c.dtype());
 }
 
 }  // namespace strata

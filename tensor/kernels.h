@@ -23,7 +23,21 @@ namespace strata {
 enum class UnaryOp : int8_t { Neg, Exp, Log, Sqrt, Rsqrt, Abs, Tanh, Sigmoid, Relu, Sign, Erf, LogicalNot };
 /// Elementwise functions of two tensors; comparisons and logical ops write bool.
 enum class BinaryOp : int8_t {
-  Add, Sub, Mul, Div, Pow, Maximum, Minimum, Eq, Ne, Lt, Le, Gt, Ge, LogicalAnd, LogicalOr
+  Add,
+  Sub,
+  Mul,
+  Div,
+  Pow,
+  Maximum,
+  Minimum,
+  Eq,
+  Ne,
+  Lt,
+  Le,
+  Gt,
+  Ge,
+  LogicalAnd,
+  LogicalOr
 };
 /// The op's name as kernel errors show it: "neg", "exp", ...
 const char* to_string(UnaryOp op);
@@ -32,11 +46,22 @@ const char* to_string(BinaryOp op);
 /// True for the comparisons and logical ops, which write bool.
 constexpr bool writes_bool(BinaryOp op) {
   switch (op) {  // no default: a new op must be placed here
-    case BinaryOp::Add: case BinaryOp::Sub: case BinaryOp::Mul: case BinaryOp::Div: case BinaryOp::Pow:
-    case BinaryOp::Maximum: case BinaryOp::Minimum:
+    case BinaryOp::Add:
+    case BinaryOp::Sub:
+    case BinaryOp::Mul:
+    case BinaryOp::Div:
+    case BinaryOp::Pow:
+    case BinaryOp::Maximum:
+    case BinaryOp::Minimum:
       return false;
-    case BinaryOp::Eq: case BinaryOp::Ne: case BinaryOp::Lt: case BinaryOp::Le: case BinaryOp::Gt: case BinaryOp::Ge:
-    case BinaryOp::LogicalAnd: case BinaryOp::LogicalOr:
+    case BinaryOp::Eq:
+    case BinaryOp::Ne:
+    case BinaryOp::Lt:
+    case BinaryOp::Le:
+    case BinaryOp::Gt:
+    case BinaryOp::Ge:
+    case BinaryOp::LogicalAnd:
+    case BinaryOp::LogicalOr:
       return true;
   }
   return false;
@@ -52,11 +77,13 @@ class Kernels {
   virtual ~Kernels() = default;
   /// Memory on `device` (its index picks the GPU), 64-byte aligned; on CUDA ordered on the device's current stream.
   virtual void* allocate(Device device, size_t nbytes) const = 0;
-  virtual void deallocate(Device device, void* p, size_t nbytes) const = 0;  ///< frees allocate(device, nbytes)'s memory
+  /// Frees allocate(device, nbytes)'s memory
+  virtual void deallocate(Device device, void* p, size_t nbytes) const = 0;
   /// dst = src, converting dtype; same sizes. src and dst may be on different devices: copy_kernels_for picks the table.
   virtual void copy(const Tensor& src, const Tensor& dst) const = 0;
   virtual void fill(const Tensor& dst, double value) const = 0;  ///< every element of dst = value
-  virtual void unary(UnaryOp op, const Tensor& in, const Tensor& out) const = 0;  ///< out = op(in); LogicalNot writes bool
+  /// Out = op(in); LogicalNot writes bool
+  virtual void unary(UnaryOp op, const Tensor& in, const Tensor& out) const = 0;
   /// out = op(a, b); a and b share dtype and out's sizes; comparisons and logical ops write bool.
   virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) const = 0;
   /// out = a + alpha * b in one pass (add and sub with alpha, optimizer updates); operands as for binary.

@@ -29,7 +29,8 @@ STRATA_HOST_DEVICE constexpr uint64_t mix64(uint64_t z) {
 struct Stream {
   uint64_t key;  ///< mix64(seed + lane * kLane)
   STRATA_HOST_DEVICE Stream(uint64_t seed, uint64_t lane) : key(mix64(seed + lane * kLane)) {}
-  STRATA_HOST_DEVICE uint64_t operator()(uint64_t c) const { return mix64(key + (c + 1) * kGolden); }  ///< bits of counter c
+  /// Bits of counter c
+  STRATA_HOST_DEVICE uint64_t operator()(uint64_t c) const { return mix64(key + (c + 1) * kGolden); }
 };
 
 }  // namespace strata::random_stream

@@ -27,15 +27,14 @@ class Scalar {
   Scalar(B v) : kind_(Kind::Bool), i_(v) {}
   /// Any integer type: stored as int64.
   template <std::integral I>
-    requires(!std::same_as<I, bool>)
-  Scalar(I v) : kind_(Kind::Integral), i_(static_cast<int64_t>(v)) {}
+  requires(!std::same_as<I, bool>) Scalar(I v) : kind_(Kind::Integral), i_(static_cast<int64_t>(v)) {}
   /// float or double: stored as double.
   template <std::floating_point F>
   Scalar(F v) : kind_(Kind::Floating), d_(static_cast<double>(v)) {}
 
   bool isFloatingPoint() const { return kind_ == Kind::Floating; }  ///< made from float or double
-  bool isIntegral() const { return kind_ == Kind::Integral; }  ///< made from an integer type (not bool)
-  bool isBoolean() const { return kind_ == Kind::Bool; }  ///< made from bool
+  bool isIntegral() const { return kind_ == Kind::Integral; }       ///< made from an integer type (not bool)
+  bool isBoolean() const { return kind_ == Kind::Bool; }            ///< made from bool
   /// The value converted to T (bool, int64_t, float, double, ...), as static_cast would.
   template <class T>
   T to() const {

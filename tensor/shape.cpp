@@ -93,8 +93,8 @@ DimVector broadcast_shapes(IntArrayRef a, IntArrayRef b, const char* op) {
   for (size_t i = 0; i < n; ++i) {
     const int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
     const int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
-    STRATA_CHECK(da == db || da == 1 || db == 1, op, ": shapes ", a, " and ", b,
-                 " cannot be broadcast together (size ", da, " vs ", db, " at dim ", i, ")");
+    STRATA_CHECK(da == db || da == 1 || db == 1, op, ": shapes ", a, " and ", b, " cannot be broadcast together (size ",
+                 da, " vs ", db, " at dim ", i, ")");
     out[i] = da == 1 ? db : da;
   }
   return out;

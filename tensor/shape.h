@@ -18,22 +18,22 @@ namespace strata {
 class IntArrayRef {
  public:
   IntArrayRef() = default;
-  IntArrayRef(const int64_t& one) : data_(&one), size_(1) {}  ///< a single value
+  IntArrayRef(const int64_t& one) : data_(&one), size_(1) {}                   ///< a single value
   IntArrayRef(const int64_t* data, size_t size) : data_(data), size_(size) {}  ///< pointer and length
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Winit-list-lifetime"  // borrowing a braced list for one call is the intent
   IntArrayRef(std::initializer_list<int64_t> l) : data_(l.begin()), size_(l.size()) {}  ///< a braced list
 #pragma GCC diagnostic pop
   IntArrayRef(const std::vector<int64_t>& v) : data_(v.data()), size_(v.size()) {}  ///< a vector
-  const int64_t* data() const { return data_; }  ///< first element
-  size_t size() const { return size_; }          ///< number of values
-  bool empty() const { return size_ == 0; }      ///< true when there are no values
-  const int64_t* begin() const { return data_; }  ///< iterator to the first value
-  const int64_t* end() const { return data_ + size_; }  ///< iterator past the last value
-  int64_t operator[](size_t i) const { return data_[i]; }  ///< unchecked element access
-  int64_t back() const { return data_[size_ - 1]; }  ///< last value
-  std::vector<int64_t> vec() const { return {begin(), end()}; }  ///< an owning copy
-  bool operator==(IntArrayRef o) const;  ///< element-wise equality
+  const int64_t* data() const { return data_; }                                     ///< first element
+  size_t size() const { return size_; }                                             ///< number of values
+  bool empty() const { return size_ == 0; }                                         ///< true when there are no values
+  const int64_t* begin() const { return data_; }                                    ///< iterator to the first value
+  const int64_t* end() const { return data_ + size_; }                              ///< iterator past the last value
+  int64_t operator[](size_t i) const { return data_[i]; }                           ///< unchecked element access
+  int64_t back() const { return data_[size_ - 1]; }                                 ///< last value
+  std::vector<int64_t> vec() const { return {begin(), end()}; }                     ///< an owning copy
+  bool operator==(IntArrayRef o) const;                                             ///< element-wise equality
 
  private:
   const int64_t* data_ = nullptr;
@@ -47,31 +47,34 @@ class DimVector {
  public:
   static constexpr size_t kInline = 6;
   DimVector() = default;
-  explicit DimVector(size_t n, int64_t value = 0) { resize(n, value); }  ///< n copies of value
-  DimVector(IntArrayRef a) { assign(a); }  ///< copies a
+  explicit DimVector(size_t n, int64_t value = 0) { resize(n, value); }    ///< n copies of value
+  DimVector(IntArrayRef a) { assign(a); }                                  ///< copies a
   DimVector(std::initializer_list<int64_t> l) { assign(IntArrayRef(l)); }  ///< copies the list
   DimVector(const DimVector& o) { assign(o); }
-  DimVector& operator=(const DimVector& o) { if (this != &o) assign(o); return *this; }
+  DimVector& operator=(const DimVector& o) {
+    if (this != &o) assign(o);
+    return *this;
+  }
   DimVector(DimVector&& o) noexcept { *this = std::move(o); }
   DimVector& operator=(DimVector&& o) noexcept;
   operator IntArrayRef() const { return {data(), size_}; }  ///< borrow as IntArrayRef
 
-  size_t size() const { return size_; }  ///< number of values
-  bool empty() const { return size_ == 0; }  ///< true when there are no values
-  int64_t* data() { return size_ > kInline ? heap_.data() : inline_; }  ///< first value
+  size_t size() const { return size_; }                                             ///< number of values
+  bool empty() const { return size_ == 0; }                                         ///< true when there are no values
+  int64_t* data() { return size_ > kInline ? heap_.data() : inline_; }              ///< first value
   const int64_t* data() const { return size_ > kInline ? heap_.data() : inline_; }  ///< first value
-  int64_t* begin() { return data(); }  ///< iterator to the first value
-  int64_t* end() { return data() + size_; }  ///< iterator past the last value
-  const int64_t* begin() const { return data(); }  ///< iterator to the first value
-  const int64_t* end() const { return data() + size_; }  ///< iterator past the last value
-  int64_t& operator[](size_t i) { return data()[i]; }  ///< unchecked element access
-  int64_t operator[](size_t i) const { return data()[i]; }  ///< unchecked element access
-  int64_t& back() { return data()[size_ - 1]; }  ///< last value
-  void resize(size_t n, int64_t value = 0);  ///< grows with `value` or shrinks
-  void push_back(int64_t v) { resize(size_ + 1, v); }  ///< appends one value
-  void insert(size_t pos, int64_t v);  ///< inserts v before index pos
-  void erase(size_t pos);  ///< removes the value at index pos
-  std::vector<int64_t> vec() const { return {begin(), end()}; }  ///< an owning std::vector copy
+  int64_t* begin() { return data(); }                                               ///< iterator to the first value
+  int64_t* end() { return data() + size_; }                                         ///< iterator past the last value
+  const int64_t* begin() const { return data(); }                                   ///< iterator to the first value
+  const int64_t* end() const { return data() + size_; }                             ///< iterator past the last value
+  int64_t& operator[](size_t i) { return data()[i]; }                               ///< unchecked element access
+  int64_t operator[](size_t i) const { return data()[i]; }                          ///< unchecked element access
+  int64_t& back() { return data()[size_ - 1]; }                                     ///< last value
+  void resize(size_t n, int64_t value = 0);                                         ///< grows with `value` or shrinks
+  void push_back(int64_t v) { resize(size_ + 1, v); }                               ///< appends one value
+  void insert(size_t pos, int64_t v);                                               ///< inserts v before index pos
+  void erase(size_t pos);                                                           ///< removes the value at index pos
+  std::vector<int64_t> vec() const { return {begin(), end()}; }                     ///< an owning std::vector copy
   bool operator==(const DimVector& o) const { return IntArrayRef(*this) == IntArrayRef(o); }
 
  private:

@@ -9,12 +9,18 @@ namespace strata {
 
 const char* to_string(ScalarType t) {
   switch (t) {
-    case kBool: return "Bool";
-    case kLong: return "Long";
-    case kFloat: return "Float";
-    case kDouble: return "Double";
-    case kHalf: return "Half";
-    case kBFloat16: return "BFloat16";
+    case kBool:
+      return "Bool";
+    case kLong:
+      return "Long";
+    case kFloat:
+      return "Float";
+    case kDouble:
+      return "Double";
+    case kHalf:
+      return "Half";
+    case kBFloat16:
+      return "BFloat16";
   }
   return "Unknown";
 }
@@ -75,24 +81,31 @@ void print_dim(std::ostream& os, const Tensor& t, int64_t d, int64_t offset, boo
     if (summarize && n > 2 * edge && i == edge) {
       os << "...";
       i = n - edge - 1;
-      if (d + 1 == t.dim()) os << ", ";
-      else os << ",\n" << std::string(indent + 1, ' ');
+      if (d + 1 == t.dim())
+        os << ", ";
+      else
+        os << ",\n" << std::string(indent + 1, ' ');
       continue;
     }
     const int64_t off = offset + i * t.stride(d);
     if (d + 1 == t.dim()) {
       visit_all_dtypes(t.dtype(), [&]<class T>() {
         const T v = static_cast<const T*>(t.impl().storage->data)[off];
-        if constexpr (std::is_same_v<T, bool>) os << (v ? "True" : "False");
-        else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) os << static_cast<float>(v);
-        else os << v;
+        if constexpr (std::is_same_v<T, bool>)
+          os << (v ? "True" : "False");
+        else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
+          os << static_cast<float>(v);
+        else
+          os << v;
       });
     } else {
       print_dim(os, t, d + 1, off, summarize, indent + 1);
     }
     if (i + 1 < n) {
-      if (d + 1 == t.dim()) os << ", ";
-      else os << ",\n" << std::string(indent + 1, ' ');
+      if (d + 1 == t.dim())
+        os << ", ";
+      else
+        os << ",\n" << std::string(indent + 1, ' ');
     }
   }
   os << ']';
@@ -115,8 +128,10 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   if (t.dim() == 0) {
     visit_all_dtypes(t.dtype(), [&]<class T>() {
       const T v = static_cast<const T*>(t.impl().storage->data)[t.storage_offset()];
-      if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) os << static_cast<float>(v);
-      else os << v;
+      if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
+        os << static_cast<float>(v);
+      else
+        os << v;
     });
   } else {
     print_dim(os, t, 0, t.storage_offset(), t.numel() > 1000, 7);
@@ -133,7 +148,7 @@ const char* to_string(UnaryOp op) {
 }
 
 const char* to_string(BinaryOp op) {
-  static constexpr const char* kNames[] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq",
+  static constexpr const char* kNames[] = {"add", "sub", "mul", "div", "pow", "maximum",     "minimum",   "eq",
                                            "ne",  "lt",  "le",  "gt",  "ge",  "logical_and", "logical_or"};
   return kNames[static_cast<int>(op)];
 }

@@ -31,15 +31,17 @@ using tensor_list = std::vector<Tensor>;  ///< a list of tensors, as in libtorch
 
 /// Memory shared by a tensor and all its views; freed with the last of them.
 struct Storage {
-  void* data = nullptr;                  ///< first byte
-  size_t nbytes = 0;                     ///< size in bytes
-  Device device;                         ///< where the bytes live
-  std::function<void(void*)> deleter;    ///< frees `data`; empty for memory strata does not own
-  uint32_t version = 0;                  ///< bumped by every in-place write (see autograd's SavedVariable)
+  void* data = nullptr;                ///< first byte
+  size_t nbytes = 0;                   ///< size in bytes
+  Device device;                       ///< where the bytes live
+  std::function<void(void*)> deleter;  ///< frees `data`; empty for memory strata does not own
+  uint32_t version = 0;                ///< bumped by every in-place write (see autograd's SavedVariable)
   Storage() = default;
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
-  ~Storage() { if (deleter) deleter(data); }
+  ~Storage() {
+    if (deleter) deleter(data);
+  }
 };
 
 /// Base of the autograd state a tensor may carry; defined by the autograd layer.
@@ -64,14 +66,30 @@ struct TensorImpl {
 class TensorOptions {
  public:
   TensorOptions() = default;
-  TensorOptions(ScalarType t) : dtype_(t) {}  ///< implicit, as in libtorch: zeros({2}, kLong)
+  TensorOptions(ScalarType t) : dtype_(t) {}                  ///< implicit, as in libtorch: zeros({2}, kLong)
   TensorOptions(Device d) : device_(d), has_device_(true) {}  ///< implicit: zeros({2}, Device(kCPU))
-  TensorOptions dtype(ScalarType t) const { auto o = *this; o.dtype_ = t; return o; }  ///< with element type t
-  TensorOptions device(Device d) const { auto o = *this; o.device_ = d; o.has_device_ = true; return o; }  ///< with device d
-  TensorOptions requires_grad(bool r) const { auto o = *this; o.requires_grad_ = r; return o; }  ///< with requires_grad r
+  /// With element type t
+  TensorOptions dtype(ScalarType t) const {
+    auto o = *this;
+    o.dtype_ = t;
+    return o;
+  }
+  /// With device d
+  TensorOptions device(Device d) const {
+    auto o = *this;
+    o.device_ = d;
+    o.has_device_ = true;
+    return o;
+  }
+  /// With requires_grad r
+  TensorOptions requires_grad(bool r) const {
+    auto o = *this;
+    o.requires_grad_ = r;
+    return o;
+  }
   ScalarType dtype() const { return dtype_.value_or(kFloat); }  ///< element type (default float32)
-  bool has_dtype() const { return dtype_.has_value(); }  ///< whether dtype was set explicitly
-  bool has_device() const { return has_device_; }  ///< whether device was set explicitly
+  bool has_dtype() const { return dtype_.has_value(); }         ///< whether dtype was set explicitly
+  bool has_device() const { return has_device_; }               ///< whether device was set explicitly
   /// These options with the dtype and device of `like` filling what was not set, as *_like factories do.
   TensorOptions merged_with(ScalarType like_dtype, Device like_device) const {
     auto o = *this;
@@ -79,7 +97,7 @@ class TensorOptions {
     if (!has_device_) o.device_ = like_device;
     return o;
   }
-  Device device() const { return device_; }  ///< device (default CPU)
+  Device device() const { return device_; }              ///< device (default CPU)
   bool requires_grad() const { return requires_grad_; }  ///< whether factories return leaves that require grad
 
  private:
@@ -105,55 +123,64 @@ class Tensor {
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}  ///< wraps an impl
 
   // ---- metadata ----
-  bool defined() const { return impl_ != nullptr; }  ///< false for a default-constructed Tensor
-  IntArrayRef sizes() const { return impl().sizes; }  ///< extent of each dim
+  bool defined() const { return impl_ != nullptr; }       ///< false for a default-constructed Tensor
+  IntArrayRef sizes() const { return impl().sizes; }      ///< extent of each dim
   IntArrayRef strides() const { return impl().strides; }  ///< elements to step per dim
-  int64_t size(int64_t dim) const;  ///< extent of one dim (negative counts from the end)
-  int64_t stride(int64_t dim) const;  ///< stride of one dim (negative counts from the end)
+  int64_t size(int64_t dim) const;                        ///< extent of one dim (negative counts from the end)
+  int64_t stride(int64_t dim) const;                      ///< stride of one dim (negative counts from the end)
   int64_t dim() const { return static_cast<int64_t>(impl().sizes.size()); }  ///< number of dims
-  int64_t numel() const { return impl().numel; }  ///< number of elements
-  ScalarType dtype() const { return impl().dtype; }  ///< element type
-  ScalarType scalar_type() const { return impl().dtype; }  ///< element type (libtorch's other name)
-  Device device() const { return impl().storage->device; }  ///< where the data lives
-  TensorOptions options() const { return TensorOptions(dtype()).device(device()); }  ///< dtype and device of this tensor
+  int64_t numel() const { return impl().numel; }                             ///< number of elements
+  ScalarType dtype() const { return impl().dtype; }                          ///< element type
+  ScalarType scalar_type() const { return impl().dtype; }                    ///< element type (libtorch's other name)
+  Device device() const { return impl().storage->device; }                   ///< where the data lives
+  /// Dtype and device of this tensor
+  TensorOptions options() const { return TensorOptions(dtype()).device(device()); }
   int64_t storage_offset() const { return impl().offset; }  ///< first element's offset in storage, in elements
   size_t element_size() const { return strata::element_size(dtype()); }  ///< bytes per element
-  size_t nbytes() const { return numel() * element_size(); }  ///< numel() * element_size()
-  bool is_contiguous() const;  ///< row-major dense layout
-  bool is_floating_point() const { return strata::is_floating_point(dtype()); }  ///< float16, bfloat16, float32 or float64
-  bool is_cpu() const { return device().is_cpu(); }  ///< data in host memory
-  bool is_cuda() const { return device().type == kCUDA; }  ///< data in a GPU's memory
-  bool is_same(const Tensor& o) const { return impl_ == o.impl_; }  ///< same handle target
+  size_t nbytes() const { return numel() * element_size(); }             ///< numel() * element_size()
+  bool is_contiguous() const;                                            ///< row-major dense layout
+  /// Float16, bfloat16, float32 or float64
+  bool is_floating_point() const { return strata::is_floating_point(dtype()); }
+  bool is_cpu() const { return device().is_cpu(); }                                       ///< data in host memory
+  bool is_cuda() const { return device().type == kCUDA; }                                 ///< data in a GPU's memory
+  bool is_same(const Tensor& o) const { return impl_ == o.impl_; }                        ///< same handle target
   bool is_alias_of(const Tensor& o) const { return impl().storage == o.impl().storage; }  ///< shares storage with o
   uint32_t _version() const { return impl().storage->version; }  ///< in-place write counter of the storage
-  void* data_ptr() const;  ///< address of the first element
-  template <class T> T* data_ptr() const;  ///< typed address of the first element; checks the dtype
-  template <class T> T item() const;  ///< the value of a one-element tensor, converted to T
-  TensorImpl& impl() const { STRATA_CHECK(impl_, "tensor is undefined"); return *impl_; }  ///< the shared state
+  void* data_ptr() const;                                        ///< address of the first element
+  template <class T>
+  T* data_ptr() const;  ///< typed address of the first element; checks the dtype
+  template <class T>
+  T item() const;  ///< the value of a one-element tensor, converted to T
+  /// The shared state
+  TensorImpl& impl() const {
+    STRATA_CHECK(impl_, "tensor is undefined");
+    return *impl_;
+  }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }  ///< the shared state's owner
 
   // ---- autograd (autograd/variable.cpp) ----
-  bool requires_grad() const;  ///< whether gradients flow to this tensor
+  bool requires_grad() const;             ///< whether gradients flow to this tensor
   Tensor& requires_grad_(bool r = true);  ///< makes a leaf require grad (or not); returns *this
-  Tensor& set_requires_grad(bool r);  ///< same as requires_grad_
-  const Tensor& grad() const;  ///< accumulated gradient of a leaf (undefined before backward)
-  Tensor& mutable_grad();  ///< the gradient slot, for assigning or resetting it
+  Tensor& set_requires_grad(bool r);      ///< same as requires_grad_
+  const Tensor& grad() const;             ///< accumulated gradient of a leaf (undefined before backward)
+  Tensor& mutable_grad();                 ///< the gradient slot, for assigning or resetting it
   const std::shared_ptr<autograd::Node>& grad_fn() const;  ///< the node that made this tensor; null for leaves
-  bool is_leaf() const;  ///< true for tensors not produced by a recorded op
-  uint32_t output_nr() const;  ///< which output of grad_fn this tensor is
+  bool is_leaf() const;                                    ///< true for tensors not produced by a recorded op
+  uint32_t output_nr() const;                              ///< which output of grad_fn this tensor is
   /// Backpropagates from this tensor; `gradient` may be omitted for one-element tensors.
   void backward(const Tensor& gradient = {}, std::optional<bool> retain_graph = std::nullopt,
                 bool create_graph = false) const;
   /// Calls f(grad) when this tensor's gradient is computed; f returns a replacement or void. Returns a handle.
-  template <class F> unsigned register_hook(F&& f) const;
+  template <class F>
+  unsigned register_hook(F&& f) const;
   void remove_hook(unsigned handle) const;  ///< removes a hook added by register_hook
   /// Calls f(leaf) after backward accumulated into this leaf's grad(), as torch's hook of that name. Returns a handle.
   unsigned register_post_accumulate_grad_hook(std::function<void(const Tensor&)> f) const;
   void remove_post_accumulate_grad_hook(unsigned handle) const;  ///< removes such a hook
-  void retain_grad() const;  ///< keeps grad() of a non-leaf after backward
-  bool retains_grad() const;  ///< whether retain_grad() was called
-  Tensor detach() const;  ///< shares data, no history, requires_grad false
-  Tensor& detach_();  ///< removes history in place
+  void retain_grad() const;                                      ///< keeps grad() of a non-leaf after backward
+  bool retains_grad() const;                                     ///< whether retain_grad() was called
+  Tensor detach() const;                                         ///< shares data, no history, requires_grad false
+  Tensor& detach_();                                             ///< removes history in place
   /// Makes this tensor use `data`'s storage, shape and dtype, keeping its identity and autograd flags
   /// (as libtorch's set_data; Module::to uses it so that handles to parameters stay valid).
   void set_data(const Tensor& data) const;
@@ -171,134 +198,139 @@ class Tensor {
   Tensor to(const TensorOptions& options, bool non_blocking = false, bool copy = false) const;
   /// other's dtype and device.
   Tensor to(const Tensor& other, bool non_blocking = false, bool copy = false) const;
-  Tensor cpu() const;  ///< to(Device(kCPU))
+  Tensor cpu() const;                 ///< to(Device(kCPU))
   Tensor cuda(int index = -1) const;  ///< to(Device(kCUDA, index)); -1: the current device (cuda::current_device())
-  Tensor clone() const;  ///< a contiguous copy (differentiable)
-  Tensor contiguous() const;  ///< *this if contiguous, else a contiguous copy
-  Tensor& copy_(const Tensor& src);  ///< copies src (broadcast, converted) into this tensor
+  Tensor clone() const;               ///< a contiguous copy (differentiable)
+  Tensor contiguous() const;          ///< *this if contiguous, else a contiguous copy
+  Tensor& copy_(const Tensor& src);   ///< copies src (broadcast, converted) into this tensor
 
   // ---- elementwise (autograd/ops/elementwise.cpp) ----
-  Tensor add(const Tensor& o, Scalar alpha = 1) const;  ///< this + alpha * o
-  Tensor add(Scalar o) const;  ///< this + o
-  Tensor sub(const Tensor& o, Scalar alpha = 1) const;  ///< this - alpha * o
-  Tensor sub(Scalar o) const;  ///< this - o
-  Tensor mul(const Tensor& o) const;  ///< this * o
-  Tensor mul(Scalar o) const;  ///< this * o
-  Tensor div(const Tensor& o) const;  ///< this / o
-  Tensor div(Scalar o) const;  ///< this / o
-  Tensor neg() const;  ///< -this
-  Tensor pow(const Tensor& e) const;  ///< this ** e
-  Tensor pow(Scalar e) const;  ///< this ** e
-  Tensor exp() const;  ///< e ** this
-  Tensor log() const;  ///< natural log
-  Tensor sqrt() const;  ///< square root
-  Tensor rsqrt() const;  ///< 1 / sqrt
-  Tensor abs() const;  ///< absolute value
-  Tensor tanh() const;  ///< hyperbolic tangent
-  Tensor sigmoid() const;  ///< 1 / (1 + e ** -this)
-  Tensor relu() const;  ///< max(this, 0)
+  Tensor add(const Tensor& o, Scalar alpha = 1) const;                                      ///< this + alpha * o
+  Tensor add(Scalar o) const;                                                               ///< this + o
+  Tensor sub(const Tensor& o, Scalar alpha = 1) const;                                      ///< this - alpha * o
+  Tensor sub(Scalar o) const;                                                               ///< this - o
+  Tensor mul(const Tensor& o) const;                                                        ///< this * o
+  Tensor mul(Scalar o) const;                                                               ///< this * o
+  Tensor div(const Tensor& o) const;                                                        ///< this / o
+  Tensor div(Scalar o) const;                                                               ///< this / o
+  Tensor neg() const;                                                                       ///< -this
+  Tensor pow(const Tensor& e) const;                                                        ///< this ** e
+  Tensor pow(Scalar e) const;                                                               ///< this ** e
+  Tensor exp() const;                                                                       ///< e ** this
+  Tensor log() const;                                                                       ///< natural log
+  Tensor sqrt() const;                                                                      ///< square root
+  Tensor rsqrt() const;                                                                     ///< 1 / sqrt
+  Tensor abs() const;                                                                       ///< absolute value
+  Tensor tanh() const;                                                                      ///< hyperbolic tangent
+  Tensor sigmoid() const;                                                                   ///< 1 / (1 + e ** -this)
+  Tensor relu() const;                                                                      ///< max(this, 0)
   Tensor clamp(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt) const;  ///< limits to [min, max]
-  Tensor maximum(const Tensor& o) const;  ///< elementwise max
-  Tensor minimum(const Tensor& o) const;  ///< elementwise min
-  Tensor eq(const Tensor& o) const;  ///< this == o, bool
-  Tensor eq(Scalar o) const;  ///< this == o, bool
-  Tensor ne(const Tensor& o) const;  ///< this != o, bool
-  Tensor ne(Scalar o) const;  ///< this != o, bool
-  Tensor lt(const Tensor& o) const;  ///< this < o, bool
-  Tensor lt(Scalar o) const;  ///< this < o, bool
-  Tensor le(const Tensor& o) const;  ///< this <= o, bool
-  Tensor le(Scalar o) const;  ///< this <= o, bool
-  Tensor gt(const Tensor& o) const;  ///< this > o, bool
-  Tensor gt(Scalar o) const;  ///< this > o, bool
-  Tensor ge(const Tensor& o) const;  ///< this >= o, bool
-  Tensor ge(Scalar o) const;  ///< this >= o, bool
-  Tensor logical_and(const Tensor& o) const;  ///< elementwise and, bool
-  Tensor logical_or(const Tensor& o) const;  ///< elementwise or, bool
-  Tensor logical_not() const;  ///< elementwise not, bool
+  Tensor maximum(const Tensor& o) const;                                                    ///< elementwise max
+  Tensor minimum(const Tensor& o) const;                                                    ///< elementwise min
+  Tensor eq(const Tensor& o) const;                                                         ///< this == o, bool
+  Tensor eq(Scalar o) const;                                                                ///< this == o, bool
+  Tensor ne(const Tensor& o) const;                                                         ///< this != o, bool
+  Tensor ne(Scalar o) const;                                                                ///< this != o, bool
+  Tensor lt(const Tensor& o) const;                                                         ///< this < o, bool
+  Tensor lt(Scalar o) const;                                                                ///< this < o, bool
+  Tensor le(const Tensor& o) const;                                                         ///< this <= o, bool
+  Tensor le(Scalar o) const;                                                                ///< this <= o, bool
+  Tensor gt(const Tensor& o) const;                                                         ///< this > o, bool
+  Tensor gt(Scalar o) const;                                                                ///< this > o, bool
+  Tensor ge(const Tensor& o) const;                                                         ///< this >= o, bool
+  Tensor ge(Scalar o) const;                                                                ///< this >= o, bool
+  Tensor logical_and(const Tensor& o) const;                                                ///< elementwise and, bool
+  Tensor logical_or(const Tensor& o) const;                                                 ///< elementwise or, bool
+  Tensor logical_not() const;                                                               ///< elementwise not, bool
 
   // ---- reductions (autograd/ops/reduce.cpp) ----
-  Tensor sum(std::optional<ScalarType> dtype = std::nullopt) const;  ///< sum of all elements
-  Tensor sum(IntArrayRef dims, bool keepdim = false) const;  ///< sum over dims
-  Tensor mean() const;  ///< mean of all elements
-  Tensor mean(IntArrayRef dims, bool keepdim = false) const;  ///< mean over dims
-  Tensor prod() const;  ///< product of all elements
-  Tensor prod(int64_t dim, bool keepdim = false) const;  ///< product over one dim
-  Tensor max() const;  ///< largest element
+  Tensor sum(std::optional<ScalarType> dtype = std::nullopt) const;         ///< sum of all elements
+  Tensor sum(IntArrayRef dims, bool keepdim = false) const;                 ///< sum over dims
+  Tensor mean() const;                                                      ///< mean of all elements
+  Tensor mean(IntArrayRef dims, bool keepdim = false) const;                ///< mean over dims
+  Tensor prod() const;                                                      ///< product of all elements
+  Tensor prod(int64_t dim, bool keepdim = false) const;                     ///< product over one dim
+  Tensor max() const;                                                       ///< largest element
   std::tuple<Tensor, Tensor> max(int64_t dim, bool keepdim = false) const;  ///< values and indices along dim
-  Tensor min() const;  ///< smallest element
+  Tensor min() const;                                                       ///< smallest element
   std::tuple<Tensor, Tensor> min(int64_t dim, bool keepdim = false) const;  ///< values and indices along dim
   Tensor argmax(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;  ///< index of the largest
   Tensor argmin(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;  ///< index of the smallest
-  Tensor var(IntArrayRef dims = {}, bool unbiased = true, bool keepdim = false) const;  ///< variance (all dims when empty)
+  /// Variance (all dims when empty)
+  Tensor var(IntArrayRef dims = {}, bool unbiased = true, bool keepdim = false) const;
   /// Variance of all elements; only a real bool picks this (x.var({1}) and x.var(1) reduce dim 1).
-  template <class B> requires std::same_as<B, bool>
-  Tensor var(B unbiased) const { return var(IntArrayRef(), unbiased); }
+  template <class B>
+  requires std::same_as<B, bool> Tensor var(B unbiased)
+  const { return var(IntArrayRef(), unbiased); }
   Tensor std(IntArrayRef dims = {}, bool unbiased = true, bool keepdim = false) const;  ///< standard deviation
   /// Standard deviation of all elements; only a real bool picks this.
-  template <class B> requires std::same_as<B, bool>
-  Tensor std(B unbiased) const { return std(IntArrayRef(), unbiased); }
+  template <class B>
+  requires std::same_as<B, bool> Tensor std(B unbiased)
+  const { return std(IntArrayRef(), unbiased); }
   Tensor norm(double p = 2, IntArrayRef dims = {}, bool keepdim = false) const;  ///< p-norm (all dims when empty)
   Tensor logsumexp(IntArrayRef dims, bool keepdim = false) const;  ///< log(sum(exp(this))) computed stably
 
   // ---- linear algebra (autograd/ops/linalg.cpp; transposes and permute: shape.cpp) ----
-  Tensor matmul(const Tensor& o) const;  ///< numpy-style matmul
-  Tensor mm(const Tensor& o) const;  ///< 2-D matrix product
-  Tensor bmm(const Tensor& o) const;  ///< 3-D batched matrix product
-  Tensor t() const;  ///< transpose of a tensor of at most 2 dims
+  Tensor matmul(const Tensor& o) const;            ///< numpy-style matmul
+  Tensor mm(const Tensor& o) const;                ///< 2-D matrix product
+  Tensor bmm(const Tensor& o) const;               ///< 3-D batched matrix product
+  Tensor t() const;                                ///< transpose of a tensor of at most 2 dims
   Tensor transpose(int64_t d0, int64_t d1) const;  ///< swaps two dims (a view)
-  Tensor permute(IntArrayRef dims) const;  ///< reorders dims (a view)
+  Tensor permute(IntArrayRef dims) const;          ///< reorders dims (a view)
 
   // ---- shape (autograd/ops/shape.cpp) ----
   Tensor reshape(IntArrayRef sizes) const;  ///< a view when possible, else a copy; one size may be -1
-  Tensor view(IntArrayRef sizes) const;  ///< a view with new sizes; throws when strides do not allow it
+  Tensor view(IntArrayRef sizes) const;     ///< a view with new sizes; throws when strides do not allow it
   Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;  ///< merges dims start..end
-  Tensor unsqueeze(int64_t dim) const;  ///< inserts a dim of size 1
-  Tensor squeeze() const;  ///< removes all dims of size 1
-  Tensor squeeze(int64_t dim) const;  ///< removes dim if its size is 1
-  Tensor expand(IntArrayRef sizes) const;  ///< broadcasts to sizes (a view, -1 keeps a dim)
-  Tensor expand_as(const Tensor& o) const;  ///< expand(o.sizes())
-  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;  ///< a view of length elements from start
+  Tensor unsqueeze(int64_t dim) const;                                ///< inserts a dim of size 1
+  Tensor squeeze() const;                                             ///< removes all dims of size 1
+  Tensor squeeze(int64_t dim) const;                                  ///< removes dim if its size is 1
+  Tensor expand(IntArrayRef sizes) const;                             ///< broadcasts to sizes (a view, -1 keeps a dim)
+  Tensor expand_as(const Tensor& o) const;                            ///< expand(o.sizes())
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;    ///< a view of length elements from start
+  /// Python-style slice along dim (a view).
   Tensor slice(int64_t dim, std::optional<int64_t> start = std::nullopt, std::optional<int64_t> end = std::nullopt,
-               int64_t step = 1) const;  ///< python-style slice along dim (a view)
-  Tensor select(int64_t dim, int64_t index) const;  ///< removes dim by picking one index (a view)
+               int64_t step = 1) const;
+  Tensor select(int64_t dim, int64_t index) const;                     ///< removes dim by picking one index (a view)
   Tensor operator[](int64_t index) const { return select(0, index); }  ///< select(0, index)
-  tensor_list split(int64_t split_size, int64_t dim = 0) const;  ///< views of split_size along dim
-  tensor_list split(IntArrayRef split_sizes, int64_t dim = 0) const;  ///< views of the given sizes
-  tensor_list chunk(int64_t chunks, int64_t dim = 0) const;  ///< at most `chunks` near-equal views
-  Tensor repeat(IntArrayRef repeats) const;  ///< tiles the tensor
-  Tensor as_strided(IntArrayRef sizes, IntArrayRef strides, std::optional<int64_t> offset = std::nullopt) const;  ///< raw view
+  tensor_list split(int64_t split_size, int64_t dim = 0) const;        ///< views of split_size along dim
+  tensor_list split(IntArrayRef split_sizes, int64_t dim = 0) const;   ///< views of the given sizes
+  tensor_list chunk(int64_t chunks, int64_t dim = 0) const;            ///< at most `chunks` near-equal views
+  Tensor repeat(IntArrayRef repeats) const;                            ///< tiles the tensor
+  /// Raw view
+  Tensor as_strided(IntArrayRef sizes, IntArrayRef strides, std::optional<int64_t> offset = std::nullopt) const;
 
   // ---- indexing (autograd/ops/index.cpp) ----
   Tensor index_select(int64_t dim, const Tensor& index) const;  ///< picks indices along dim
-  Tensor gather(int64_t dim, const Tensor& index) const;  ///< out[i][j] = this[i][index[i][j]] for dim 1
+  Tensor gather(int64_t dim, const Tensor& index) const;        ///< out[i][j] = this[i][index[i][j]] for dim 1
   Tensor scatter_add(int64_t dim, const Tensor& index, const Tensor& src) const;  ///< adds src at index along dim
-  Tensor masked_fill(const Tensor& mask, Scalar value) const;  ///< value where mask, else this
+  Tensor masked_fill(const Tensor& mask, Scalar value) const;                     ///< value where mask, else this
 
   // ---- nn (autograd/ops/nn.cpp) ----
-  Tensor softmax(int64_t dim) const;  ///< exp normalised along dim
+  Tensor softmax(int64_t dim) const;      ///< exp normalised along dim
   Tensor log_softmax(int64_t dim) const;  ///< log of softmax, computed stably
 
   // ---- in place, bumping the version counter (autograd/ops/elementwise.cpp; copy_: shape.cpp) ----
-  Tensor& add_(const Tensor& o, Scalar alpha = 1);  ///< this += alpha * o
-  Tensor& add_(Scalar o);  ///< this += o
-  Tensor& sub_(const Tensor& o, Scalar alpha = 1);  ///< this -= alpha * o
-  Tensor& sub_(Scalar o);  ///< this -= o
-  Tensor& mul_(const Tensor& o);  ///< this *= o
-  Tensor& mul_(Scalar o);  ///< this *= o
-  Tensor& div_(const Tensor& o);  ///< this /= o
-  Tensor& div_(Scalar o);  ///< this /= o
-  Tensor& zero_();  ///< fills with 0
-  Tensor& fill_(Scalar value);  ///< fills with value
+  Tensor& add_(const Tensor& o, Scalar alpha = 1);                                      ///< this += alpha * o
+  Tensor& add_(Scalar o);                                                               ///< this += o
+  Tensor& sub_(const Tensor& o, Scalar alpha = 1);                                      ///< this -= alpha * o
+  Tensor& sub_(Scalar o);                                                               ///< this -= o
+  Tensor& mul_(const Tensor& o);                                                        ///< this *= o
+  Tensor& mul_(Scalar o);                                                               ///< this *= o
+  Tensor& div_(const Tensor& o);                                                        ///< this /= o
+  Tensor& div_(Scalar o);                                                               ///< this /= o
+  Tensor& zero_();                                                                      ///< fills with 0
+  Tensor& fill_(Scalar value);                                                          ///< fills with value
   Tensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);  ///< clamps in place
 
   Tensor& operator+=(const Tensor& o) { return add_(o); }  ///< add_
-  Tensor& operator+=(Scalar o) { return add_(o); }  ///< add_
+  Tensor& operator+=(Scalar o) { return add_(o); }         ///< add_
   Tensor& operator-=(const Tensor& o) { return sub_(o); }  ///< sub_
-  Tensor& operator-=(Scalar o) { return sub_(o); }  ///< sub_
+  Tensor& operator-=(Scalar o) { return sub_(o); }         ///< sub_
   Tensor& operator*=(const Tensor& o) { return mul_(o); }  ///< mul_
-  Tensor& operator*=(Scalar o) { return mul_(o); }  ///< mul_
+  Tensor& operator*=(Scalar o) { return mul_(o); }         ///< mul_
   Tensor& operator/=(const Tensor& o) { return div_(o); }  ///< div_
-  Tensor& operator/=(Scalar o) { return div_(o); }  ///< div_
+  Tensor& operator/=(Scalar o) { return div_(o); }         ///< div_
 
  private:
   unsigned add_hook(std::function<Tensor(const Tensor&)> hook) const;
@@ -306,18 +338,18 @@ class Tensor {
 };
 
 Tensor operator+(const Tensor& a, const Tensor& b);  ///< add
-Tensor operator+(const Tensor& a, Scalar b);  ///< add
-Tensor operator+(Scalar a, const Tensor& b);  ///< add
+Tensor operator+(const Tensor& a, Scalar b);         ///< add
+Tensor operator+(Scalar a, const Tensor& b);         ///< add
 Tensor operator-(const Tensor& a, const Tensor& b);  ///< sub
-Tensor operator-(const Tensor& a, Scalar b);  ///< sub
-Tensor operator-(Scalar a, const Tensor& b);  ///< sub
+Tensor operator-(const Tensor& a, Scalar b);         ///< sub
+Tensor operator-(Scalar a, const Tensor& b);         ///< sub
 Tensor operator*(const Tensor& a, const Tensor& b);  ///< mul
-Tensor operator*(const Tensor& a, Scalar b);  ///< mul
-Tensor operator*(Scalar a, const Tensor& b);  ///< mul
+Tensor operator*(const Tensor& a, Scalar b);         ///< mul
+Tensor operator*(Scalar a, const Tensor& b);         ///< mul
 Tensor operator/(const Tensor& a, const Tensor& b);  ///< div
-Tensor operator/(const Tensor& a, Scalar b);  ///< div
-Tensor operator/(Scalar a, const Tensor& b);  ///< div
-Tensor operator-(const Tensor& a);  ///< neg
+Tensor operator/(const Tensor& a, Scalar b);         ///< div
+Tensor operator/(Scalar a, const Tensor& b);         ///< div
+Tensor operator-(const Tensor& a);                   ///< neg
 
 /// Prints dtype, shape and values, e.g. "tensor([[1, 2], [3, 4]], dtype=Float)".
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
@@ -340,7 +372,10 @@ T Tensor::item() const {
 template <class F>
 unsigned Tensor::register_hook(F&& f) const {
   if constexpr (std::is_void_v<std::invoke_result_t<F, const Tensor&>>) {
-    return add_hook([f = std::forward<F>(f)](const Tensor& g) { f(g); return Tensor(); });
+    return add_hook([f = std::forward<F>(f)](const Tensor& g) {
+      f(g);
+      return Tensor();
+    });
   } else {
     return add_hook(std::function<Tensor(const Tensor&)>(std::forward<F>(f)));
   }

@@ -38,8 +38,7 @@ inline std::vector<double> values(const Tensor& t_any) {
 }
 
 /// Same sizes and every |a - b| <= atol + rtol * |b|; the failure message shows the first mismatch.
-inline ::testing::AssertionResult allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5,
-                                           double atol = 1e-8) {
+inline ::testing::AssertionResult allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8) {
   if (a.sizes() != b.sizes()) {
     std::ostringstream os;
     os << "shapes differ: " << a.sizes() << " vs " << b.sizes();
@@ -55,8 +54,7 @@ inline ::testing::AssertionResult allclose(const Tensor& a, const Tensor& b, dou
 }
 
 /// Checks t's values equal `expected` (row-major) within tolerance, and optionally its sizes.
-inline ::testing::AssertionResult values_are(const Tensor& t, const std::vector<double>& expected,
-                                             double tol = 1e-6) {
+inline ::testing::AssertionResult values_are(const Tensor& t, const std::vector<double>& expected, double tol = 1e-6) {
   auto v = values(t);
   if (v.size() != expected.size())
     return ::testing::AssertionFailure() << "numel " << v.size() << " vs expected " << expected.size();
@@ -148,8 +146,8 @@ using testing::leaf_in;
 
 /// Skips a GPU test with the reason when no CUDA device is visible (CTest reports it as skipped:
 /// tests/CMakeLists.txt matches the message). Use as the first statement of every test that needs a GPU.
-#define STRATA_REQUIRE_CUDA()                                                                   \
-  if (!::strata::cuda::is_available())                                                          \
+#define STRATA_REQUIRE_CUDA()          \
+  if (!::strata::cuda::is_available()) \
   GTEST_SKIP() << "no CUDA device is visible (strata::cuda::device_count() == 0): GPU test skipped"
 
 /// Expects a and b to have equal sizes and close values: EXPECT_ALLCLOSE(a, b) or with (rtol, atol).
@@ -158,33 +156,33 @@ using testing::leaf_in;
 #define EXPECT_VALUES(t, ...) EXPECT_TRUE(::strata::testing::values_are((t), std::vector<double> __VA_ARGS__))
 
 /// Expects `stmt` to throw strata::Error whose message contains `substr`.
-#define EXPECT_THROW_MSG(stmt, substr)                                                         \
-  do {                                                                                         \
-    try {                                                                                      \
-      stmt;                                                                                    \
-      ADD_FAILURE() << "expected strata::Error containing \"" << (substr) << "\"";             \
-    } catch (const ::strata::Error& e) {                                                       \
-      EXPECT_NE(std::string(e.what()).find(substr), std::string::npos)                         \
-          << "message \"" << e.what() << "\" does not contain \"" << (substr) << "\"";         \
-    }                                                                                          \
+#define EXPECT_THROW_MSG(stmt, substr)                                                 \
+  do {                                                                                 \
+    try {                                                                              \
+      stmt;                                                                            \
+      ADD_FAILURE() << "expected strata::Error containing \"" << (substr) << "\"";     \
+    } catch (const ::strata::Error& e) {                                               \
+      EXPECT_NE(std::string(e.what()).find(substr), std::string::npos)                 \
+          << "message \"" << e.what() << "\" does not contain \"" << (substr) << "\""; \
+    }                                                                                  \
   } while (0)
 
 /// Expects gradcheck (float64 central differences) to pass for fn over inputs.
-#define EXPECT_GRADCHECK(fn, ...)                                                              \
-  do {                                                                                         \
-    try {                                                                                      \
-      EXPECT_TRUE(::strata::autograd::gradcheck(fn, __VA_ARGS__));                            \
-    } catch (const ::strata::Error& e) {                                                       \
-      ADD_FAILURE() << e.what();                                                               \
-    }                                                                                          \
+#define EXPECT_GRADCHECK(fn, ...)                                  \
+  do {                                                             \
+    try {                                                          \
+      EXPECT_TRUE(::strata::autograd::gradcheck(fn, __VA_ARGS__)); \
+    } catch (const ::strata::Error& e) {                           \
+      ADD_FAILURE() << e.what();                                   \
+    }                                                              \
   } while (0)
 
 /// Expects gradgradcheck to pass for fn over inputs.
-#define EXPECT_GRADGRADCHECK(fn, ...)                                                          \
-  do {                                                                                         \
-    try {                                                                                      \
-      EXPECT_TRUE(::strata::autograd::gradgradcheck(fn, __VA_ARGS__));                        \
-    } catch (const ::strata::Error& e) {                                                       \
-      ADD_FAILURE() << e.what();                                                               \
-    }                                                                                          \
+#define EXPECT_GRADGRADCHECK(fn, ...)                                  \
+  do {                                                                 \
+    try {                                                              \
+      EXPECT_TRUE(::strata::autograd::gradgradcheck(fn, __VA_ARGS__)); \
+    } catch (const ::strata::Error& e) {                               \
+      ADD_FAILURE() << e.what();                                       \
+    }                                                                  \
   } while (0)

@@ -81,11 +81,15 @@ TEST(Autograd, HooksSeeAndReplaceGradients) {
   // Leaf hooks run before accumulation.
   Tensor w = tensor({1.0}, f64());
   int calls = 0;
-  w.register_hook([&](const Tensor& g) { ++calls; return g * 10.0; });
+  w.register_hook([&](const Tensor& g) {
+    ++calls;
+    return g * 10.0;
+  });
   (w * 2.0).sum().backward();
   EXPECT_EQ(calls, 1);
   EXPECT_VALUES(w.grad(), {20});
-  EXPECT_THROW_MSG(ones({1}).register_hook([](const Tensor&) {}), "cannot register a hook on a tensor that doesn't require gradient");
+  EXPECT_THROW_MSG(ones({1}).register_hook([](const Tensor&) {}),
+                   "cannot register a hook on a tensor that doesn't require gradient");
 }
 
 TEST(Autograd, RetainGrad) {

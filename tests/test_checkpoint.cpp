@@ -56,7 +56,9 @@ TEST(Checkpoint, Gradcheck) {
   auto fn = [](const tensor_list& in) {
     const Tensor w = in[1], b = in[2];
     return autograd::checkpoint(
-        [w, b](const tensor_list& v) { return tensor_list{tanh(matmul(v[0], w) + b), (v[0] * v[0]).sum(1)}; },
+        [w, b](const tensor_list& v) {
+          return tensor_list{tanh(matmul(v[0], w) + b), (v[0] * v[0]).sum(1)};
+        },
         {in[0]}, {w, b});
   };
   EXPECT_GRADCHECK(fn, {x, w, b});
@@ -115,8 +117,11 @@ TEST(Checkpoint, IntegerAndNoGradTensorsPassThrough) {
 
 TEST(Checkpoint, AnInputThatNeedsGradComesBackAsItsOwnTensor) {
   const Tensor x = leaf({3});
-  const tensor_list out = autograd::checkpoint([](const tensor_list& in) { return tensor_list{in[0], in[0] * 2}; },
-                                               {x});
+  const tensor_list out = autograd::checkpoint(
+      [](const tensor_list& in) {
+        return tensor_list{in[0], in[0] * 2};
+      },
+      {x});
   EXPECT_FALSE(out[0].is_same(x));
   EXPECT_TRUE(x.is_leaf());
   (out[0] + out[1]).sum().backward();

@@ -58,10 +58,12 @@ uint16_t nearest(float f, Value value, uint16_t top, uint16_t inf_bits) {
   return sign | pick;
 }
 uint16_t half_nearest(float f) {
-  return nearest(f, [](uint16_t b) { return half_reference(b); }, 0x7bff, 0x7c00);
+  return nearest(
+      f, [](uint16_t b) { return half_reference(b); }, 0x7bff, 0x7c00);
 }
 uint16_t bf16_nearest(float f) {
-  return nearest(f, [](uint16_t b) { return static_cast<double>(bf16_value(b)); }, 0x7f7f, 0x7f80);
+  return nearest(
+      f, [](uint16_t b) { return static_cast<double>(bf16_value(b)); }, 0x7f7f, 0x7f80);
 }
 
 // Floats that probe rounding around every positive finite 16-bit value v (pattern b): v itself, the
@@ -90,9 +92,9 @@ TEST(Half, ExactValues) {
   EXPECT_EQ(half_bits(1.0f), 0x3c00);
   EXPECT_EQ(half_bits(-2.0f), 0xc000);
   EXPECT_EQ(half_bits(0.5f), 0x3800);
-  EXPECT_EQ(half_bits(65504.0f), 0x7bff);       // largest finite
-  EXPECT_EQ(half_bits(0x1p-14f), 0x0400);       // smallest normal
-  EXPECT_EQ(half_bits(0x1p-24f), 0x0001);       // smallest subnormal
+  EXPECT_EQ(half_bits(65504.0f), 0x7bff);         // largest finite
+  EXPECT_EQ(half_bits(0x1p-14f), 0x0400);         // smallest normal
+  EXPECT_EQ(half_bits(0x1p-24f), 0x0001);         // smallest subnormal
   EXPECT_EQ(half_bits(1023 * 0x1p-24f), 0x03ff);  // largest subnormal
   EXPECT_EQ(half_bits(0.1f), 0x2e66);
   EXPECT_EQ(half_bits(0.0f), 0x0000);
@@ -107,18 +109,18 @@ TEST(Half, ExactValues) {
 }
 
 TEST(Half, RoundsToNearestTiesToEven) {
-  EXPECT_EQ(half_bits(1 + 0x1p-11f), 0x3c00);                         // tie, 1.0 is even
-  EXPECT_EQ(half_bits(1 + 3 * 0x1p-11f), 0x3c02);                     // tie, 1 + 2^-9 is even
-  EXPECT_EQ(half_bits(std::nextafter(1 + 0x1p-11f, 2.0f)), 0x3c01);   // just past the tie
+  EXPECT_EQ(half_bits(1 + 0x1p-11f), 0x3c00);                        // tie, 1.0 is even
+  EXPECT_EQ(half_bits(1 + 3 * 0x1p-11f), 0x3c02);                    // tie, 1 + 2^-9 is even
+  EXPECT_EQ(half_bits(std::nextafter(1 + 0x1p-11f, 2.0f)), 0x3c01);  // just past the tie
   EXPECT_EQ(half_bits(std::nextafter(1 + 3 * 0x1p-11f, 0.0f)), 0x3c01);
-  EXPECT_EQ(half_bits(-(1 + 0x1p-11f)), 0xbc00);                      // the same for negatives
+  EXPECT_EQ(half_bits(-(1 + 0x1p-11f)), 0xbc00);  // the same for negatives
   // Subnormals count in units of 2^-24.
-  EXPECT_EQ(half_bits(0x1p-25f), 0x0000);                             // tie between 0 and 2^-24
-  EXPECT_EQ(half_bits(3 * 0x1p-25f), 0x0002);                         // tie between 1 and 2 units
+  EXPECT_EQ(half_bits(0x1p-25f), 0x0000);      // tie between 0 and 2^-24
+  EXPECT_EQ(half_bits(3 * 0x1p-25f), 0x0002);  // tie between 1 and 2 units
   EXPECT_EQ(half_bits(std::nextafter(0x1p-25f, 1.0f)), 0x0001);
-  EXPECT_EQ(half_bits(0x1p-30f), 0x0000);                             // underflows to zero
-  EXPECT_EQ(half_bits(-0x1p-30f), 0x8000);                            // keeping the sign
-  EXPECT_EQ(half_bits(0x1p-14f - 0x1p-25f), 0x0400);                  // tie across the subnormal boundary
+  EXPECT_EQ(half_bits(0x1p-30f), 0x0000);             // underflows to zero
+  EXPECT_EQ(half_bits(-0x1p-30f), 0x8000);            // keeping the sign
+  EXPECT_EQ(half_bits(0x1p-14f - 0x1p-25f), 0x0400);  // tie across the subnormal boundary
 }
 
 TEST(Half, OverflowAndNaN) {
@@ -161,7 +163,8 @@ TEST(Half, RoundingMatchesAReferenceEverywhere) {
   }
   for (float f : std::vector<float>(fs)) fs.push_back(-f);
   for (float f : fs) {
-    ASSERT_EQ(half_bits(f), half_nearest(f)) << "float " << f << " (0x" << std::hex << std::bit_cast<uint32_t>(f) << ")";
+    ASSERT_EQ(half_bits(f), half_nearest(f))
+        << "float " << f << " (0x" << std::hex << std::bit_cast<uint32_t>(f) << ")";
 #if defined(__FLT16_MAX__)  // the compiler's own IEEE binary16 conversion, where it has one
     ASSERT_EQ(half_bits(f), std::bit_cast<uint16_t>(static_cast<_Float16>(f))) << "float " << f;
 #endif
@@ -178,7 +181,7 @@ TEST(BFloat16, ExactValues) {
   EXPECT_EQ(bf16_bits(-0.0f), 0x8000);
   EXPECT_EQ(bf16_bits(kInf), 0x7f80);
   EXPECT_EQ(bf16_bits(-kInf), 0xff80);
-  EXPECT_EQ(bf16_bits(from_bits(0x00010000)), 0x0001);  // smallest subnormal
+  EXPECT_EQ(bf16_bits(from_bits(0x00010000)), 0x0001);              // smallest subnormal
   EXPECT_EQ(bf16_bits(std::numeric_limits<float>::min()), 0x0080);  // smallest normal
   EXPECT_EQ(static_cast<float>(BFloat16(3.14159265f)), 3.140625f);
   EXPECT_TRUE(std::signbit(static_cast<float>(BFloat16(-0.0f))));
@@ -226,7 +229,8 @@ TEST(BFloat16, RoundingMatchesAReferenceEverywhere) {
   }
   for (float f : std::vector<float>(fs)) fs.push_back(-f);
   for (float f : fs)
-    ASSERT_EQ(bf16_bits(f), bf16_nearest(f)) << "float " << f << " (0x" << std::hex << std::bit_cast<uint32_t>(f) << ")";
+    ASSERT_EQ(bf16_bits(f), bf16_nearest(f))
+        << "float " << f << " (0x" << std::hex << std::bit_cast<uint32_t>(f) << ")";
 }
 
 // ---- type promotion ----
@@ -235,12 +239,9 @@ TEST(Dtype, PromoteTypesIsLibtorchsTable) {
   const ScalarType types[] = {kBool, kLong, kFloat, kDouble, kHalf, kBFloat16};
   // torch.promote_types for rows and columns in the order above.
   const ScalarType table[6][6] = {
-      {kBool, kLong, kFloat, kDouble, kHalf, kBFloat16},
-      {kLong, kLong, kFloat, kDouble, kHalf, kBFloat16},
-      {kFloat, kFloat, kFloat, kDouble, kFloat, kFloat},
-      {kDouble, kDouble, kDouble, kDouble, kDouble, kDouble},
-      {kHalf, kHalf, kFloat, kDouble, kHalf, kFloat},
-      {kBFloat16, kBFloat16, kFloat, kDouble, kFloat, kBFloat16},
+      {kBool, kLong, kFloat, kDouble, kHalf, kBFloat16}, {kLong, kLong, kFloat, kDouble, kHalf, kBFloat16},
+      {kFloat, kFloat, kFloat, kDouble, kFloat, kFloat}, {kDouble, kDouble, kDouble, kDouble, kDouble, kDouble},
+      {kHalf, kHalf, kFloat, kDouble, kHalf, kFloat},    {kBFloat16, kBFloat16, kFloat, kDouble, kFloat, kBFloat16},
   };
   for (int i = 0; i < 6; ++i)
     for (int j = 0; j < 6; ++j)

@@ -261,7 +261,7 @@ TEST(Elementwise, BoolArithmeticIsRejected) {
   EXPECT_THROW_MSG(b + b, "add: arithmetic on bool tensors is not supported; use logical_or");
   EXPECT_THROW_MSG(b * b, "mul: arithmetic on bool tensors is not supported");
   EXPECT_THROW_MSG(-b, "neg: arithmetic on bool tensors is not supported");
-  EXPECT_VALUES(b * tensor({2.0, 3.0}), {2, 0});  // mixed with numbers it promotes
+  EXPECT_VALUES(b * tensor({2.0, 3.0}), {2, 0});    // mixed with numbers it promotes
   EXPECT_VALUES(b / tensor({true, true}), {1, 0});  // division is true division, in float32
 }
 
@@ -320,7 +320,8 @@ TEST(Elementwise, GradcheckArithmeticWithBroadcast) {
   auto sub_fn = [](const tensor_list& in) { return sub(in[0], in[1], 2); };
   auto mul_fn = [](const tensor_list& in) { return in[0] * in[1]; };
   auto div_fn = [](const tensor_list& in) { return in[0] / in[1]; };
-  for (auto [sa, sb] : {std::pair<DimVector, DimVector>{{3, 1}, {1, 4}}, {{2, 3}, {3}}, {{2, 3}, {2, 3}}, {{}, {2, 2}}}) {
+  for (auto [sa, sb] :
+       {std::pair<DimVector, DimVector>{{3, 1}, {1, 4}}, {{2, 3}, {3}}, {{2, 3}, {2, 3}}, {{}, {2, 2}}}) {
     EXPECT_GRADCHECK(add_fn, {leaf(sa), leaf(sb)});
     EXPECT_GRADCHECK(sub_fn, {leaf(sa), leaf(sb)});
     EXPECT_GRADCHECK(mul_fn, {leaf(sa), leaf(sb)});
@@ -336,9 +337,9 @@ TEST(Elementwise, GradcheckNonContiguousInputs) {
   manual_seed(2);
   // Transposed, narrowed and expanded views made inside the function.
   auto f = [](const tensor_list& in) {
-    Tensor at = in[0].t();                            // [4, 3] with strides (1, 4)
-    Tensor bn = in[1].narrow(1, 1, 3);                // [4, 3] out of [4, 5]
-    Tensor ce = in[2].expand({4, 3});                 // stride 0 along dim 0
+    Tensor at = in[0].t();              // [4, 3] with strides (1, 4)
+    Tensor bn = in[1].narrow(1, 1, 3);  // [4, 3] out of [4, 5]
+    Tensor ce = in[2].expand({4, 3});   // stride 0 along dim 0
     return (at * bn + ce) / (at.abs() + 1.0) - bn.exp() * ce.tanh();
   };
   EXPECT_GRADCHECK(f, {leaf({3, 4}), leaf({4, 5}), leaf({3})});

@@ -72,11 +72,13 @@ TEST(Inplace, DtypeRules) {
   i.mul_(tensor({2, 2, 2}));
   EXPECT_EQ(i.dtype(), kLong);
   EXPECT_VALUES(i, {4, 6, 8});
-  EXPECT_THROW_MSG(i.add_(tensor({0.5, 0.5, 0.5})), "add_: result type Float can't be cast to the desired output type Long");
+  EXPECT_THROW_MSG(i.add_(tensor({0.5, 0.5, 0.5})),
+                   "add_: result type Float can't be cast to the desired output type Long");
   EXPECT_THROW_MSG(i.add_(1.0), "add_: result type Float can't be cast to the desired output type Long");
   EXPECT_THROW_MSG(i.div_(tensor({2, 2, 2})), "div_: result type Float can't be cast to the desired output type Long");
   EXPECT_THROW_MSG(i.clamp_(0.5), "clamp_: result type Float can't be cast to the desired output type Long");
-  EXPECT_THROW_MSG(tensor({true}).mul_(tensor({2})), "mul_: result type Long can't be cast to the desired output type Bool");
+  EXPECT_THROW_MSG(tensor({true}).mul_(tensor({2})),
+                   "mul_: result type Long can't be cast to the desired output type Bool");
   // A float32 target takes a float64 result (computed in float64, written as float32).
   Tensor f = tensor({1.0, 2.0});
   f.add_(tensor({0.25, 0.5}, kFloat64));
@@ -148,10 +150,10 @@ TEST(Inplace, GradientsThroughNonLeaves) {
   EXPECT_GRADCHECK(mul_self, {leaf({3})});
   auto chain = [](const tensor_list& in) {
     Tensor y = in[0] * 1.0;
-    y.add_(in[1], 0.5);   // [2, 3] += 0.5 * [3]
+    y.add_(in[1], 0.5);  // [2, 3] += 0.5 * [3]
     y.sub_(in[0]);
     y.mul_(in[1]);
-    y.div_(in[2]);        // [2, 1] broadcast
+    y.div_(in[2]);  // [2, 1] broadcast
     y.add_(1.0).mul_(3.0).sub_(0.5).div_(2.0);
     return y;
   };
@@ -161,7 +163,7 @@ TEST(Inplace, GradientsThroughNonLeaves) {
     y.clamp_(-0.5, 0.5);
     Tensor z = in[0] * 3.0;
     z.zero_();
-    z.add_(y);            // z no longer depends on its old value
+    z.add_(y);  // z no longer depends on its old value
     return z;
   };
   EXPECT_GRADCHECK(clamp_then_fill, {tensor({-1.0, -0.1, 0.2, 0.9}, f64())});
@@ -292,7 +294,7 @@ TEST(Inplace, ThroughViewsWithHistory) {
     return y * y;
   };
   auto transposed_select = [](const tensor_list& in) {
-    Tensor y = in[0] * 2.0;  // (exp would save its output, and writing into it would then be an error)
+    Tensor y = in[0] * 2.0;                 // (exp would save its output, and writing into it would then be an error)
     y.t().select(0, 2).add_(in[1].sum(1));  // column 2 through a transpose
     return y * y;
   };
@@ -324,8 +326,8 @@ TEST(Inplace, ThroughViewsWithHistory) {
 
   // The values are those of the out-of-place computation.
   Tensor a = randn({2, 3}, kFloat64);
-  EXPECT_ALLCLOSE(other_is_a_view_of_the_base({a}),
-                  cat({(a[0] * a[1]).unsqueeze(0), a[1].unsqueeze(0)}) + a[1] * 3.0, 1e-15, 1e-15);
+  EXPECT_ALLCLOSE(other_is_a_view_of_the_base({a}), cat({(a[0] * a[1]).unsqueeze(0), a[1].unsqueeze(0)}) + a[1] * 3.0,
+                  1e-15, 1e-15);
 }
 
 // The graph of an in-place op through a view is freed with its base: no reference cycle.

@@ -64,11 +64,11 @@ std::vector<double> mild(int64_t n, uint64_t seed = 1) {
 TEST(Kernels, BinaryTransposedBroadcastAndStridedOutput) {
   for (int64_t rows : {3, 300}) {  // 300 x 200 crosses the threading threshold
     const int64_t cols = 200;
-    Tensor a = transposed(iota({cols, rows}, kFloat64), 0, 1);                      // [rows, cols], transposed
+    Tensor a = transposed(iota({cols, rows}, kFloat64), 0, 1);  // [rows, cols], transposed
     Tensor row = iota({cols}, kFloat64, 0.5);
-    Tensor b = make_view(row, {rows, cols}, {0, 1}, 0);                   // broadcast over rows
+    Tensor b = make_view(row, {rows, cols}, {0, 1}, 0);  // broadcast over rows
     Tensor out_base = empty({cols, rows}, kFloat64);
-    Tensor out = transposed(out_base, 0, 1);                              // strided output
+    Tensor out = transposed(out_base, 0, 1);  // strided output
     K().binary(BinaryOp::Mul, a, b, out);
     auto va = values(a), vb = values(b), vo = values(out);
     for (size_t i = 0; i < vo.size(); ++i) ASSERT_EQ(vo[i], va[i] * vb[i]) << i;
@@ -100,7 +100,9 @@ TEST(Kernels, BinaryOpsAllDtypes) {
     check(BinaryOp::LogicalOr, kBool, [](double p, double q) { return p != 0 || q != 0; });
     if (dt == kLong) {
       check(BinaryOp::Div, dt, [](double p, double q) { return q == 0 ? 0 : std::trunc(p / q); });
-      check(BinaryOp::Pow, dt, [](double p, double q) { return q < 0 ? (p == 1 ? 1 : p == -1 ? -1 : 0) : std::pow(p, q); });
+      check(BinaryOp::Pow, dt, [](double p, double q) {
+        return q < 0 ? (p == 1 ? 1 : p == -1 ? -1 : 0) : std::pow(p, q);
+      });
     } else {
       Tensor out = empty({2, 3}, dt);
       K().binary(BinaryOp::Div, a, b, out);
@@ -138,23 +140,29 @@ TEST(Kernels, PowAndNanPropagation) {
 }
 
 TEST(Kernels, UnaryMatchesStdOnContiguousAndStrided) {
-  struct Case { UnaryOp op; double (*f)(double); };
-  const Case cases[] = {
-      {UnaryOp::Neg, [](double x) { return -x; }},         {UnaryOp::Exp, [](double x) { return std::exp(x); }},
-      {UnaryOp::Log, [](double x) { return std::log(x); }},  {UnaryOp::Sqrt, [](double x) { return std::sqrt(x); }},
-      {UnaryOp::Rsqrt, [](double x) { return 1 / std::sqrt(x); }}, {UnaryOp::Abs, [](double x) { return std::abs(x); }},
-      {UnaryOp::Tanh, [](double x) { return std::tanh(x); }},
-      {UnaryOp::Sigmoid, [](double x) { return 1 / (1 + std::exp(-x)); }},
-      {UnaryOp::Relu, [](double x) { return x < 0 ? 0 : x; }},
-      {UnaryOp::Sign, [](double x) { return double((0 < x) - (x < 0)); }},
-      {UnaryOp::Erf, [](double x) { return std::erf(x); }}};
+  struct Case {
+    UnaryOp op;
+    double (*f)(double);
+  };
+  const Case cases[] = {{UnaryOp::Neg, [](double x) { return -x; }},
+                        {UnaryOp::Exp, [](double x) { return std::exp(x); }},
+                        {UnaryOp::Log, [](double x) { return std::log(x); }},
+                        {UnaryOp::Sqrt, [](double x) { return std::sqrt(x); }},
+                        {UnaryOp::Rsqrt, [](double x) { return 1 / std::sqrt(x); }},
+                        {UnaryOp::Abs, [](double x) { return std::abs(x); }},
+                        {UnaryOp::Tanh, [](double x) { return std::tanh(x); }},
+                        {UnaryOp::Sigmoid, [](double x) { return 1 / (1 + std::exp(-x)); }},
+                        {UnaryOp::Relu, [](double x) { return x < 0 ? 0 : x; }},
+                        {UnaryOp::Sign, [](double x) { return double((0 < x) - (x < 0)); }},
+                        {UnaryOp::Erf, [](double x) { return std::erf(x); }}};
   const bool positive_only[] = {false, false, true, true, true, false, false, false, false, false, false};
   std::vector<double> v(2 * 67);
   for (size_t i = 0; i < v.size(); ++i) v[i] = (static_cast<double>(i) - 60) / 7.0;
   for (ScalarType dt : {kFloat, kFloat64}) {
     for (size_t c = 0; c < std::size(cases); ++c) {
       std::vector<double> in_v = v;
-      if (positive_only[c]) for (auto& x : in_v) x = std::abs(x) + 0.01;
+      if (positive_only[c])
+        for (auto& x : in_v) x = std::abs(x) + 0.01;
       Tensor in = make(in_v, {2, 67}, dt);
       for (Tensor src : {in, transposed(make(in_v, {67, 2}, dt), 0, 1)}) {  // Eigen path, strided path
         Tensor out = empty(src.sizes(), dt);
@@ -229,15 +237,20 @@ std::vector<double> naive_reduce(ReduceKind op, const Tensor& in, const std::vec
   DimVector out_sizes(in.sizes());
   for (int64_t d : dims) out_sizes[d] = 1;
   const auto v = values(in);
-  const double init = op == ReduceKind::Sum ? 0 : op == ReduceKind::Prod ? 1 : op == ReduceKind::Max ? -INFINITY : INFINITY;
+  const double init = op == ReduceKind::Sum    ? 0
+                      : op == ReduceKind::Prod ? 1
+                      : op == ReduceKind::Max  ? -INFINITY
+                                               : INFINITY;
   std::vector<double> out(multiply(out_sizes), init);
   DimVector idx(in.dim(), 0);
   for (double x : v) {
     int64_t o = 0;
     for (int64_t d = 0; d < in.dim(); ++d) o = o * out_sizes[d] + (out_sizes[d] == 1 ? 0 : idx[d]);
     double& acc = out[o];
-    acc = op == ReduceKind::Sum ? acc + x : op == ReduceKind::Prod ? acc * x : op == ReduceKind::Max ? std::max(acc, x)
-                                                                                                : std::min(acc, x);
+    acc = op == ReduceKind::Sum    ? acc + x
+          : op == ReduceKind::Prod ? acc * x
+          : op == ReduceKind::Max  ? std::max(acc, x)
+                                   : std::min(acc, x);
     for (int64_t d = in.dim() - 1; d >= 0; --d) {
       if (++idx[d] < in.size(d)) break;
       idx[d] = 0;
@@ -346,13 +359,13 @@ TEST(Kernels, MatmulLayoutsAgainstNaive) {
   const int64_t B = 3, M = 5, Kd = 7, N = 4;
   for (ScalarType dt : {kFloat, kFloat64, kLong}) {
     Tensor a = make(small_ints(B * M * Kd), {B, M, Kd}, dt);
-    Tensor at = transposed(make(small_ints(B * Kd * M, 3), {B, Kd, M}, dt), 1, 2);        // column-major slices
+    Tensor at = transposed(make(small_ints(B * Kd * M, 3), {B, Kd, M}, dt), 1, 2);  // column-major slices
     Tensor c = make(small_ints(B * Kd * N, 5), {B, Kd, N}, dt);
     Tensor ct = transposed(make(small_ints(B * N * Kd, 9), {B, N, Kd}, dt), 1, 2);
     Tensor c1 = make(small_ints(Kd * N, 11), {1, Kd, N}, dt);
-    Tensor cb = make_view(c1, {B, Kd, N}, {0, N, 1}, 0);                                  // broadcast batch
+    Tensor cb = make_view(c1, {B, Kd, N}, {0, N, 1}, 0);  // broadcast batch
     Tensor wide = make(small_ints(B * M * Kd * 2, 13), {B, M, 2 * Kd}, dt);
-    Tensor as = make_view(wide, {B, M, Kd}, {2 * M * Kd, 2 * Kd, 2}, 1);                   // stride 2: copied
+    Tensor as = make_view(wide, {B, M, Kd}, {2 * M * Kd, 2 * Kd, 2}, 1);  // stride 2: copied
     for (const Tensor& lhs : {a, at, as})
       for (const Tensor& rhs : {c, ct, cb}) {
         Tensor out = empty({B, M, N}, dt);

@@ -124,7 +124,8 @@ TEST(NnFunctional, OneHot) {
   Tensor inferred = one_hot(tensor({1, 3}).reshape({2, 1}));  // num_classes = max + 1 = 4
   EXPECT_EQ(inferred.sizes(), IntArrayRef({2, 1, 4}));
   EXPECT_VALUES(inferred, {0, 1, 0, 0, 0, 0, 0, 1});
-  EXPECT_THROW_MSG(one_hot(tensor({1.0, 2.0}), 3), "one_hot: expected an int64 (Long) tensor of class indices, got Float");
+  EXPECT_THROW_MSG(one_hot(tensor({1.0, 2.0}), 3),
+                   "one_hot: expected an int64 (Long) tensor of class indices, got Float");
   EXPECT_THROW_MSG(one_hot(tensor({0, -1}), 3), "one_hot: class values must be non-negative, got -1");
   EXPECT_THROW_MSG(one_hot(tensor({0, 5}), 3), "one_hot: class value 5 is out of range for num_classes 3");
 }
@@ -266,5 +267,6 @@ TEST(NnFunctional, LossErrors) {
                    "cross_entropy: expected target of shape [2] for input of shape [2, 3], got [3]");
   EXPECT_THROW_MSG(cross_entropy(x, tensor({0, 1}), {.label_smoothing = 1.5}),
                    "cross_entropy: label_smoothing must be between 0.0 and 1.0, got 1.5");
-  EXPECT_THROW_MSG(nll_loss(x, tensor({0, 1}), {.weight = ones({4})}), "nll_loss: expected weight of shape [3], got [4]");
+  EXPECT_THROW_MSG(nll_loss(x, tensor({0, 1}), {.weight = ones({4})}),
+                   "nll_loss: expected weight of shape [3], got [4]");
 }

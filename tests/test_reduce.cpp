@@ -46,7 +46,7 @@ TEST(Reduce, SumValues) {
   EXPECT_VALUES(x.sum(), {276});
   EXPECT_EQ(sum(x, {}, true).sizes(), IntArrayRef({1, 1, 1}));
   EXPECT_VALUES(x.transpose(0, 2).sum({1}), {12, 48, 15, 51, 18, 54, 21, 57});  // non-contiguous input
-  EXPECT_VALUES(scalar_tensor(2.5).sum({0}), {2.5});  // a 0-dim tensor accepts dim 0
+  EXPECT_VALUES(scalar_tensor(2.5).sum({0}), {2.5});                            // a 0-dim tensor accepts dim 0
   EXPECT_VALUES(zeros({0, 3}).sum({0}), {0, 0, 0});
 }
 
@@ -302,9 +302,9 @@ TEST(Reduce, LogsumexpValues) {
 // pow's infinite slope times a zero gradient would give.
 TEST(Reduce, ZeroStatisticsHaveZeroGradients) {
   using Fn = std::function<Tensor(const Tensor&)>;
-  for (const Fn& fn : std::vector<Fn>{[](const Tensor& x) { return x.std(); },
-                                      [](const Tensor& x) { return x.std({0}, false); },
-                                      [](const Tensor& x) { return x.var(); }}) {
+  for (const Fn& fn :
+       std::vector<Fn>{[](const Tensor& x) { return x.std(); }, [](const Tensor& x) { return x.std({0}, false); },
+                       [](const Tensor& x) { return x.var(); }}) {
     Tensor constant = full({4}, 2.5, f64());
     fn(constant).backward();
     EXPECT_VALUES(constant.grad(), {0, 0, 0, 0});

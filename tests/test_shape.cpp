@@ -145,7 +145,7 @@ TEST(Shape, NarrowSliceSelect) {
   EXPECT_VALUES(x.slice(1, 1, std::nullopt, 2), {1, 3, 5, 7, 9, 11});
   EXPECT_VALUES(x.slice(1, -3, -1), {1, 2, 5, 6, 9, 10});
   EXPECT_VALUES(x.slice(0, std::nullopt, 100), {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});  // clamped
-  EXPECT_EQ(x.slice(1, 3, 1).sizes(), IntArrayRef({3, 0}));  // end before start: empty
+  EXPECT_EQ(x.slice(1, 3, 1).sizes(), IntArrayRef({3, 0}));                              // end before start: empty
   EXPECT_EQ(x.slice(1, -100, 2).sizes(), IntArrayRef({3, 2}));
   EXPECT_EQ(x.slice(1, 0, 4, 3).sizes(), IntArrayRef({3, 2}));
   EXPECT_VALUES(x.select(1, -1), {3, 7, 11});
@@ -392,7 +392,8 @@ TEST(Shape, SplitPartialGradients) {
 TEST(Shape, InPlaceThroughViewOfGradLeafThrows) {
   Tensor x = leaf({2, 3});
   Tensor v = x.view({6});
-  EXPECT_THROW_MSG(v.copy_(zeros({6})), "copy_: a view of a leaf Variable that requires grad is being used in an "
+  EXPECT_THROW_MSG(v.copy_(zeros({6})),
+                   "copy_: a view of a leaf Variable that requires grad is being used in an "
                    "in-place operation.");
   EXPECT_THROW_MSG(x.t().select(0, 1).mul_(2), "a view of a leaf Variable that requires grad");
   {

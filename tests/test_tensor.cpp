@@ -91,7 +91,8 @@ TEST(Tensor, ItemAndDataPtrErrors) {
   EXPECT_EQ(tensor({7}).item<int64_t>(), 7);
   EXPECT_THROW_MSG(zeros({2, 3}).item<float>(), "item: a Tensor with 6 elements cannot be converted to a scalar");
   EXPECT_THROW_MSG(zeros({2}).data_ptr<double>(), "data_ptr: expected Double but the tensor holds Float");
-  EXPECT_THROW_MSG(zeros({2, 3}).size(2), "size: dimension out of range (expected to be in range of [-2, 1], but got 2)");
+  EXPECT_THROW_MSG(zeros({2, 3}).size(2),
+                   "size: dimension out of range (expected to be in range of [-2, 1], but got 2)");
   EXPECT_THROW_MSG(empty({-1}), "empty: negative dimension -1");
   EXPECT_THROW_MSG(zeros({2, -3}), "zeros: negative dimension -3 in size [2, -3]");
   EXPECT_THROW_MSG(Tensor().dim(), "tensor is undefined");

@@ -82,8 +82,7 @@ std::vector<std::string> split_list(const std::string& what, const std::string& 
 // One command's options, "--name value" pairs checked against the names the command accepts.
 class Options {
  public:
-  Options(std::string_view command, const std::vector<std::string_view>& accepted,
-          std::span<const std::string> args) {
+  Options(std::string_view command, const std::vector<std::string_view>& accepted, std::span<const std::string> args) {
     for (size_t i = 0; i < args.size(); ++i) {
       const std::string& arg = args[i];
       if (arg == "--help" || arg == "-h") {
@@ -141,11 +140,13 @@ void run_partition(const Options& opt) {
   for (const std::string& w : split_list("--weights", opt.required("weights")))
     weights.push_back(parse_number<int64_t>("--weights", w, 0));
   std::vector<std::string> names;
-  if (const auto text = opt.get("names")) names = split_list("--names", *text);
-  else if (method.starts_with("type:")) throw UsageError("--method " + method + " needs --names");
+  if (const auto text = opt.get("names"))
+    names = split_list("--names", *text);
+  else if (method.starts_with("type:"))
+    throw UsageError("--method " + method + " needs --names");
   if (!names.empty() && names.size() != weights.size())
-    throw UsageError("expected one --names entry per --weights entry, got " + std::to_string(names.size()) +
-                     " and " + std::to_string(weights.size()));
+    throw UsageError("expected one --names entry per --weights entry, got " + std::to_string(names.size()) + " and " +
+                     std::to_string(weights.size()));
   const int stages = opt.number("stages", 1);
   const std::vector<int> parts = pipe::partition_by_method(method, weights, names, stages);
   print_line(parts);
@@ -155,8 +156,7 @@ void run_partition(const Options& opt) {
 void run_topology(const Options& opt) {
   const std::vector<std::string> axes = split_list("--axes", opt.required("axes"));
   std::vector<int> dims;
-  for (const std::string& d : split_list("--dims", opt.required("dims")))
-    dims.push_back(parse_number("--dims", d, 1));
+  for (const std::string& d : split_list("--dims", opt.required("dims"))) dims.push_back(parse_number("--dims", d, 1));
   std::cout << pipe::ProcessTopology(axes, dims);
 }
 
@@ -183,8 +183,8 @@ void run_trace(const Options& opt) {
     std::filesystem::remove(path, ignored);
     throw;
   }
-  std::cout << "wrote the " << name << " schedule (" << stages << " stages, " << micro_batches
-            << " micro-batches) to " << path << "\n";
+  std::cout << "wrote the " << name << " schedule (" << stages << " stages, " << micro_batches << " micro-batches) to "
+            << path << "\n";
 }
 
 struct Command {
@@ -210,8 +210,10 @@ void run(const std::vector<std::string>& args) {
   const auto command = std::ranges::find(kCommands, args[0], &Command::name);
   if (command == std::end(kCommands)) throw UsageError("unknown command '" + args[0] + "'");
   const Options options(command->name, command->options, std::span(args).subspan(1));
-  if (options.help()) std::cout << kUsage;
-  else command->run(options);
+  if (options.help())
+    std::cout << kUsage;
+  else
+    command->run(options);
 }
 
 }  // namespace

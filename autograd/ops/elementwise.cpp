@@ -95,8 +95,10 @@ TensorOptions options_of(ScalarType dtype, const Tensor& like) { return TensorOp
 
 // out = op(a, b); for Add and Sub an alpha other than 1 scales b in the same pass.
 void run_binary(const Kernels& k, BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, double alpha) {
-  if (alpha == 1) k.binary(op, a, b, out);
-  else k.add_scaled(a, b, op == BinaryOp::Sub ? -alpha : alpha, out);
+  if (alpha == 1)
+    k.binary(op, a, b, out);
+  else
+    k.add_scaled(a, b, op == BinaryOp::Sub ? -alpha : alpha, out);
 }
 
 // out = op(a, b) over the broadcast shape, computed in `compute`, written as `out_dtype`.
@@ -142,8 +144,7 @@ bool needs_grad(const LambdaNode& node, size_t i) { return node.next_edges[i].va
 // the backward captures only trivially copyable values, so std::function stores it inline and
 // `a + b` with grad allocates nothing beyond the output and the node.
 bool same_geometry(const Tensor& a, const Tensor& b, const Tensor& out) {
-  return a.dtype() == out.dtype() && b.dtype() == out.dtype() && a.sizes() == out.sizes() &&
-         b.sizes() == out.sizes();
+  return a.dtype() == out.dtype() && b.dtype() == out.dtype() && a.sizes() == out.sizes() && b.sizes() == out.sizes();
 }
 
 // d(a + alpha*b) = (g, alpha*g); sub passes -alpha.
@@ -191,8 +192,11 @@ void check_alpha(const Scalar& alpha, ScalarType compute, const char* name) {
 
 // libtorch refuses subtraction with a bool operand (Long - Bool included): it is an inverted mask gone wrong.
 void check_sub_operands(ScalarType a, ScalarType b, const char* name) {
-  STRATA_CHECK(a != kBool && b != kBool, name, ": subtraction, the `-` operator, with a bool tensor is not supported "
-               "(operands ", a, " and ", b, "). If you are trying to invert a mask, use the `~` or `logical_not()` "
+  STRATA_CHECK(a != kBool && b != kBool, name,
+               ": subtraction, the `-` operator, with a bool tensor is not supported "
+               "(operands ",
+               a, " and ", b,
+               "). If you are trying to invert a mask, use the `~` or `logical_not()` "
                "operator instead.");
 }
 
@@ -292,8 +296,10 @@ struct InplaceOperands {
   InplaceOperands(const LambdaNode* node, const Tensor& self, const Tensor& other) {
     if (!node) return;
     if (needs_grad(*node, 1)) self_value = self.clone();
-    if (!other.is_alias_of(self)) other_value = other;
-    else other_value = other.is_same(self) && self_value.defined() ? self_value : other.clone();
+    if (!other.is_alias_of(self))
+      other_value = other;
+    else
+      other_value = other.is_same(self) && self_value.defined() ? self_value : other.clone();
   }
 };
 
@@ -324,8 +330,8 @@ Tensor& div_inplace(Tensor& self, const Tensor& other, ScalarType compute) {
 }
 
 // x limited to [lo, hi] in dtype compute, written into out (which may be x itself).
-void clamp_kernel(const Tensor& x, const std::optional<Scalar>& lo, const std::optional<Scalar>& hi,
-                  ScalarType compute, const Tensor& out) {
+void clamp_kernel(const Tensor& x, const std::optional<Scalar>& lo, const std::optional<Scalar>& hi, ScalarType compute,
+                  const Tensor& out) {
   const Kernels& k = ops::kernels(x);
   Tensor src = cast(x, compute);
   if (lo) {
@@ -428,8 +434,7 @@ Tensor pow(const Tensor& a, const Tensor& e) {
       Tensor zero = ops::scalar_like(0, g[0]);
       tensor_list grads(2);
       if (ta.needed) grads[0] = ta(g[0] * where(ev.eq(0.0), zero, ev * av.pow(ev - 1.0)));
-      if (te.needed)
-        grads[1] = te(g[0] * where(logical_and(av.eq(0.0), ev.ge(0.0)), zero, sy.unpack() * log(av)));
+      if (te.needed) grads[1] = te(g[0] * where(logical_and(av.eq(0.0), ev.ge(0.0)), zero, sy.unpack() * log(av)));
       return grads;
     };
   }
@@ -541,8 +546,7 @@ Tensor gelu(const Tensor& a, const std::string& approximate) {
   Tensor y;
   {
     NoGradGuard no_grad;
-    y = tanh_form ? a * 0.5 * (tanh((a + a * a * a * kKappa) * kBeta) + 1.0)
-                  : a * 0.5 * (erf(a * kSqrtHalf) + 1.0);
+    y = tanh_form ? a * 0.5 * (tanh((a + a * a * a * kKappa) * kBeta) + 1.0) : a * 0.5 * (erf(a * kSqrtHalf) + 1.0);
   }
   if (auto node = autograd::record("GeluBackward0", a, y))
     node->backward = [tanh_form, x = SavedVariable(a)](const tensor_list& g) -> tensor_list {
@@ -619,8 +623,8 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   const ScalarType compute = result_type(a, b);
   const DimVector shape = broadcast_shapes(broadcast_shapes(cond.sizes(), a.sizes(), "where"), b.sizes(), "where");
   Tensor y = empty(shape, options_of(compute, a));
-  ops::kernels(a).where(expand_to(cond, shape), expand_to(cast(a, compute), shape),
-                        expand_to(cast(b, compute), shape), y);
+  ops::kernels(a).where(expand_to(cond, shape), expand_to(cast(a, compute), shape), expand_to(cast(b, compute), shape),
+                        y);
   if (auto node = autograd::record("WhereBackward0", a, b, y))
     node->backward = [ta = GradTarget(a, needs_grad(*node, 0)), tb = GradTarget(b, needs_grad(*node, 1)),
                       c = SavedVariable(cond)](const tensor_list& g) -> tensor_list {

@@ -56,8 +56,8 @@ Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index) {
   STRATA_CHECK(a.dim() > 0, "index_select(): cannot index a 0-dim tensor");
   dim = wrap_dim(dim, a.dim(), "index_select()");
   const std::optional<int64_t> bad = first_out_of_range(index, a.size(dim));
-  STRATA_CHECK(!bad, "index_select(): index ", *bad, " is out of range for dimension ", dim, " with size ",
-               a.size(dim), " (tensor of shape ", a.sizes(), ")");
+  STRATA_CHECK(!bad, "index_select(): index ", *bad, " is out of range for dimension ", dim, " with size ", a.size(dim),
+               " (tensor of shape ", a.sizes(), ")");
   DimVector sizes(a.sizes()), index_strides(a.dim(), 0);
   sizes[dim] = index.numel();
   index_strides[dim] = index.dim() == 0 ? 0 : index.stride(0);
@@ -93,8 +93,8 @@ Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
 
 Tensor scatter_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src) {
   check_index_dtype(index, "scatter_add()");
-  STRATA_CHECK(src.dtype() == a.dtype(), "scatter_add(): expected src of dtype ", a.dtype(),
-               " like self, got ", src.dtype());
+  STRATA_CHECK(src.dtype() == a.dtype(), "scatter_add(): expected src of dtype ", a.dtype(), " like self, got ",
+               src.dtype());
   STRATA_CHECK(index.dim() == a.dim() && src.dim() == a.dim(), "scatter_add(): self of shape ", a.sizes(),
                ", index of shape ", index.sizes(), " and src of shape ", src.sizes(),
                " must have the same number of dimensions");

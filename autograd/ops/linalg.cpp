@@ -50,10 +50,10 @@ Tensor batched_view(const Tensor& x, IntArrayRef batch, int64_t x_batch_dims, in
 /// Checks what every product requires of its operands.
 void check_operands(const Tensor& a, const Tensor& b, const char* op) {
   STRATA_CHECK(a.defined() && b.defined(), op, ": expected defined tensors");
-  STRATA_CHECK(a.device() == b.device(), op, ": expected both operands on the same device, got ", a.device(),
-               " and ", b.device());
-  STRATA_CHECK(a.dtype() == b.dtype(), op, ": expected both operands to have the same dtype, got ", a.dtype(),
-               " and ", b.dtype());
+  STRATA_CHECK(a.device() == b.device(), op, ": expected both operands on the same device, got ", a.device(), " and ",
+               b.device());
+  STRATA_CHECK(a.dtype() == b.dtype(), op, ": expected both operands to have the same dtype, got ", a.dtype(), " and ",
+               b.dtype());
   STRATA_CHECK(a.dtype() != kBool, op, " does not support Bool tensors");
 }
 
@@ -63,8 +63,7 @@ Tensor matmul_values(const Tensor& a, const Tensor& b, const char* op) {
   // A 1-D a is a row [1, K]; a 1-D b is a column [K, 1]; the dim they add is dropped from the result.
   const int64_t m = da == 1 ? 1 : a.size(-2), k = a.size(-1);
   const int64_t kb = db == 1 ? b.size(0) : b.size(-2), n = db == 1 ? 1 : b.size(-1);
-  STRATA_CHECK(k == kb, op, ": shapes ", a.sizes(), " and ", b.sizes(), " cannot be multiplied (", k, " != ", kb,
-               ")");
+  STRATA_CHECK(k == kb, op, ": shapes ", a.sizes(), " and ", b.sizes(), " cannot be multiplied (", k, " != ", kb, ")");
   const int64_t a_rs = da == 1 ? k * a.stride(-1) : a.stride(-2), a_cs = a.stride(-1);
   const int64_t b_rs = db == 1 ? b.stride(0) : b.stride(-2), b_cs = db == 1 ? 1 : b.stride(-1);
 
@@ -79,8 +78,8 @@ Tensor matmul_values(const Tensor& a, const Tensor& b, const char* op) {
     b3 = make_view(b, {1, k, n}, {0, b_rs, b_cs}, b.storage_offset());
   } else {
     const int64_t a_batch_dims = std::max<int64_t>(da - 2, 0), b_batch_dims = std::max<int64_t>(db - 2, 0);
-    out_sizes = broadcast_shapes(IntArrayRef(a.sizes().data(), a_batch_dims),
-                                 IntArrayRef(b.sizes().data(), b_batch_dims), op);
+    out_sizes =
+        broadcast_shapes(IntArrayRef(a.sizes().data(), a_batch_dims), IntArrayRef(b.sizes().data(), b_batch_dims), op);
     a3 = batched_view(a, out_sizes, a_batch_dims, m, k, a_rs, a_cs);
     b3 = batched_view(b, out_sizes, b_batch_dims, k, n, b_rs, b_cs);
     if (da > 1) out_sizes.push_back(m);
@@ -151,8 +150,8 @@ void record_matmul(const char* name, const Tensor& a, const Tensor& b, const Ten
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   check_operands(a, b, "matmul");
-  STRATA_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need to be at least 1-D, got shapes ",
-               a.sizes(), " and ", b.sizes());
+  STRATA_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need to be at least 1-D, got shapes ", a.sizes(),
+               " and ", b.sizes());
   Tensor out = matmul_values(a, b, "matmul");
   record_matmul("MatmulBackward", a, b, out);
   return out;
@@ -160,8 +159,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 
 Tensor mm(const Tensor& a, const Tensor& b) {
   check_operands(a, b, "mm");
-  STRATA_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D tensors, got shapes ", a.sizes(), " and ",
-               b.sizes());
+  STRATA_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D tensors, got shapes ", a.sizes(), " and ", b.sizes());
   Tensor out = matmul_values(a, b, "mm");
   record_matmul("MmBackward", a, b, out);
   return out;
@@ -169,10 +167,8 @@ Tensor mm(const Tensor& a, const Tensor& b) {
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
   check_operands(a, b, "bmm");
-  STRATA_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected 3-D tensors, got shapes ", a.sizes(), " and ",
-               b.sizes());
-  STRATA_CHECK(a.size(0) == b.size(0), "bmm: expected equal batch sizes, got shapes ", a.sizes(), " and ",
-               b.sizes());
+  STRATA_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected 3-D tensors, got shapes ", a.sizes(), " and ", b.sizes());
+  STRATA_CHECK(a.size(0) == b.size(0), "bmm: expected equal batch sizes, got shapes ", a.sizes(), " and ", b.sizes());
   Tensor out = matmul_values(a, b, "bmm");
   record_matmul("BmmBackward", a, b, out);
   return out;

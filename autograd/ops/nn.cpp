@@ -63,14 +63,14 @@ Tensor Tensor::softmax(int64_t dim) const { return strata::softmax(*this, dim); 
 Tensor Tensor::log_softmax(int64_t dim) const { return strata::log_softmax(*this, dim); }
 
 // (x - mean) / sqrt(var + eps) over the trailing normalized_shape dims (biased variance), then * weight + bias.
-Tensor layer_norm(const Tensor& a, IntArrayRef normalized_shape, const Tensor& weight, const Tensor& bias,
-                  double eps) {
+Tensor layer_norm(const Tensor& a, IntArrayRef normalized_shape, const Tensor& weight, const Tensor& bias, double eps) {
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
   STRATA_CHECK(k >= 1 && a.dim() >= k && IntArrayRef(a.sizes().data() + a.dim() - k, k) == normalized_shape,
                "layer_norm: normalized_shape ", normalized_shape, " does not match the trailing dims of input shape ",
                a.sizes());
   STRATA_CHECK(!weight.defined() || weight.sizes() == normalized_shape, "layer_norm: weight of shape ",
-               weight.defined() ? weight.sizes() : IntArrayRef(), " does not match normalized_shape ", normalized_shape);
+               weight.defined() ? weight.sizes() : IntArrayRef(), " does not match normalized_shape ",
+               normalized_shape);
   STRATA_CHECK(!bias.defined() || bias.sizes() == normalized_shape, "layer_norm: bias of shape ",
                bias.defined() ? bias.sizes() : IntArrayRef(), " does not match normalized_shape ", normalized_shape);
   DimVector dims;
@@ -100,8 +100,7 @@ Tensor dropout(const Tensor& a, double p, bool train, Generator* gen) {
 Tensor one_hot(const Tensor& indices, int64_t num_classes) {
   STRATA_CHECK(indices.dtype() == kLong, "one_hot: expected an int64 (Long) tensor of class indices, got ",
                indices.dtype());
-  STRATA_CHECK(num_classes == -1 || num_classes > 0, "one_hot: num_classes must be positive or -1, got ",
-               num_classes);
+  STRATA_CHECK(num_classes == -1 || num_classes > 0, "one_hot: num_classes must be positive or -1, got ", num_classes);
   if (indices.numel() > 0) {
     const int64_t lo = min(indices).item<int64_t>(), hi = max(indices).item<int64_t>();
     STRATA_CHECK(lo >= 0, "one_hot: class values must be non-negative, got ", lo);
@@ -119,9 +118,12 @@ namespace {
 
 Tensor reduce_loss(const Tensor& loss, Reduction reduction) {
   switch (reduction) {
-    case Reduction::None: return loss;
-    case Reduction::Sum: return sum(loss);
-    case Reduction::Mean: return mean(loss);
+    case Reduction::None:
+      return loss;
+    case Reduction::Sum:
+      return sum(loss);
+    case Reduction::Mean:
+      return mean(loss);
   }
   return loss;
 }
@@ -153,7 +155,8 @@ ClassTargets check_targets(const Tensor& input, const Tensor& target, const Loss
   if (target.numel() > 0) {
     int64_t lo = min(target).item<int64_t>(), hi = max(target).item<int64_t>();
     if (o.ignore_index >= lo && o.ignore_index <= hi) {  // some targets may be ignored: mask them
-      t.valid = ne(target, scalar_tensor(static_cast<double>(o.ignore_index), TensorOptions(kLong).device(target.device())));
+      t.valid =
+          ne(target, scalar_tensor(static_cast<double>(o.ignore_index), TensorOptions(kLong).device(target.device())));
       t.safe = where(t.valid, target, ops::scalar_like(0, target));
       lo = min(t.safe).item<int64_t>();
       hi = max(t.safe).item<int64_t>();

@@ -106,8 +106,7 @@ Tensor extreme(ReduceKind op, const Tensor& a, IntArrayRef dims, bool keepdim, c
 }
 
 /// max(dim) / min(dim): values and int64 indices of the first extreme; the gradient goes to that index.
-std::tuple<Tensor, Tensor> extreme_along(ReduceKind op, const Tensor& a, int64_t dim, bool keepdim,
-                                         const char* name) {
+std::tuple<Tensor, Tensor> extreme_along(ReduceKind op, const Tensor& a, int64_t dim, bool keepdim, const char* name) {
   ReducePlan p = plan_reduce(a, IntArrayRef(dim), keepdim, name);
   STRATA_CHECK(p.count > 0, name, ": cannot reduce over a dimension of size 0, got shape ", a.sizes());
   Tensor values = empty(p.out_sizes, a.options());
@@ -121,8 +120,8 @@ std::tuple<Tensor, Tensor> extreme_along(ReduceKind op, const Tensor& a, int64_t
   }
   if (auto node = autograd::record(op == ReduceKind::Max ? "MaxBackward" : "MinBackward", a, values))
     // Saved through SavedVariable: the caller gets `indices`, and writing into it must not reroute gradients.
-    node->backward = [saved = autograd::SavedVariable(kept_indices), p = std::move(p)](
-                         const tensor_list& g) -> tensor_list {
+    node->backward = [saved = autograd::SavedVariable(kept_indices),
+                      p = std::move(p)](const tensor_list& g) -> tensor_list {
       if (p.dims.empty()) return {g[0]};
       Tensor kept_grad = p.keepdim ? g[0] : g[0].unsqueeze(p.dims[0]);
       return {scatter_add(zeros(p.in_sizes, g[0].options()), p.dims[0], saved.unpack(), kept_grad)};
@@ -242,8 +241,12 @@ Tensor prod(const Tensor& a, std::optional<int64_t> dim, bool keepdim) {
 // ---- max and min ----
 
 Tensor max(const Tensor& a) { return extreme(ReduceKind::Max, a, {}, false, "max"); }
-Tensor amax(const Tensor& a, IntArrayRef dims, bool keepdim) { return extreme(ReduceKind::Max, a, dims, keepdim, "amax"); }
-Tensor amin(const Tensor& a, IntArrayRef dims, bool keepdim) { return extreme(ReduceKind::Min, a, dims, keepdim, "amin"); }
+Tensor amax(const Tensor& a, IntArrayRef dims, bool keepdim) {
+  return extreme(ReduceKind::Max, a, dims, keepdim, "amax");
+}
+Tensor amin(const Tensor& a, IntArrayRef dims, bool keepdim) {
+  return extreme(ReduceKind::Min, a, dims, keepdim, "amin");
+}
 Tensor min(const Tensor& a) { return extreme(ReduceKind::Min, a, {}, false, "min"); }
 std::tuple<Tensor, Tensor> max(const Tensor& a, int64_t dim, bool keepdim) {
   return extreme_along(ReduceKind::Max, a, dim, keepdim, "max");
@@ -320,7 +323,8 @@ Tensor pnorm(const Tensor& a, double p_value, IntArrayRef dims, bool keepdim) {
 
 Tensor norm(const Tensor& a, double p, IntArrayRef dims, bool keepdim) {
   STRATA_CHECK(a.is_floating_point(), "norm: expected a floating point tensor, got ", a.dtype());
-  if (is_reduced_floating_point(a.dtype())) return norm(a.to(kFloat), p, dims, keepdim).to(a.dtype());  // Note [16-bit reductions]
+  if (is_reduced_floating_point(a.dtype()))
+    return norm(a.to(kFloat), p, dims, keepdim).to(a.dtype());  // Note [16-bit reductions]
   if (p == 2) return norm2(a, dims, keepdim);
   if (p == 1) return sum(abs(a), dims, keepdim);
   if (p == 0) return sum(a.ne(0.0), dims, keepdim).to(a.dtype());  // the count of non-zeros

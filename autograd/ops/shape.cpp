@@ -53,16 +53,15 @@ DimVector infer_size(IntArrayRef sizes, const Tensor& a, const char* op) {
       inferred = static_cast<int64_t>(i);
     } else {
       STRATA_CHECK(shape[i] >= 0, op, ": invalid shape dimension ", shape[i], " in shape ", sizes);
-      STRATA_CHECK(!__builtin_mul_overflow(known, shape[i], &known), op, ": shape ", sizes,
-                   " has too many elements");
+      STRATA_CHECK(!__builtin_mul_overflow(known, shape[i], &known), op, ": shape ", sizes, " has too many elements");
     }
   }
   const int64_t numel = a.numel();
   if (inferred >= 0) {
     STRATA_CHECK(known != 0 || numel != 0, op, ": cannot reshape a tensor of shape ", a.sizes(),
                  " (0 elements) into shape ", sizes, " because the unspecified dimension size -1 can be any value");
-    STRATA_CHECK(known != 0 && numel % known == 0, op, ": shape ", sizes, " is invalid for input of shape ",
-                 a.sizes(), " (", numel, " elements)");
+    STRATA_CHECK(known != 0 && numel % known == 0, op, ": shape ", sizes, " is invalid for input of shape ", a.sizes(),
+                 " (", numel, " elements)");
     shape[inferred] = numel / known;
   } else {
     STRATA_CHECK(known == numel, op, ": shape ", sizes, " (", known, " elements) is invalid for input of shape ",
@@ -109,8 +108,8 @@ DimVector expand_strides(const Tensor& a, DimVector& sizes, const char* op) {
   DimVector strides(n);
   for (int64_t i = 0; i < n; ++i) {
     if (i < lead) {
-      STRATA_CHECK(sizes[i] >= 0, op, ": cannot expand shape ", a.sizes(), " to shape ", IntArrayRef(sizes),
-                   ": size ", sizes[i], " is not allowed in a new leading dimension");
+      STRATA_CHECK(sizes[i] >= 0, op, ": cannot expand shape ", a.sizes(), " to shape ", IntArrayRef(sizes), ": size ",
+                   sizes[i], " is not allowed in a new leading dimension");
       strides[i] = 0;
       continue;
     }
@@ -135,9 +134,9 @@ struct Geometry {
     int64_t last = offset, step = 0;
     for (size_t i = 0; i < sizes.size(); ++i) {
       if (sizes[i] == 0) return 0;
-      STRATA_CHECK(!__builtin_mul_overflow(sizes[i] - 1, strides[i], &step) &&
-                       !__builtin_add_overflow(last, step, &last),
-                   "as_strided: sizes ", sizes, " and strides ", strides, " reach beyond any storage");
+      STRATA_CHECK(
+          !__builtin_mul_overflow(sizes[i] - 1, strides[i], &step) && !__builtin_add_overflow(last, step, &last),
+          "as_strided: sizes ", sizes, " and strides ", strides, " reach beyond any storage");
     }
     return last + 1;
   }
@@ -243,7 +242,8 @@ void rebase_view_history(const Tensor& view, const std::shared_ptr<autograd::Nod
 Tensor Tensor::view(IntArrayRef sizes) const {
   DimVector shape = infer_size(sizes, *this, "view");
   std::optional<DimVector> strides = view_strides(*this, shape);
-  STRATA_CHECK(strides, "view: view size is not compatible with input tensor's size and stride (at least one "
+  STRATA_CHECK(strides,
+               "view: view size is not compatible with input tensor's size and stride (at least one "
                "dimension spans across two contiguous subspaces). Use .reshape(...) instead. (input shape ",
                this->sizes(), ", strides ", this->strides(), ", requested shape ", sizes, ")");
   return view_as_shape(*this, shape, *strides);
@@ -283,9 +283,8 @@ Tensor unsqueeze(const Tensor& a, int64_t dim) {
   sizes.insert(dim, 1);
   strides.insert(dim, dim < a.dim() ? a.size(dim) * a.stride(dim) : 1);
   Tensor out = make_view(a, sizes, strides, a.storage_offset());
-  return record_view("UnsqueezeBackward", a, out, [dim](const tensor_list& g) {
-    return tensor_list{g[0].squeeze(dim)};
-  });
+  return record_view("UnsqueezeBackward", a, out,
+                     [dim](const tensor_list& g) { return tensor_list{g[0].squeeze(dim)}; });
 }
 
 Tensor squeeze(const Tensor& a, std::optional<int64_t> dim) {
@@ -329,9 +328,8 @@ Tensor transpose(const Tensor& a, int64_t d0, int64_t d1) {
     std::swap(strides[d0], strides[d1]);
   }
   Tensor out = make_view(a, sizes, strides, a.storage_offset());
-  return record_view("TransposeBackward", a, out, [d0, d1](const tensor_list& g) {
-    return tensor_list{g[0].transpose(d0, d1)};
-  });
+  return record_view("TransposeBackward", a, out,
+                     [d0, d1](const tensor_list& g) { return tensor_list{g[0].transpose(d0, d1)}; });
 }
 
 Tensor t(const Tensor& a) {
@@ -384,8 +382,8 @@ Tensor narrow(const Tensor& a, int64_t dim, int64_t start, int64_t length) {
   dim = wrap_dim(dim, a.dim(), "narrow");
   const int64_t n = a.size(dim);
   STRATA_CHECK(length >= 0, "narrow: length must be non-negative, got ", length);
-  STRATA_CHECK(start >= -n && start <= n, "narrow: start ", start, " out of range for dimension ", dim,
-               " of size ", n, " (expected in [", -n, ", ", n, "])");
+  STRATA_CHECK(start >= -n && start <= n, "narrow: start ", start, " out of range for dimension ", dim, " of size ", n,
+               " (expected in [", -n, ", ", n, "])");
   if (start < 0) start += n;
   STRATA_CHECK(start + length <= n, "narrow: start (", start, ") + length (", length,
                ") exceeds the size of dimension ", dim, " (", n, ") of the tensor of shape ", a.sizes());
@@ -404,8 +402,8 @@ Tensor select(const Tensor& a, int64_t dim, int64_t index) {
   strides.erase(dim);
   Tensor out = make_view(a, sizes, strides, a.storage_offset() + index * a.stride(dim));
   return record_view("SelectBackward", a, out, [in_sizes = DimVector(a.sizes()), dim, index](const tensor_list& g) {
-    return tensor_list{view_scatter("SelectBackwardBackward", g[0], in_sizes,
-                                    [=](const Tensor& t) { return t.select(dim, index); })};
+    return tensor_list{
+        view_scatter("SelectBackwardBackward", g[0], in_sizes, [=](const Tensor& t) { return t.select(dim, index); })};
   });
 }
 
@@ -457,8 +455,8 @@ tensor_list split(const Tensor& a, int64_t split_size, int64_t dim) {
   STRATA_CHECK(a.dim() > 0, "split: cannot split a 0-dim tensor");
   dim = wrap_dim(dim, a.dim(), "split");
   const int64_t n = a.size(dim);
-  STRATA_CHECK(split_size > 0 || (split_size == 0 && n == 0), "split: split_size must be positive, got ",
-               split_size, " for a dimension of size ", n);
+  STRATA_CHECK(split_size > 0 || (split_size == 0 && n == 0), "split: split_size must be positive, got ", split_size,
+               " for a dimension of size ", n);
   const int64_t pieces = split_size == 0 ? 1 : std::max<int64_t>(1, (n + split_size - 1) / split_size);
   DimVector sizes(pieces, split_size);
   sizes.back() = n - split_size * (pieces - 1);
@@ -492,10 +490,10 @@ Tensor cat(const tensor_list& tensors, int64_t dim) {
     if (skipped(t)) continue;
     bool match = t.dim() == first.dim();
     for (int64_t d = 0; match && d < t.dim(); ++d) match = d == dim || t.size(d) == first.size(d);
-    STRATA_CHECK(match, "cat: tensor ", i, " has shape ", t.sizes(), " but tensor ", ref, " has shape ",
-                 first.sizes(), "; shapes must match except in dimension ", dim);
-    STRATA_CHECK(t.device() == first.device(), "cat: tensor ", i, " is on ", t.device(), " but tensor ", ref,
-                 " is on ", first.device());
+    STRATA_CHECK(match, "cat: tensor ", i, " has shape ", t.sizes(), " but tensor ", ref, " has shape ", first.sizes(),
+                 "; shapes must match except in dimension ", dim);
+    STRATA_CHECK(t.device() == first.device(), "cat: tensor ", i, " is on ", t.device(), " but tensor ", ref, " is on ",
+                 first.device());
     // Bool < Long < Float < Double: promotion of tensors with dims is the larger type.
     type = promote_types(type, t.dtype());
     sizes[dim] += t.size(dim);
@@ -588,11 +586,10 @@ Tensor Tensor::to(Device target, ScalarType type, bool /*non_blocking*/, bool co
 Tensor Tensor::to(ScalarType type, bool non_blocking, bool copy) const {
   return to(device(), type, non_blocking, copy);
 }
-Tensor Tensor::to(Device target, bool non_blocking, bool copy) const {
-  return to(target, dtype(), non_blocking, copy);
-}
+Tensor Tensor::to(Device target, bool non_blocking, bool copy) const { return to(target, dtype(), non_blocking, copy); }
 Tensor Tensor::to(const TensorOptions& options, bool non_blocking, bool copy) const {
-  STRATA_CHECK(!options.requires_grad(), "to(options): options must not set requires_grad (got true); call "
+  STRATA_CHECK(!options.requires_grad(),
+               "to(options): options must not set requires_grad (got true); call "
                "requires_grad_() on the result instead");
   return to(options.has_device() ? options.device() : device(), options.has_dtype() ? options.dtype() : dtype(),
             non_blocking, copy);

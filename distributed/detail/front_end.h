@@ -15,7 +15,10 @@ class FrontWork final : public Work {
  public:
   FrontWork(std::shared_ptr<Work> inner, Group group, OpRecord record, std::function<void()> finish,
             Clock::time_point start)
-      : inner_(std::move(inner)), group_(std::move(group)), record_(std::move(record)), finish_(std::move(finish)),
+      : inner_(std::move(inner)),
+        group_(std::move(group)),
+        record_(std::move(record)),
+        finish_(std::move(finish)),
         start_(start) {}
 
   bool is_completed() override {

@@ -14,11 +14,12 @@ namespace strata::distributed::detail {
 
 /// User tags are 0..kMaxUserTag; tags above belong to strata's own protocols.
 constexpr int kMaxUserTag = (1 << 20) - 1;
-constexpr int kTagMonitoredBarrier = kMaxUserTag + 1; ///< monitored_barrier arrivals and releases
-constexpr int kTagRemote = kMaxUserTag + 2;          ///< functional::remote_send / remote_recv
-constexpr int kTagObjectBase = 1 << 21;              ///< send_object with user tag t travels as kTagObjectBase + t
-constexpr int kTagDebugBase = 1 << 22;               ///< the DETAIL fingerprint of a p2p op with tag t travels as kTagDebugBase + t
-constexpr int kMinTagUpperBound = 1 << 23;           ///< init() requires MPI_TAG_UB at least this
+constexpr int kTagMonitoredBarrier = kMaxUserTag + 1;  ///< monitored_barrier arrivals and releases
+constexpr int kTagRemote = kMaxUserTag + 2;            ///< functional::remote_send / remote_recv
+constexpr int kTagObjectBase = 1 << 21;                ///< send_object with user tag t travels as kTagObjectBase + t
+/// The DETAIL fingerprint of a p2p op with tag t travels as kTagDebugBase + t
+constexpr int kTagDebugBase = 1 << 22;
+constexpr int kMinTagUpperBound = 1 << 23;  ///< init() requires MPI_TAG_UB at least this
 
 /// all_reduce() without the profiling switch, for strata's own agreement steps (which must never be skipped).
 std::shared_ptr<Work> all_reduce_unswitched(const Tensor& tensor, ReduceOp op, const Group& group, bool async_op);
@@ -50,16 +51,16 @@ constexpr int kNoRank = -1;
 
 /// What one collective or p2p call is, for the DETAIL check, the watchdog and the logger.
 struct OpRecord {
-  const char* op = "";          ///< e.g. "all_reduce"
+  const char* op = "";  ///< e.g. "all_reduce"
   ProcessGroup* group = nullptr;
-  uint64_t seq = 0;             ///< the group's sequence number of this call
+  uint64_t seq = 0;  ///< the group's sequence number of this call
   ScalarType dtype = kFloat;
-  DimVector shape;              ///< the tensor's shape (the input where they differ); filled under DETAIL only
-  int root = kNoRank;           ///< group rank of the root; kNoRank for rootless ops
-  int peer = kNoRank;           ///< group rank of the other side of a p2p op; kNoRank for collectives
+  DimVector shape;                    ///< the tensor's shape (the input where they differ); filled under DETAIL only
+  int root = kNoRank;                 ///< group rank of the root; kNoRank for rootless ops
+  int peer = kNoRank;                 ///< group rank of the other side of a p2p op; kNoRank for collectives
   std::optional<ReduceOp> reduce_op;  ///< the reduction; none when the op does not reduce
-  bool shapes_must_match = true;///< false where ranks legitimately pass different shapes
-  int64_t bytes = 0;            ///< message size for the logger
+  bool shapes_must_match = true;      ///< false where ranks legitimately pass different shapes
+  int64_t bytes = 0;                  ///< message size for the logger
 };
 
 // ---- DETAIL checks (debug.cpp) ----

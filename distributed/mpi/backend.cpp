@@ -27,12 +27,17 @@ namespace strata::distributed::mpi {
 
 MPI_Datatype datatype(ScalarType t) {
   switch (t) {
-    case kBool: return MPI_C_BOOL;
-    case kLong: return MPI_INT64_T;
-    case kFloat: return MPI_FLOAT;
-    case kDouble: return MPI_DOUBLE;
+    case kBool:
+      return MPI_C_BOOL;
+    case kLong:
+      return MPI_INT64_T;
+    case kFloat:
+      return MPI_FLOAT;
+    case kDouble:
+      return MPI_DOUBLE;
     case kHalf:
-    case kBFloat16: return MPI_UINT16_T;  // moved as bits; MPI has no 16-bit float type to reduce
+    case kBFloat16:
+      return MPI_UINT16_T;  // moved as bits; MPI has no 16-bit float type to reduce
   }
   STRATA_INTERNAL_ASSERT(false);
 }
@@ -50,10 +55,14 @@ MPI_Op reduce_op(ReduceOp op, ScalarType t) {
   if (t == kBool) return (op == ReduceOp::PRODUCT || op == ReduceOp::MIN) ? MPI_LAND : MPI_LOR;
   switch (op) {
     case ReduceOp::SUM:
-    case ReduceOp::AVG: return MPI_SUM;  // AVG divides afterwards
-    case ReduceOp::PRODUCT: return MPI_PROD;
-    case ReduceOp::MIN: return MPI_MIN;
-    case ReduceOp::MAX: return MPI_MAX;
+    case ReduceOp::AVG:
+      return MPI_SUM;  // AVG divides afterwards
+    case ReduceOp::PRODUCT:
+      return MPI_PROD;
+    case ReduceOp::MIN:
+      return MPI_MIN;
+    case ReduceOp::MAX:
+      return MPI_MAX;
   }
   STRATA_INTERNAL_ASSERT(false);
 }
@@ -157,7 +166,7 @@ class MpiWork final : public Work {
   }
 
   MPI_Request request = MPI_REQUEST_NULL;
-  std::vector<int> counts;                           // arrays MPI reads until completion
+  std::vector<int> counts;                             // arrays MPI reads until completion
   std::function<void(const MPI_Status&)> on_complete;  // gets the status
 
  private:
@@ -236,8 +245,10 @@ class Progress {
       const bool done = mpi_finalized() || oldest->poll();
       oldest.reset();  // a dropped Work is destroyed here, outside the lock
       lock.lock();
-      if (done) works_.pop_front();
-      else changed_.wait_for(lock, kPollInterval);
+      if (done)
+        works_.pop_front();
+      else
+        changed_.wait_for(lock, kPollInterval);
     }
   }
 
@@ -279,7 +290,9 @@ class MpiBackend final : public Backend {
       return r ? MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), n, dt, mop, comm_, r)
                : MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), n, dt, mop, comm_);
     };
-    if (op != ReduceOp::AVG) return run("all_reduce", async_op, false, call, [] {}, t);
+    if (op != ReduceOp::AVG)
+      return run(
+          "all_reduce", async_op, false, call, [] {}, t);
     return run("all_reduce", async_op, false, call, divide(t, size_), t);
   }
 
@@ -294,25 +307,33 @@ class MpiBackend final : public Backend {
       return r ? MPI_Ireduce(send, t.data_ptr(), n, dt, mop, root, comm_, r)
                : MPI_Reduce(send, t.data_ptr(), n, dt, mop, root, comm_);
     };
-    if (op != ReduceOp::AVG || !is_root) return run("reduce", async_op, false, call, [] {}, t);
+    if (op != ReduceOp::AVG || !is_root)
+      return run(
+          "reduce", async_op, false, call, [] {}, t);
     return run("reduce", async_op, false, call, divide(t, size_), t);
   }
 
   std::shared_ptr<Work> broadcast(const Tensor& t, int root, bool async_op) override {
-    return run("broadcast", async_op, false, [&](MPI_Request* r) {
-      const int n = count(t, "broadcast");
-      const MPI_Datatype dt = datatype(t.dtype());
-      return r ? MPI_Ibcast(t.data_ptr(), n, dt, root, comm_, r) : MPI_Bcast(t.data_ptr(), n, dt, root, comm_);
-    }, [] {}, t);
+    return run(
+        "broadcast", async_op, false,
+        [&](MPI_Request* r) {
+          const int n = count(t, "broadcast");
+          const MPI_Datatype dt = datatype(t.dtype());
+          return r ? MPI_Ibcast(t.data_ptr(), n, dt, root, comm_, r) : MPI_Bcast(t.data_ptr(), n, dt, root, comm_);
+        },
+        [] {}, t);
   }
 
   std::shared_ptr<Work> all_gather(const Tensor& out, const Tensor& in, bool async_op) override {
-    return run("all_gather", async_op, false, [&](MPI_Request* r) {
-      const int n = count(in, "all_gather");
-      const MPI_Datatype dt = datatype(in.dtype());
-      return r ? MPI_Iallgather(in.data_ptr(), n, dt, out.data_ptr(), n, dt, comm_, r)
-               : MPI_Allgather(in.data_ptr(), n, dt, out.data_ptr(), n, dt, comm_);
-    }, [] {}, out, in);
+    return run(
+        "all_gather", async_op, false,
+        [&](MPI_Request* r) {
+          const int n = count(in, "all_gather");
+          const MPI_Datatype dt = datatype(in.dtype());
+          return r ? MPI_Iallgather(in.data_ptr(), n, dt, out.data_ptr(), n, dt, comm_, r)
+                   : MPI_Allgather(in.data_ptr(), n, dt, out.data_ptr(), n, dt, comm_);
+        },
+        [] {}, out, in);
   }
 
   std::shared_ptr<Work> reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op, bool async_op) override {
@@ -324,26 +345,34 @@ class MpiBackend final : public Backend {
       return r ? MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), n, dt, mop, comm_, r)
                : MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), n, dt, mop, comm_);
     };
-    if (op != ReduceOp::AVG) return run("reduce_scatter", async_op, false, call, [] {}, out, in);
+    if (op != ReduceOp::AVG)
+      return run(
+          "reduce_scatter", async_op, false, call, [] {}, out, in);
     return run("reduce_scatter", async_op, false, call, divide(out, size_), out, in);
   }
 
   std::shared_ptr<Work> gather(const Tensor& out, const Tensor& in, int root, bool async_op) override {
-    return run("gather", async_op, false, [&](MPI_Request* r) {
-      const int n = count(in, "gather");
-      const MPI_Datatype dt = datatype(in.dtype());
-      return r ? MPI_Igather(in.data_ptr(), n, dt, ptr(out), n, dt, root, comm_, r)
-               : MPI_Gather(in.data_ptr(), n, dt, ptr(out), n, dt, root, comm_);
-    }, [] {}, out, in);
+    return run(
+        "gather", async_op, false,
+        [&](MPI_Request* r) {
+          const int n = count(in, "gather");
+          const MPI_Datatype dt = datatype(in.dtype());
+          return r ? MPI_Igather(in.data_ptr(), n, dt, ptr(out), n, dt, root, comm_, r)
+                   : MPI_Gather(in.data_ptr(), n, dt, ptr(out), n, dt, root, comm_);
+        },
+        [] {}, out, in);
   }
 
   std::shared_ptr<Work> scatter(const Tensor& out, const Tensor& in, int root, bool async_op) override {
-    return run("scatter", async_op, false, [&](MPI_Request* r) {
-      const int n = count(out, "scatter");
-      const MPI_Datatype dt = datatype(out.dtype());
-      return r ? MPI_Iscatter(ptr(in), n, dt, out.data_ptr(), n, dt, root, comm_, r)
-               : MPI_Scatter(ptr(in), n, dt, out.data_ptr(), n, dt, root, comm_);
-    }, [] {}, out, in);
+    return run(
+        "scatter", async_op, false,
+        [&](MPI_Request* r) {
+          const int n = count(out, "scatter");
+          const MPI_Datatype dt = datatype(out.dtype());
+          return r ? MPI_Iscatter(ptr(in), n, dt, out.data_ptr(), n, dt, root, comm_, r)
+                   : MPI_Scatter(ptr(in), n, dt, out.data_ptr(), n, dt, root, comm_);
+        },
+        [] {}, out, in);
   }
 
   std::shared_ptr<Work> all_to_all(const Tensor& out, const Tensor& in, const std::vector<int64_t>& out_counts,
@@ -382,11 +411,15 @@ class MpiBackend final : public Backend {
   }
 
   std::shared_ptr<Work> send(const Tensor& t, int dst, int tag, bool async_op) override {
-    return run("send", async_op, true, [&](MPI_Request* r) {
-      const int n = count(t, "send");
-      const MPI_Datatype dt = datatype(t.dtype());
-      return r ? MPI_Isend(t.data_ptr(), n, dt, dst, tag, comm_, r) : MPI_Send(t.data_ptr(), n, dt, dst, tag, comm_);
-    }, [] {}, t);
+    return run(
+        "send", async_op, true,
+        [&](MPI_Request* r) {
+          const int n = count(t, "send");
+          const MPI_Datatype dt = datatype(t.dtype());
+          return r ? MPI_Isend(t.data_ptr(), n, dt, dst, tag, comm_, r)
+                   : MPI_Send(t.data_ptr(), n, dt, dst, tag, comm_);
+        },
+        [] {}, t);
   }
 
   std::shared_ptr<Work> recv(const Tensor& t, int src, int tag, bool async_op) override {
@@ -445,7 +478,7 @@ class MpiBackend final : public Backend {
   }
 
   std::shared_ptr<Comm> shared_;  // with the works in flight (Note [communicator lifetime])
-  MPI_Comm comm_;                  // shared_->comm, read on every call
+  MPI_Comm comm_;                 // shared_->comm, read on every call
   int size_ = 0;
 };
 

@@ -10,10 +10,10 @@
 namespace strata::distributed::mpi {
 
 /// Throws strata::Error naming `what` and MPI's message for `code` unless it is MPI_SUCCESS.
-#define STRATA_MPI_CHECK(call, what)                                           \
-  do {                                                                         \
-    const int strata_mpi_code_ = (call);                                       \
-    if (strata_mpi_code_ != MPI_SUCCESS) [[unlikely]]                          \
+#define STRATA_MPI_CHECK(call, what)                                                           \
+  do {                                                                                         \
+    const int strata_mpi_code_ = (call);                                                       \
+    if (strata_mpi_code_ != MPI_SUCCESS) [[unlikely]]                                          \
       ::strata::distributed::mpi::throw_mpi_error(__FILE__, __LINE__, what, strata_mpi_code_); \
   } while (0)
 

@@ -38,10 +38,10 @@
 
 /// Throws strata::Error with the call, file:line, NCCL's name for the status and its last error message
 /// unless `call` returns ncclSuccess.
-#define STRATA_NCCL_CHECK(call)                                                               \
-  do {                                                                                        \
-    const ncclResult_t strata_nccl_code_ = (call);                                            \
-    if (strata_nccl_code_ != ncclSuccess) [[unlikely]]                                        \
+#define STRATA_NCCL_CHECK(call)                                                                    \
+  do {                                                                                             \
+    const ncclResult_t strata_nccl_code_ = (call);                                                 \
+    if (strata_nccl_code_ != ncclSuccess) [[unlikely]]                                             \
       ::strata::distributed::nccl::throw_nccl_error(__FILE__, __LINE__, #call, strata_nccl_code_); \
   } while (0)
 
@@ -83,8 +83,10 @@ struct Comm {
     // A communicator that reported an error may have kernels that never finish: abort those.
     ncclResult_t async = ncclSuccess;
     if (ncclCommGetAsyncError(comm, &async) != ncclSuccess || async != ncclSuccess) failed = true;
-    if (failed) ncclCommAbort(comm);
-    else ncclCommDestroy(comm);
+    if (failed)
+      ncclCommAbort(comm);
+    else
+      ncclCommDestroy(comm);
     cudaStreamDestroy(stream);
   }
   Comm(const Comm&) = delete;
@@ -168,12 +170,18 @@ class NcclWork final : public Work {
 
 ncclDataType_t datatype(ScalarType t) {
   switch (t) {
-    case kBool: return ncclUint8;
-    case kLong: return ncclInt64;
-    case kFloat: return ncclFloat32;
-    case kDouble: return ncclFloat64;
-    case kHalf: return ncclFloat16;
-    case kBFloat16: return ncclBfloat16;
+    case kBool:
+      return ncclUint8;
+    case kLong:
+      return ncclInt64;
+    case kFloat:
+      return ncclFloat32;
+    case kDouble:
+      return ncclFloat64;
+    case kHalf:
+      return ncclFloat16;
+    case kBFloat16:
+      return ncclBfloat16;
   }
   STRATA_INTERNAL_ASSERT(false);
 }
@@ -183,11 +191,16 @@ ncclDataType_t datatype(ScalarType t) {
 ncclRedOp_t reduce_op(ReduceOp op, ScalarType t) {
   if (t == kBool) return (op == ReduceOp::PRODUCT || op == ReduceOp::MIN) ? ncclMin : ncclMax;
   switch (op) {
-    case ReduceOp::SUM: return ncclSum;
-    case ReduceOp::AVG: return ncclAvg;
-    case ReduceOp::PRODUCT: return ncclProd;
-    case ReduceOp::MIN: return ncclMin;
-    case ReduceOp::MAX: return ncclMax;
+    case ReduceOp::SUM:
+      return ncclSum;
+    case ReduceOp::AVG:
+      return ncclAvg;
+    case ReduceOp::PRODUCT:
+      return ncclProd;
+    case ReduceOp::MIN:
+      return ncclMin;
+    case ReduceOp::MAX:
+      return ncclMax;
   }
   STRATA_INTERNAL_ASSERT(false);
 }
@@ -218,8 +231,8 @@ class NcclBackend final : public Backend {
     check_device(t, "all_reduce");
     if (t.numel() == 0) return completed_work();
     return run(async_op, {t}, [&](ncclComm_t c, cudaStream_t s) {
-      STRATA_NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), datatype(t.dtype()),
-                                      reduce_op(op, t.dtype()), c, s));
+      STRATA_NCCL_CHECK(
+          ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), datatype(t.dtype()), reduce_op(op, t.dtype()), c, s));
     });
   }
 
@@ -229,8 +242,8 @@ class NcclBackend final : public Backend {
     // Off the root the result buffer may be null, so NCCL leaves those tensors as they were.
     void* result = comm_->rank == root ? t.data_ptr() : nullptr;
     return run(async_op, {t}, [&](ncclComm_t c, cudaStream_t s) {
-      STRATA_NCCL_CHECK(ncclReduce(t.data_ptr(), result, t.numel(), datatype(t.dtype()), reduce_op(op, t.dtype()),
-                                   root, c, s));
+      STRATA_NCCL_CHECK(
+          ncclReduce(t.data_ptr(), result, t.numel(), datatype(t.dtype()), reduce_op(op, t.dtype()), root, c, s));
     });
   }
 
@@ -357,9 +370,12 @@ class NcclBackend final : public Backend {
   // A one-element all_reduce that the host waits for.
   std::shared_ptr<Work> barrier(bool async_op) override {
     Tensor token = zeros({1}, TensorOptions(kFloat).device(device()));
-    return run(async_op, {token}, [&](ncclComm_t c, cudaStream_t s) {
-      STRATA_NCCL_CHECK(ncclAllReduce(token.data_ptr(), token.data_ptr(), 1, ncclFloat32, ncclSum, c, s));
-    }, /*host_waits=*/true);
+    return run(
+        async_op, {token},
+        [&](ncclComm_t c, cudaStream_t s) {
+          STRATA_NCCL_CHECK(ncclAllReduce(token.data_ptr(), token.data_ptr(), 1, ncclFloat32, ncclSum, c, s));
+        },
+        /*host_waits=*/true);
   }
 
   std::unique_ptr<Backend> split(int index) override {
@@ -426,8 +442,10 @@ class NcclBackend final : public Backend {
         cudaStreamWaitEvent(cuda::current_stream(comm_->device), end->event, 0);
       throw;
     }
-    if (batch_depth > 0) batch_pending.push_back({comm_, end});
-    else STRATA_CUDA_CHECK(cudaEventRecord(end->event, comm_->stream));
+    if (batch_depth > 0)
+      batch_pending.push_back({comm_, end});
+    else
+      STRATA_CUDA_CHECK(cudaEventRecord(end->event, comm_->stream));
     auto work = std::make_shared<NcclWork>(comm_, std::move(end), std::move(keep), host_waits);
     if (async_op) return work;
     work->wait();
@@ -533,8 +551,8 @@ std::unique_ptr<Backend> make_cuda_backend(Backend& cpu, int rank, int size) {
   const int gpus = cuda::device_count();
   const NodePlace place = node_place(gpus);
   // Every rank must take the same path: [sees a GPU, has one of its own, setting, -setting] reduced with MIN.
-  Tensor agreed = tensor(std::vector<int64_t>{gpus > 0 && !place.gpu_error, place.own_gpu,
-                                              static_cast<int64_t>(wanted), -static_cast<int64_t>(wanted)});
+  Tensor agreed = tensor(std::vector<int64_t>{gpus > 0 && !place.gpu_error, place.own_gpu, static_cast<int64_t>(wanted),
+                                              -static_cast<int64_t>(wanted)});
   cpu.all_reduce(agreed, ReduceOp::MIN, false);
   if (place.gpu_error) std::rethrow_exception(place.gpu_error);  // the other ranks go on without CUDA
   const int64_t* all = agreed.data_ptr<int64_t>();
@@ -549,9 +567,11 @@ std::unique_ptr<Backend> make_cuda_backend(Backend& cpu, int rank, int size) {
   if (wanted == Path::kMpi || (wanted == Path::kAuto && !all[1])) {
     return make_staged_backend(cpu.split(rank), kCUDA, rank);
   }
-  STRATA_CHECK(all[1], "init: STRATA_CUDA_BACKEND=nccl needs a GPU of its own for every rank (NCCL refuses two ranks "
-               "on one GPU), but ranks of a node share a GPU (this node: ", place.local_size, " ranks, ",
-               gpus, " visible GPUs); leave it unset to move CUDA tensors through MPI with host staging");
+  STRATA_CHECK(all[1],
+               "init: STRATA_CUDA_BACKEND=nccl needs a GPU of its own for every rank (NCCL refuses two ranks "
+               "on one GPU), but ranks of a node share a GPU (this node: ",
+               place.local_size, " ranks, ", gpus,
+               " visible GPUs); leave it unset to move CUDA tensors through MPI with host staging");
   return nccl::make_world_backend(cpu, rank, size, device);
 }
 

@@ -23,8 +23,10 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 std::string duration(double s) {
   std::ostringstream os;
   const auto total = static_cast<int64_t>(std::lround(s));
-  if (total >= 60) os << total / 60 << "m" << std::setw(2) << std::setfill('0') << total % 60 << "s";
-  else os << total << "s";
+  if (total >= 60)
+    os << total / 60 << "m" << std::setw(2) << std::setfill('0') << total % 60 << "s";
+  else
+    os << total << "s";
   return os.str();
 }
 
@@ -42,8 +44,12 @@ void write_atomically(const std::string& path, const std::string& text) {
 }  // namespace
 
 ProgressBar::ProgressBar(int epoch, int epochs, int64_t batches)
-    : epoch_(epoch), epochs_(epochs), batches_(batches), tty_(isatty(STDOUT_FILENO) != 0),
-      start_(std::chrono::steady_clock::now()), last_draw_(start_) {}
+    : epoch_(epoch),
+      epochs_(epochs),
+      batches_(batches),
+      tty_(isatty(STDOUT_FILENO) != 0),
+      start_(std::chrono::steady_clock::now()),
+      last_draw_(start_) {}
 
 std::string ProgressBar::line(int64_t done, double loss, int64_t samples) const {
   const double elapsed = seconds_since(start_);
@@ -57,8 +63,8 @@ std::string ProgressBar::line(int64_t done, double loss, int64_t samples) const 
     os << "[" << std::string(filled, '=') << (filled < kWidth ? ">" : "")
        << std::string(std::max(kWidth - filled - 1, 0), ' ') << "] ";
   }
-  os << done << "/" << batches_ << " loss " << std::fixed << std::setprecision(4) << loss << " "
-     << std::setprecision(0) << rate << " samples/s ETA " << duration(eta);
+  os << done << "/" << batches_ << " loss " << std::fixed << std::setprecision(4) << loss << " " << std::setprecision(0)
+     << rate << " samples/s ETA " << duration(eta);
   return os.str();
 }
 
@@ -137,8 +143,7 @@ void chart(std::ostringstream& os, double x0, double y0, double w, double h, con
   }
   const int step = std::max(1, (e1 - e0) / 10);
   for (int e = e0; e <= e1; e += step)
-    os << "<text x='" << x(e) << "' y='" << y0 + h + 16 << "' text-anchor='middle' font-size='11'>" << e
-       << "</text>\n";
+    os << "<text x='" << x(e) << "' y='" << y0 + h + 16 << "' text-anchor='middle' font-size='11'>" << e << "</text>\n";
   os << "<text x='" << x0 + w / 2 << "' y='" << y0 + h + 34 << "' text-anchor='middle' font-size='12'>epoch</text>\n";
   for (size_t k = 0; k < series.size(); ++k) {
     const auto& s = series[k];

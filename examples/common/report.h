@@ -13,9 +13,9 @@ namespace report {
 /// the line redraws in place; otherwise (a file, CI) it prints a plain line every tenth of the epoch.
 class ProgressBar {
  public:
-  ProgressBar(int epoch, int epochs, int64_t batches);  ///< starts the clock
+  ProgressBar(int epoch, int epochs, int64_t batches);                        ///< starts the clock
   void update(int64_t batches_done, double mean_loss, int64_t samples_done);  ///< after each batch
-  void finish(const std::string& summary);  ///< ends the line with `summary`
+  void finish(const std::string& summary);                                    ///< ends the line with `summary`
 
  private:
   std::string line(int64_t batches_done, double mean_loss, int64_t samples_done) const;

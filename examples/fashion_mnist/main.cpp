@@ -37,9 +37,9 @@ struct Args {
   std::string out = "fashion_mnist_out";
   bool resume = false;
   int stop_after = 0;  // end after this epoch as if interrupted (0: run all); for testing --resume
-  int64_t limit = 0;  // train on the first `limit` examples only (0: all); for quick runs and tests
+  int64_t limit = 0;   // train on the first `limit` examples only (0: all); for quick runs and tests
   uint64_t seed = 0;
-  int threads = 0;  // 0: strata's default
+  int threads = 0;             // 0: strata's default
   std::string device = "cpu";  // cuda: this rank's GPU (distributed::init makes it current)
 };
 
@@ -75,24 +75,38 @@ Args parse(int argc, char** argv) {
     }
     if (i + 1 >= argc) fail(flag + " needs a value");
     const std::string value = argv[++i];
-    if (flag == "--epochs") a.epochs = number<int>(flag, value);
-    else if (flag == "--batch-size") a.batch_size = number<int64_t>(flag, value);
-    else if (flag == "--lr") a.lr = number<double>(flag, value);
-    else if (flag == "--model") a.model = value;
-    else if (flag == "--hidden") a.hidden = number<int64_t>(flag, value);
-    else if (flag == "--data") a.data = value;
-    else if (flag == "--out") a.out = value;
-    else if (flag == "--stop-after") a.stop_after = number<int>(flag, value);
-    else if (flag == "--limit") a.limit = number<int64_t>(flag, value);
-    else if (flag == "--seed") a.seed = number<uint64_t>(flag, value);
-    else if (flag == "--threads") a.threads = number<int>(flag, value);
-    else if (flag == "--device") a.device = value;
-    else fail("unknown option " + flag);
+    if (flag == "--epochs")
+      a.epochs = number<int>(flag, value);
+    else if (flag == "--batch-size")
+      a.batch_size = number<int64_t>(flag, value);
+    else if (flag == "--lr")
+      a.lr = number<double>(flag, value);
+    else if (flag == "--model")
+      a.model = value;
+    else if (flag == "--hidden")
+      a.hidden = number<int64_t>(flag, value);
+    else if (flag == "--data")
+      a.data = value;
+    else if (flag == "--out")
+      a.out = value;
+    else if (flag == "--stop-after")
+      a.stop_after = number<int>(flag, value);
+    else if (flag == "--limit")
+      a.limit = number<int64_t>(flag, value);
+    else if (flag == "--seed")
+      a.seed = number<uint64_t>(flag, value);
+    else if (flag == "--threads")
+      a.threads = number<int>(flag, value);
+    else if (flag == "--device")
+      a.device = value;
+    else
+      fail("unknown option " + flag);
   }
   if (a.epochs < 1 || a.batch_size < 1 || a.hidden < 1 || !(a.lr > 0 && std::isfinite(a.lr)) || a.limit < 0 ||
       a.threads < 0 || a.stop_after < 0)
-    fail("epochs, batch size and hidden size must be positive, lr finite and above 0, limit, threads and "
-         "stop-after not negative");
+    fail(
+        "epochs, batch size and hidden size must be positive, lr finite and above 0, limit, threads and "
+        "stop-after not negative");
   if (a.model != "mlp" && a.model != "mlp-ln") fail("unknown model " + a.model);
   if (a.device != "cpu" && a.device != "cuda") fail("unknown device " + a.device + " (expected cpu or cuda)");
   return a;
@@ -165,14 +179,15 @@ int main(int argc, char** argv) {
     const int64_t n = args.limit > 0 ? std::min(args.limit, full_train.size()) : full_train.size();
     const data::TensorDataset train_set(full_train.data().narrow(0, 0, n), full_train.targets().narrow(0, 0, n));
     const data::DataLoaderOptions shard{.batch_size = args.batch_size / world, .num_replicas = world, .rank = rank};
-    data::DataLoader train(train_set, {.batch_size = shard.batch_size, .shuffle = true, .seed = args.seed,
-                                       .num_replicas = world, .rank = rank});
+    data::DataLoader train(
+        train_set,
+        {.batch_size = shard.batch_size, .shuffle = true, .seed = args.seed, .num_replicas = world, .rank = rank});
     data::DataLoader test(test_set, shard);
 
     const Device device = args.device == "cuda" ? cuda::device() : Device(kCPU);
     manual_seed(args.seed);  // the same initial parameters on every run and every rank
     nn::Sequential model = make_model(args);
-    model->to(device);  // before DDP and the optimizer, as in libtorch
+    model->to(device);                       // before DDP and the optimizer, as in libtorch
     nn::DistributedDataParallel ddp(model);  // averages gradients over the ranks during backward
     optim::AdamW optimizer(model->parameters(), optim::AdamWOptions(args.lr).weight_decay(1e-4));
     const int64_t steps = args.epochs * train.size();
@@ -194,8 +209,8 @@ int main(int argc, char** argv) {
     }
     if (rank == 0)
       std::cout << "fashion_mnist: " << args.model << " with " << model->num_parameters() << " parameters, "
-                << train_set.size() << " training examples, " << world << " rank(s), global batch "
-                << args.batch_size << ", on " << device << "\n";
+                << train_set.size() << " training examples, " << world << " rank(s), global batch " << args.batch_size
+                << ", on " << device << "\n";
 
     const int last_epoch = args.stop_after > 0 ? std::min(args.stop_after, args.epochs) : args.epochs;
     for (int epoch = first_epoch; epoch <= last_epoch; ++epoch) {

@@ -72,23 +72,36 @@ Args parse(int argc, char** argv) {
     }
     if (i + 1 >= argc) throw UsageError(flag + " needs a value");
     const std::string value = argv[++i];
-    if (flag == "--stages") a.stages = number<int>(flag, value);
-    else if (flag == "--micro-batches") a.micro_batches = number<int>(flag, value);
-    else if (flag == "--batch-size") a.batch_size = number<int64_t>(flag, value);
-    else if (flag == "--epochs") a.epochs = number<int>(flag, value);
-    else if (flag == "--lr") a.lr = number<double>(flag, value);
-    else if (flag == "--data") a.data = value;
-    else if (flag == "--limit") a.limit = number<int64_t>(flag, value);
-    else if (flag == "--seed") a.seed = number<uint64_t>(flag, value);
-    else if (flag == "--threads") a.threads = number<int>(flag, value);
-    else if (flag == "--device") a.device = value;
-    else throw UsageError("unknown option " + flag);
+    if (flag == "--stages")
+      a.stages = number<int>(flag, value);
+    else if (flag == "--micro-batches")
+      a.micro_batches = number<int>(flag, value);
+    else if (flag == "--batch-size")
+      a.batch_size = number<int64_t>(flag, value);
+    else if (flag == "--epochs")
+      a.epochs = number<int>(flag, value);
+    else if (flag == "--lr")
+      a.lr = number<double>(flag, value);
+    else if (flag == "--data")
+      a.data = value;
+    else if (flag == "--limit")
+      a.limit = number<int64_t>(flag, value);
+    else if (flag == "--seed")
+      a.seed = number<uint64_t>(flag, value);
+    else if (flag == "--threads")
+      a.threads = number<int>(flag, value);
+    else if (flag == "--device")
+      a.device = value;
+    else
+      throw UsageError("unknown option " + flag);
   }
   if (a.stages < 1 || a.micro_batches < 1 || a.batch_size < 1 || a.epochs < 1 || !(a.lr > 0 && std::isfinite(a.lr)) ||
       a.limit < 0 || a.threads < 0)
-    throw UsageError("stages, micro-batches, batch size and epochs must be positive, lr finite and above 0, limit "
-                     "and threads not negative");
-  if (a.device != "cpu" && a.device != "cuda") throw UsageError("unknown device " + a.device + " (expected cpu or cuda)");
+    throw UsageError(
+        "stages, micro-batches, batch size and epochs must be positive, lr finite and above 0, limit "
+        "and threads not negative");
+  if (a.device != "cpu" && a.device != "cuda")
+    throw UsageError("unknown device " + a.device + " (expected cpu or cuda)");
   return a;
 }
 
@@ -139,11 +152,14 @@ Data load_data(const Args& args, const pipe::PipelineParallelGrid& grid) {
   const data::FashionMNIST test_set(args.data, data::FashionMNIST::Mode::kTest);
   const int64_t n = args.limit > 0 ? std::min(args.limit, full_train.size()) : full_train.size();
   const data::TensorDataset train_set(full_train.data().narrow(0, 0, n), full_train.targets().narrow(0, 0, n));
-  data::DataLoader train(train_set, {.batch_size = args.batch_size / replicas, .shuffle = true, .drop_last = true,
-                                     .seed = args.seed, .num_replicas = replicas, .rank = replica});
+  data::DataLoader train(train_set, {.batch_size = args.batch_size / replicas,
+                                     .shuffle = true,
+                                     .drop_last = true,
+                                     .seed = args.seed,
+                                     .num_replicas = replicas,
+                                     .rank = replica});
   if (train.size() == 0)
-    throw UsageError(std::to_string(n) + " training examples make no full batch of " +
-                     std::to_string(args.batch_size));
+    throw UsageError(std::to_string(n) + " training examples make no full batch of " + std::to_string(args.batch_size));
   const auto test_indices = data::sample_indices(test_set.size(), {.num_replicas = replicas, .rank = replica}, 0);
   if (static_cast<int64_t>(test_indices.size()) < args.micro_batches)
     throw UsageError("the test set's shard of " + std::to_string(test_indices.size()) + " images cannot fill " +
@@ -189,8 +205,8 @@ struct StageTime {
   void add(const pipe::PipelineTimings& t) {
     using I = pipe::PipeInstruction;
     compute += t.compute();
-    p2p += t.seconds[I::SendActivation] + t.seconds[I::RecvActivation] + t.seconds[I::SendGrad] +
-           t.seconds[I::RecvGrad];
+    p2p +=
+        t.seconds[I::SendActivation] + t.seconds[I::RecvActivation] + t.seconds[I::SendGrad] + t.seconds[I::RecvGrad];
     reduce += t.seconds[I::ReduceTiedGrads] + t.seconds[I::ReduceGrads];
     total += t.total;
   }

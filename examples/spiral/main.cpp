@@ -48,9 +48,7 @@ Dataset make_spiral() {
 }
 
 // He-initialised weight [in, out] that requires grad.
-Tensor weight(int64_t in, int64_t out) {
-  return (randn({in, out}) * std::sqrt(2.0 / in)).requires_grad_();
-}
+Tensor weight(int64_t in, int64_t out) { return (randn({in, out}) * std::sqrt(2.0 / in)).requires_grad_(); }
 
 }  // namespace
 
@@ -89,8 +87,7 @@ int main(int argc, char** argv) {
   Tensor correct = model(data.x).argmax(1).eq(data.y);
   double accuracy = correct.to(kFloat).mean().item<double>();
   std::printf("train accuracy %.1f%% (%lld/%lld points)\n", 100 * accuracy,
-              static_cast<long long>(correct.to(kLong).sum().item<int64_t>()),
-              static_cast<long long>(correct.numel()));
+              static_cast<long long>(correct.to(kLong).sum().item<int64_t>()), static_cast<long long>(correct.numel()));
   if (!(last_loss < first_loss) || accuracy < kAccuracyFloor) {
     std::printf("FAILED: expected a falling loss and accuracy >= %.0f%%\n", 100 * kAccuracyFloor);
     return 1;

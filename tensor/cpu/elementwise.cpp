@@ -45,24 +45,32 @@ void arithmetic(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out
   constexpr bool kBool = std::is_same_v<T, bool>;
   switch (op) {
     case BinaryOp::Add:
-      if constexpr (kBool) return binary_loop<T, T>(a, b, out, [](T x, T y) { return x || y; });
-      else return binary_loop<T, T>(a, b, out, [](T x, T y) { return x + y; });
+      if constexpr (kBool)
+        return binary_loop<T, T>(a, b, out, [](T x, T y) { return x || y; });
+      else
+        return binary_loop<T, T>(a, b, out, [](T x, T y) { return x + y; });
     case BinaryOp::Mul:
-      if constexpr (kBool) return binary_loop<T, T>(a, b, out, [](T x, T y) { return x && y; });
-      else return binary_loop<T, T>(a, b, out, [](T x, T y) { return x * y; });
+      if constexpr (kBool)
+        return binary_loop<T, T>(a, b, out, [](T x, T y) { return x && y; });
+      else
+        return binary_loop<T, T>(a, b, out, [](T x, T y) { return x * y; });
     case BinaryOp::Maximum:
       return binary_loop<T, T>(a, b, out, [](T x, T y) { return (x > y || is_nan(x)) ? x : y; });
     case BinaryOp::Minimum:
       return binary_loop<T, T>(a, b, out, [](T x, T y) { return (x < y || is_nan(x)) ? x : y; });
-    default: break;
+    default:
+      break;
   }
   if constexpr (!kBool) {
     switch (op) {
-      case BinaryOp::Sub: return binary_loop<T, T>(a, b, out, [](T x, T y) { return x - y; });
+      case BinaryOp::Sub:
+        return binary_loop<T, T>(a, b, out, [](T x, T y) { return x - y; });
       case BinaryOp::Div:
         // Integer division truncates (ops promote to float first); x / 0 gives 0 instead of a trap.
-        if constexpr (std::is_integral_v<T>) return binary_loop<T, T>(a, b, out, [](T x, T y) { return int_div(x, y); });
-        else return binary_loop<T, T>(a, b, out, [](T x, T y) { return x / y; });
+        if constexpr (std::is_integral_v<T>)
+          return binary_loop<T, T>(a, b, out, [](T x, T y) { return int_div(x, y); });
+        else
+          return binary_loop<T, T>(a, b, out, [](T x, T y) { return x / y; });
       case BinaryOp::Pow:
         if constexpr (std::is_integral_v<T>) {
           return binary_loop<T, T>(a, b, out, [](T x, T y) { return int_pow(x, y); });
@@ -73,7 +81,8 @@ void arithmetic(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out
           if (e == 1) return binary_loop<T, T>(a, b, out, [](T x, T) { return x; });
           return binary_loop<T, T>(a, b, out, [](T x, T y) { return std::pow(x, y); });
         }
-      default: break;
+      default:
+        break;
     }
   }
   STRATA_CHECK(false, to_string(op), " does not support ", a.dtype());
@@ -83,15 +92,24 @@ void arithmetic(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out
 template <class T>
 void predicate(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   switch (op) {
-    case BinaryOp::Eq: return binary_loop<bool, T>(a, b, out, [](T x, T y) { return x == y; });
-    case BinaryOp::Ne: return binary_loop<bool, T>(a, b, out, [](T x, T y) { return x != y; });
-    case BinaryOp::Lt: return binary_loop<bool, T>(a, b, out, [](T x, T y) { return x < y; });
-    case BinaryOp::Le: return binary_loop<bool, T>(a, b, out, [](T x, T y) { return x <= y; });
-    case BinaryOp::Gt: return binary_loop<bool, T>(a, b, out, [](T x, T y) { return x > y; });
-    case BinaryOp::Ge: return binary_loop<bool, T>(a, b, out, [](T x, T y) { return x >= y; });
-    case BinaryOp::LogicalAnd: return binary_loop<bool, T>(a, b, out, [](T x, T y) { return x != T(0) && y != T(0); });
-    case BinaryOp::LogicalOr: return binary_loop<bool, T>(a, b, out, [](T x, T y) { return x != T(0) || y != T(0); });
-    default: STRATA_INTERNAL_ASSERT(false);
+    case BinaryOp::Eq:
+      return binary_loop<bool, T>(a, b, out, [](T x, T y) { return x == y; });
+    case BinaryOp::Ne:
+      return binary_loop<bool, T>(a, b, out, [](T x, T y) { return x != y; });
+    case BinaryOp::Lt:
+      return binary_loop<bool, T>(a, b, out, [](T x, T y) { return x < y; });
+    case BinaryOp::Le:
+      return binary_loop<bool, T>(a, b, out, [](T x, T y) { return x <= y; });
+    case BinaryOp::Gt:
+      return binary_loop<bool, T>(a, b, out, [](T x, T y) { return x > y; });
+    case BinaryOp::Ge:
+      return binary_loop<bool, T>(a, b, out, [](T x, T y) { return x >= y; });
+    case BinaryOp::LogicalAnd:
+      return binary_loop<bool, T>(a, b, out, [](T x, T y) { return x != T(0) && y != T(0); });
+    case BinaryOp::LogicalOr:
+      return binary_loop<bool, T>(a, b, out, [](T x, T y) { return x != T(0) || y != T(0); });
+    default:
+      STRATA_INTERNAL_ASSERT(false);
   }
 }
 
@@ -135,8 +153,10 @@ void CpuKernels::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Ten
   const ScalarType out_dtype = writes_bool(op) ? kBool : a.dtype();
   STRATA_CHECK(out.dtype() == out_dtype, to_string(op), ": expected a ", out_dtype, " output, got ", out.dtype());
   visit_dtype(a.dtype(), [&]<class T>() {
-    if (writes_bool(op)) predicate<T>(op, a, b, out);
-    else arithmetic<T>(op, a, b, out);
+    if (writes_bool(op))
+      predicate<T>(op, a, b, out);
+    else
+      arithmetic<T>(op, a, b, out);
   });
 }
 
@@ -179,7 +199,8 @@ void CpuKernels::arange(const Tensor& out, double start, double step) const {
       }
     }
     // One rounding, as the CUDA kernel (Note [fused multiply-add] in tensor/cuda/random.cu).
-    parallel_for(n, use_threads(n), [&](int64_t i) { p[i * stride] = static_cast<T>(std::fma(static_cast<double>(i), step, start)); });
+    parallel_for(n, use_threads(n),
+                 [&](int64_t i) { p[i * stride] = static_cast<T>(std::fma(static_cast<double>(i), step, start)); });
   });
 }
 

@@ -85,10 +85,14 @@ void matmul_typed(const Tensor& a, const Tensor& c, const Tensor& out, const Ker
   const bool batch_parallel = B > 1 && use_threads(B * work) && (work < kSmallGemm || B >= 4 * omp_get_max_threads());
   const bool ra = pa.layout.row_major, rc = pc.layout.row_major;
   constexpr int R = Eigen::RowMajor, C = Eigen::ColMajor;
-  if (ra && rc) gemm_batches<T, R, R>(pa, pc, o, B, M, K, N, batch_parallel);
-  else if (ra) gemm_batches<T, R, C>(pa, pc, o, B, M, K, N, batch_parallel);
-  else if (rc) gemm_batches<T, C, R>(pa, pc, o, B, M, K, N, batch_parallel);
-  else gemm_batches<T, C, C>(pa, pc, o, B, M, K, N, batch_parallel);
+  if (ra && rc)
+    gemm_batches<T, R, R>(pa, pc, o, B, M, K, N, batch_parallel);
+  else if (ra)
+    gemm_batches<T, R, C>(pa, pc, o, B, M, K, N, batch_parallel);
+  else if (rc)
+    gemm_batches<T, C, R>(pa, pc, o, B, M, K, N, batch_parallel);
+  else
+    gemm_batches<T, C, C>(pa, pc, o, B, M, K, N, batch_parallel);
 }
 
 }  // namespace
@@ -98,9 +102,12 @@ void CpuKernels::matmul(const Tensor& a, const Tensor& c, const Tensor& out) con
   if (out.numel() == 0) return;
   if (a.size(2) == 0) return fill(out, 0);
   switch (out.dtype()) {
-    case kFloat: return matmul_typed<float>(a, c, out, *this);
-    case kDouble: return matmul_typed<double>(a, c, out, *this);
-    case kLong: return matmul_typed<int64_t>(a, c, out, *this);
+    case kFloat:
+      return matmul_typed<float>(a, c, out, *this);
+    case kDouble:
+      return matmul_typed<double>(a, c, out, *this);
+    case kLong:
+      return matmul_typed<int64_t>(a, c, out, *this);
     default:
       STRATA_CHECK(false, "matmul does not support ", out.dtype(), " on the CPU",
                    is_reduced_floating_point(out.dtype()) ? ": compute on CUDA or convert with .to(kFloat) first" : "");

@@ -45,11 +45,10 @@ void CpuKernels::gather(const Tensor& in, int64_t dim, const Tensor& index, cons
   DimVector in_strides = strides_without(in, dim);
   visit_dtype(in.dtype(), [&]<class T>() {
     const int64_t step = in.stride(dim) * static_cast<int64_t>(sizeof(T));
-    auto loop = make_loop<3>(index.sizes(),
-                             {static_cast<char*>(out.data_ptr()), static_cast<char*>(index.data_ptr()),
-                              static_cast<char*>(in.data_ptr())},
-                             {out.strides().data(), index.strides().data(), in_strides.data()},
-                             {sizeof(T), sizeof(int64_t), sizeof(T)});
+    auto loop = make_loop<3>(
+        index.sizes(),
+        {static_cast<char*>(out.data_ptr()), static_cast<char*>(index.data_ptr()), static_cast<char*>(in.data_ptr())},
+        {out.strides().data(), index.strides().data(), in_strides.data()}, {sizeof(T), sizeof(int64_t), sizeof(T)});
     for_each(loop, [step](char* const* d, const int64_t* s, int64_t n) {
       for (int64_t i = 0; i < n; ++i) {
         const int64_t j = *reinterpret_cast<const int64_t*>(d[1] + i * s[1]);

@@ -102,7 +102,8 @@ void run_tiles(const Loop<N>& g, int64_t begin, int64_t end, const F& f) {
     int64_t rest = t / (tiles0 * tiles1);
     const int64_t t1 = t / tiles0 % tiles1, t0 = t % tiles0;
     char* base[N];
-    for (int k = 0; k < N; ++k) base[k] = g.data[k] + t1 * kTile * g.strides[inner - 1][k] + t0 * kTile * g.strides[inner][k];
+    for (int k = 0; k < N; ++k)
+      base[k] = g.data[k] + t1 * kTile * g.strides[inner - 1][k] + t0 * kTile * g.strides[inner][k];
     for (int d = outer_dims - 1; d >= 0; --d) {
       const int64_t i = rest % g.sizes[d];
       rest /= g.sizes[d];

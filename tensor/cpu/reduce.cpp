@@ -28,19 +28,27 @@ using acc_t = std::conditional_t<kOp == ReduceKind::Sum || kOp == ReduceKind::Pr
 template <ReduceKind kOp, class A>
 constexpr A identity() {
   using L = std::numeric_limits<A>;
-  if constexpr (kOp == ReduceKind::Sum) return A(0);
-  else if constexpr (kOp == ReduceKind::Prod) return A(1);
-  else if constexpr (kOp == ReduceKind::Max) return L::has_infinity ? -L::infinity() : L::lowest();
-  else return L::has_infinity ? L::infinity() : L::max();
+  if constexpr (kOp == ReduceKind::Sum)
+    return A(0);
+  else if constexpr (kOp == ReduceKind::Prod)
+    return A(1);
+  else if constexpr (kOp == ReduceKind::Max)
+    return L::has_infinity ? -L::infinity() : L::lowest();
+  else
+    return L::has_infinity ? L::infinity() : L::max();
 }
 
 /// Combines two partial results; max and min propagate NaN.
 template <ReduceKind kOp, class A>
 inline A combine(A a, A b) {
-  if constexpr (kOp == ReduceKind::Sum) return a + b;
-  else if constexpr (kOp == ReduceKind::Prod) return a * b;
-  else if constexpr (kOp == ReduceKind::Max) return (a > b || is_nan(a)) ? a : b;
-  else return (a < b || is_nan(a)) ? a : b;
+  if constexpr (kOp == ReduceKind::Sum)
+    return a + b;
+  else if constexpr (kOp == ReduceKind::Prod)
+    return a * b;
+  else if constexpr (kOp == ReduceKind::Max)
+    return (a > b || is_nan(a)) ? a : b;
+  else
+    return (a < b || is_nan(a)) ? a : b;
 }
 
 /// Reduces n >= 1 contiguous elements, vectorised by Eigen.
@@ -52,14 +60,20 @@ A reduce_run(const T* p, int64_t n) {
     return acc;
   } else {
     Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> m(p, n);
-    if constexpr (kOp == ReduceKind::Sum) return static_cast<A>(m.sum());
-    else if constexpr (kOp == ReduceKind::Prod) return static_cast<A>(m.prod());
+    if constexpr (kOp == ReduceKind::Sum)
+      return static_cast<A>(m.sum());
+    else if constexpr (kOp == ReduceKind::Prod)
+      return static_cast<A>(m.prod());
     else if constexpr (std::is_floating_point_v<T>) {
-      if constexpr (kOp == ReduceKind::Max) return m.template maxCoeff<Eigen::PropagateNaN>();
-      else return m.template minCoeff<Eigen::PropagateNaN>();
+      if constexpr (kOp == ReduceKind::Max)
+        return m.template maxCoeff<Eigen::PropagateNaN>();
+      else
+        return m.template minCoeff<Eigen::PropagateNaN>();
     } else {
-      if constexpr (kOp == ReduceKind::Max) return m.maxCoeff();
-      else return m.minCoeff();
+      if constexpr (kOp == ReduceKind::Max)
+        return m.maxCoeff();
+      else
+        return m.minCoeff();
     }
   }
 }
@@ -200,10 +214,14 @@ void CpuKernels::reduce(ReduceKind op, const Tensor& in, IntArrayRef dims, const
   visit_dtype(in.dtype(), [&]<class T>() {
     using SumT = std::conditional_t<std::is_same_v<T, bool>, int64_t, T>;
     switch (op) {
-      case ReduceKind::Sum: return reduce_loop<ReduceKind::Sum, T, SumT>(loop);
-      case ReduceKind::Prod: return reduce_loop<ReduceKind::Prod, T, SumT>(loop);
-      case ReduceKind::Max: return reduce_loop<ReduceKind::Max, T, T>(loop);
-      case ReduceKind::Min: return reduce_loop<ReduceKind::Min, T, T>(loop);
+      case ReduceKind::Sum:
+        return reduce_loop<ReduceKind::Sum, T, SumT>(loop);
+      case ReduceKind::Prod:
+        return reduce_loop<ReduceKind::Prod, T, SumT>(loop);
+      case ReduceKind::Max:
+        return reduce_loop<ReduceKind::Max, T, T>(loop);
+      case ReduceKind::Min:
+        return reduce_loop<ReduceKind::Min, T, T>(loop);
     }
   });
 }
@@ -217,8 +235,10 @@ void CpuKernels::arg_reduce(ReduceKind op, const Tensor& in, int64_t dim, const 
   if (values.numel() == 0) return;
   STRATA_CHECK(in.size(dim) > 0, name, "(): cannot reduce over a zero-size dimension");
   visit_dtype(in.dtype(), [&]<class T>() {
-    if (op == ReduceKind::Max) arg_loop<ReduceKind::Max, T>(in, dim, values, indices);
-    else arg_loop<ReduceKind::Min, T>(in, dim, values, indices);
+    if (op == ReduceKind::Max)
+      arg_loop<ReduceKind::Max, T>(in, dim, values, indices);
+    else
+      arg_loop<ReduceKind::Min, T>(in, dim, values, indices);
   });
 }
 

@@ -45,21 +45,28 @@ template <class T>
 void floating(UnaryOp op, const Tensor& in, const Tensor& out) {
   switch (op) {
     case UnaryOp::Exp:
-      return eigen_loop<T>(in, out, [](T x) { return std::exp(x); }, [](const auto& a) { return a.exp(); });
+      return eigen_loop<T>(
+          in, out, [](T x) { return std::exp(x); }, [](const auto& a) { return a.exp(); });
     case UnaryOp::Log:
-      return eigen_loop<T>(in, out, [](T x) { return std::log(x); }, [](const auto& a) { return a.log(); });
+      return eigen_loop<T>(
+          in, out, [](T x) { return std::log(x); }, [](const auto& a) { return a.log(); });
     case UnaryOp::Sqrt:
-      return eigen_loop<T>(in, out, [](T x) { return std::sqrt(x); }, [](const auto& a) { return a.sqrt(); });
+      return eigen_loop<T>(
+          in, out, [](T x) { return std::sqrt(x); }, [](const auto& a) { return a.sqrt(); });
     case UnaryOp::Rsqrt:
-      return eigen_loop<T>(in, out, [](T x) { return T(1) / std::sqrt(x); }, [](const auto& a) { return a.rsqrt(); });
+      return eigen_loop<T>(
+          in, out, [](T x) { return T(1) / std::sqrt(x); }, [](const auto& a) { return a.rsqrt(); });
     case UnaryOp::Tanh:
-      return eigen_loop<T>(in, out, [](T x) { return std::tanh(x); }, [](const auto& a) { return a.tanh(); });
+      return eigen_loop<T>(
+          in, out, [](T x) { return std::tanh(x); }, [](const auto& a) { return a.tanh(); });
     case UnaryOp::Sigmoid:
-      return eigen_loop<T>(in, out, [](T x) { return T(1) / (T(1) + std::exp(-x)); },
-                           [](const auto& a) { return a.logistic(); });
+      return eigen_loop<T>(
+          in, out, [](T x) { return T(1) / (T(1) + std::exp(-x)); }, [](const auto& a) { return a.logistic(); });
     case UnaryOp::Erf:
-      return eigen_loop<T>(in, out, [](T x) { return std::erf(x); }, [](const auto& a) { return a.erf(); });
-    default: STRATA_INTERNAL_ASSERT(false);
+      return eigen_loop<T>(
+          in, out, [](T x) { return std::erf(x); }, [](const auto& a) { return a.erf(); });
+    default:
+      STRATA_INTERNAL_ASSERT(false);
   }
 }
 
@@ -72,20 +79,29 @@ void CpuKernels::unary(UnaryOp op, const Tensor& in, const Tensor& out) const {
     constexpr bool kFloating = std::is_floating_point_v<T>;
     constexpr bool kBool = std::is_same_v<T, bool>;
     switch (op) {
-      case UnaryOp::LogicalNot: return unary_loop<bool, T>(in, out, [](T x) { return x == T(0); });
+      case UnaryOp::LogicalNot:
+        return unary_loop<bool, T>(in, out, [](T x) { return x == T(0); });
       case UnaryOp::Sign:
-        if constexpr (kBool) return unary_loop<T, T>(in, out, [](T x) { return x; });
-        else return unary_loop<T, T>(in, out, [](T x) { return static_cast<T>((T(0) < x) - (x < T(0))); });
-      default: break;
+        if constexpr (kBool)
+          return unary_loop<T, T>(in, out, [](T x) { return x; });
+        else
+          return unary_loop<T, T>(in, out, [](T x) { return static_cast<T>((T(0) < x) - (x < T(0))); });
+      default:
+        break;
     }
     if constexpr (!kBool) {
       switch (op) {
-        case UnaryOp::Neg: return unary_loop<T, T>(in, out, [](T x) { return static_cast<T>(-x); });
+        case UnaryOp::Neg:
+          return unary_loop<T, T>(in, out, [](T x) { return static_cast<T>(-x); });
         case UnaryOp::Abs:
-          if constexpr (kFloating) return unary_loop<T, T>(in, out, [](T x) { return std::abs(x); });
-          else return unary_loop<T, T>(in, out, [](T x) { return x < T(0) ? static_cast<T>(-x) : x; });
-        case UnaryOp::Relu: return unary_loop<T, T>(in, out, [](T x) { return x < T(0) ? T(0) : x; });  // keeps NaN
-        default: break;
+          if constexpr (kFloating)
+            return unary_loop<T, T>(in, out, [](T x) { return std::abs(x); });
+          else
+            return unary_loop<T, T>(in, out, [](T x) { return x < T(0) ? static_cast<T>(-x) : x; });
+        case UnaryOp::Relu:
+          return unary_loop<T, T>(in, out, [](T x) { return x < T(0) ? T(0) : x; });  // keeps NaN
+        default:
+          break;
       }
     }
     if constexpr (kFloating) return floating<T>(op, in, out);

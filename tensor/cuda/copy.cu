@@ -49,15 +49,16 @@ __global__ void __launch_bounds__(kThreads) fill_kernel(Loop<1> loop, T value) {
 
 /// out[i * stride] = start + i * step in double with one rounding (Note [fused multiply-add] in random.cu), as T.
 template <class T>
-__global__ void __launch_bounds__(kThreads) arange_kernel(T* out, int64_t stride, int64_t n, double start, double step) {
+__global__ void __launch_bounds__(kThreads)
+    arange_kernel(T* out, int64_t stride, int64_t n, double start, double step) {
   const int64_t grid = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += grid)
     out[i * stride] = convert<T>(__fma_rn(static_cast<double>(i), step, start));
 }
 
 /// Whole-number int64 ranges, exact beyond 2^53.
-__global__ void __launch_bounds__(kThreads) arange_exact_kernel(int64_t* out, int64_t stride, int64_t n, int64_t start,
-                                                                int64_t step) {
+__global__ void __launch_bounds__(kThreads)
+    arange_exact_kernel(int64_t* out, int64_t stride, int64_t n, int64_t start, int64_t step) {
   const int64_t grid = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += grid)
     out[i * stride] = start + i * step;

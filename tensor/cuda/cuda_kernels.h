@@ -20,22 +20,22 @@
 #include "strata/tensor/kernels.h"
 
 /// Throws strata::Error with the call, file:line and CUDA's message unless `call` returns cudaSuccess.
-#define STRATA_CUDA_CHECK(call)                                                              \
-  do {                                                                                       \
-    const cudaError_t strata_cuda_code_ = (call);                                            \
-    if (strata_cuda_code_ != cudaSuccess) [[unlikely]]                                       \
-      ::strata::cuda::throw_cuda_error(__FILE__, __LINE__, #call, strata_cuda_code_);        \
+#define STRATA_CUDA_CHECK(call)                                                       \
+  do {                                                                                \
+    const cudaError_t strata_cuda_code_ = (call);                                     \
+    if (strata_cuda_code_ != cudaSuccess) [[unlikely]]                                \
+      ::strata::cuda::throw_cuda_error(__FILE__, __LINE__, #call, strata_cuda_code_); \
   } while (0)
 
 /// Checks the kernel launch just issued (bad configuration, missing device code).
 #define STRATA_CUDA_LAUNCH_CHECK() STRATA_CUDA_CHECK(cudaGetLastError())
 
 /// Throws strata::Error with the call, file:line and cuBLAS's status name unless `call` succeeds.
-#define STRATA_CUBLAS_CHECK(call)                                                            \
-  do {                                                                                       \
-    const cublasStatus_t strata_cublas_code_ = (call);                                       \
-    if (strata_cublas_code_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                           \
-      ::strata::cuda::throw_cublas_error(__FILE__, __LINE__, #call, strata_cublas_code_);    \
+#define STRATA_CUBLAS_CHECK(call)                                                         \
+  do {                                                                                    \
+    const cublasStatus_t strata_cublas_code_ = (call);                                    \
+    if (strata_cublas_code_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                        \
+      ::strata::cuda::throw_cublas_error(__FILE__, __LINE__, #call, strata_cublas_code_); \
   } while (0)
 
 namespace strata::cuda {

@@ -39,9 +39,12 @@ inline unsigned blocks_for(int64_t n) {
 template <class F>
 decltype(auto) visit_cuda_dtype(ScalarType t, F&& f) {
   switch (t) {
-    case kHalf: return f.template operator()<__half>();
-    case kBFloat16: return f.template operator()<__nv_bfloat16>();
-    default: return visit_dtype(t, std::forward<F>(f));
+    case kHalf:
+      return f.template operator()<__half>();
+    case kBFloat16:
+      return f.template operator()<__nv_bfloat16>();
+    default:
+      return visit_dtype(t, std::forward<F>(f));
   }
 }
 
@@ -114,9 +117,12 @@ Indexing indexing_for(const Loop<N>& g) {
 template <int N, class F>
 void visit_indexing(const Loop<N>& g, F&& f) {
   switch (indexing_for(g)) {
-    case Indexing::kFlat: return f.template operator()<Indexing::kFlat>();
-    case Indexing::kNarrow: return f.template operator()<Indexing::kNarrow>();
-    case Indexing::kWide: return f.template operator()<Indexing::kWide>();
+    case Indexing::kFlat:
+      return f.template operator()<Indexing::kFlat>();
+    case Indexing::kNarrow:
+      return f.template operator()<Indexing::kNarrow>();
+    case Indexing::kWide:
+      return f.template operator()<Indexing::kWide>();
   }
 }
 
@@ -139,10 +145,14 @@ __device__ inline void offsets_at(const Loop<N>& g, int64_t i, int64_t (&off)[N]
 template <class F>
 decltype(auto) visit_bits_type(ScalarType t, F&& f) {
   switch (element_size(t)) {
-    case 1: return f.template operator()<uint8_t>();
-    case 2: return f.template operator()<uint16_t>();
-    case 4: return f.template operator()<uint32_t>();
-    default: return f.template operator()<uint64_t>();
+    case 1:
+      return f.template operator()<uint8_t>();
+    case 2:
+      return f.template operator()<uint16_t>();
+    case 4:
+      return f.template operator()<uint32_t>();
+    default:
+      return f.template operator()<uint64_t>();
   }
 }
 

@@ -42,71 +42,117 @@ __global__ void __launch_bounds__(kThreads) elementwise_kernel(Loop<1 + sizeof..
 
 // Unary functors. T is the acc type of the input.
 struct LogicalNot {
-  template <class T> __device__ bool operator()(T x) const { return x == T(0); }
+  template <class T>
+  __device__ bool operator()(T x) const {
+    return x == T(0);
+  }
 };
 struct Sign {
-  template <class T> __device__ T operator()(T x) const {
-    if constexpr (std::is_same_v<T, bool>) return x;
-    else return static_cast<T>((T(0) < x) - (x < T(0)));  // 0 for 0 and NaN
+  template <class T>
+  __device__ T operator()(T x) const {
+    if constexpr (std::is_same_v<T, bool>)
+      return x;
+    else
+      return static_cast<T>((T(0) < x) - (x < T(0)));  // 0 for 0 and NaN
   }
 };
 struct Neg {
-  template <class T> __device__ T operator()(T x) const { return static_cast<T>(-x); }
+  template <class T>
+  __device__ T operator()(T x) const {
+    return static_cast<T>(-x);
+  }
 };
 struct Abs {
-  template <class T> __device__ T operator()(T x) const {
-    if constexpr (std::is_floating_point_v<T>) return fabs(x);
-    else return x < T(0) ? static_cast<T>(-x) : x;
+  template <class T>
+  __device__ T operator()(T x) const {
+    if constexpr (std::is_floating_point_v<T>)
+      return fabs(x);
+    else
+      return x < T(0) ? static_cast<T>(-x) : x;
   }
 };
 struct Relu {
-  template <class T> __device__ T operator()(T x) const { return x < T(0) ? T(0) : x; }  // keeps NaN
+  template <class T>
+  __device__ T operator()(T x) const {
+    return x < T(0) ? T(0) : x;
+  }  // keeps NaN
 };
 struct Exp {
-  template <class T> __device__ T operator()(T x) const { return exp(x); }
+  template <class T>
+  __device__ T operator()(T x) const {
+    return exp(x);
+  }
 };
 struct Log {
-  template <class T> __device__ T operator()(T x) const { return log(x); }
+  template <class T>
+  __device__ T operator()(T x) const {
+    return log(x);
+  }
 };
 struct Sqrt {
-  template <class T> __device__ T operator()(T x) const { return sqrt(x); }
+  template <class T>
+  __device__ T operator()(T x) const {
+    return sqrt(x);
+  }
 };
 struct Rsqrt {
-  template <class T> __device__ T operator()(T x) const { return rsqrt(x); }
+  template <class T>
+  __device__ T operator()(T x) const {
+    return rsqrt(x);
+  }
 };
 struct Tanh {
-  template <class T> __device__ T operator()(T x) const { return tanh(x); }
+  template <class T>
+  __device__ T operator()(T x) const {
+    return tanh(x);
+  }
 };
 struct Sigmoid {
-  template <class T> __device__ T operator()(T x) const { return T(1) / (T(1) + exp(-x)); }
+  template <class T>
+  __device__ T operator()(T x) const {
+    return T(1) / (T(1) + exp(-x));
+  }
 };
 struct Erf {
-  template <class T> __device__ T operator()(T x) const { return erf(x); }
+  template <class T>
+  __device__ T operator()(T x) const {
+    return erf(x);
+  }
 };
 
 // Binary functors. Add and Mul on bool are logical or and and, as on the CPU.
 struct Add {
-  template <class T> __device__ T operator()(T x, T y) const {
-    if constexpr (std::is_same_v<T, bool>) return x || y;
-    else return x + y;
+  template <class T>
+  __device__ T operator()(T x, T y) const {
+    if constexpr (std::is_same_v<T, bool>)
+      return x || y;
+    else
+      return x + y;
   }
 };
 struct Sub {
-  template <class T> __device__ T operator()(T x, T y) const { return x - y; }
+  template <class T>
+  __device__ T operator()(T x, T y) const {
+    return x - y;
+  }
 };
 struct Mul {
-  template <class T> __device__ T operator()(T x, T y) const {
-    if constexpr (std::is_same_v<T, bool>) return x && y;
-    else return x * y;
+  template <class T>
+  __device__ T operator()(T x, T y) const {
+    if constexpr (std::is_same_v<T, bool>)
+      return x && y;
+    else
+      return x * y;
   }
 };
 struct Div {
-  template <class T> __device__ T operator()(T x, T y) const {
+  template <class T>
+  __device__ T operator()(T x, T y) const {
     if constexpr (std::is_integral_v<T>) {  // as the CPU's int_div: truncates, x / 0 = 0, x / -1 wraps
       if (y == -1) return static_cast<T>(0 - static_cast<uint64_t>(x));
       return y ? x / y : T(0);
-    }
-    else return x / y;
+    } else
+      return x / y;
   }
 };
 struct IntPow {
@@ -122,7 +168,8 @@ struct IntPow {
 /// take the CPU's shortcuts x * x, sqrt(x) and x, which differ from pow at -0 and -inf.
 struct Pow {
   bool scalar_exponent;
-  template <class T> __device__ T operator()(T x, T y) const {
+  template <class T>
+  __device__ T operator()(T x, T y) const {
     if (scalar_exponent) {
       if (y == T(2)) return x * x;
       if (y == T(0.5)) return sqrt(x);
@@ -132,34 +179,64 @@ struct Pow {
   }
 };
 struct Maximum {
-  template <class T> __device__ T operator()(T x, T y) const { return (x > y || is_nan(x)) ? x : y; }
+  template <class T>
+  __device__ T operator()(T x, T y) const {
+    return (x > y || is_nan(x)) ? x : y;
+  }
 };
 struct Minimum {
-  template <class T> __device__ T operator()(T x, T y) const { return (x < y || is_nan(x)) ? x : y; }
+  template <class T>
+  __device__ T operator()(T x, T y) const {
+    return (x < y || is_nan(x)) ? x : y;
+  }
 };
 struct Eq {
-  template <class T> __device__ bool operator()(T x, T y) const { return x == y; }
+  template <class T>
+  __device__ bool operator()(T x, T y) const {
+    return x == y;
+  }
 };
 struct Ne {
-  template <class T> __device__ bool operator()(T x, T y) const { return x != y; }
+  template <class T>
+  __device__ bool operator()(T x, T y) const {
+    return x != y;
+  }
 };
 struct Lt {
-  template <class T> __device__ bool operator()(T x, T y) const { return x < y; }
+  template <class T>
+  __device__ bool operator()(T x, T y) const {
+    return x < y;
+  }
 };
 struct Le {
-  template <class T> __device__ bool operator()(T x, T y) const { return x <= y; }
+  template <class T>
+  __device__ bool operator()(T x, T y) const {
+    return x <= y;
+  }
 };
 struct Gt {
-  template <class T> __device__ bool operator()(T x, T y) const { return x > y; }
+  template <class T>
+  __device__ bool operator()(T x, T y) const {
+    return x > y;
+  }
 };
 struct Ge {
-  template <class T> __device__ bool operator()(T x, T y) const { return x >= y; }
+  template <class T>
+  __device__ bool operator()(T x, T y) const {
+    return x >= y;
+  }
 };
 struct LogicalAnd {
-  template <class T> __device__ bool operator()(T x, T y) const { return x != T(0) && y != T(0); }
+  template <class T>
+  __device__ bool operator()(T x, T y) const {
+    return x != T(0) && y != T(0);
+  }
 };
 struct LogicalOr {
-  template <class T> __device__ bool operator()(T x, T y) const { return x != T(0) || y != T(0); }
+  template <class T>
+  __device__ bool operator()(T x, T y) const {
+    return x != T(0) || y != T(0);
+  }
 };
 /// x + alpha * y, alpha already in the acc type A (truncated for int64, as the CPU's static_cast).
 template <class A>
@@ -169,7 +246,10 @@ struct AddScaled {
 };
 /// where on raw element bits: the condition is read as a byte.
 struct Select {
-  template <class U> __device__ U operator()(uint8_t c, U x, U y) const { return c != 0 ? x : y; }
+  template <class U>
+  __device__ U operator()(uint8_t c, U x, U y) const {
+    return c != 0 ? x : y;
+  }
 };
 
 // ---- launchers ----
@@ -197,20 +277,30 @@ template <class T>
 void arithmetic(BinaryOp op, const Tensor& b, const Loop<3>& loop, int device) {
   constexpr bool kBool = std::is_same_v<T, bool>;
   switch (op) {
-    case BinaryOp::Add: return launch<T, T, T>(Add{}, loop, device);
-    case BinaryOp::Mul: return launch<T, T, T>(Mul{}, loop, device);
-    case BinaryOp::Maximum: return launch<T, T, T>(Maximum{}, loop, device);
-    case BinaryOp::Minimum: return launch<T, T, T>(Minimum{}, loop, device);
-    default: break;
+    case BinaryOp::Add:
+      return launch<T, T, T>(Add{}, loop, device);
+    case BinaryOp::Mul:
+      return launch<T, T, T>(Mul{}, loop, device);
+    case BinaryOp::Maximum:
+      return launch<T, T, T>(Maximum{}, loop, device);
+    case BinaryOp::Minimum:
+      return launch<T, T, T>(Minimum{}, loop, device);
+    default:
+      break;
   }
   if constexpr (!kBool) {
     switch (op) {
-      case BinaryOp::Sub: return launch<T, T, T>(Sub{}, loop, device);
-      case BinaryOp::Div: return launch<T, T, T>(Div{}, loop, device);
+      case BinaryOp::Sub:
+        return launch<T, T, T>(Sub{}, loop, device);
+      case BinaryOp::Div:
+        return launch<T, T, T>(Div{}, loop, device);
       case BinaryOp::Pow:
-        if constexpr (std::is_integral_v<T>) return launch<T, T, T>(IntPow{}, loop, device);
-        else return launch<T, T, T>(Pow{is_broadcast_scalar(b)}, loop, device);
-      default: break;
+        if constexpr (std::is_integral_v<T>)
+          return launch<T, T, T>(IntPow{}, loop, device);
+        else
+          return launch<T, T, T>(Pow{is_broadcast_scalar(b)}, loop, device);
+      default:
+        break;
     }
   }
   STRATA_CHECK(false, to_string(op), " does not support ", b.dtype());
@@ -220,15 +310,24 @@ void arithmetic(BinaryOp op, const Tensor& b, const Loop<3>& loop, int device) {
 template <class T>
 void predicate(BinaryOp op, const Loop<3>& loop, int device) {
   switch (op) {
-    case BinaryOp::Eq: return launch<bool, T, T>(Eq{}, loop, device);
-    case BinaryOp::Ne: return launch<bool, T, T>(Ne{}, loop, device);
-    case BinaryOp::Lt: return launch<bool, T, T>(Lt{}, loop, device);
-    case BinaryOp::Le: return launch<bool, T, T>(Le{}, loop, device);
-    case BinaryOp::Gt: return launch<bool, T, T>(Gt{}, loop, device);
-    case BinaryOp::Ge: return launch<bool, T, T>(Ge{}, loop, device);
-    case BinaryOp::LogicalAnd: return launch<bool, T, T>(LogicalAnd{}, loop, device);
-    case BinaryOp::LogicalOr: return launch<bool, T, T>(LogicalOr{}, loop, device);
-    default: STRATA_INTERNAL_ASSERT(false);
+    case BinaryOp::Eq:
+      return launch<bool, T, T>(Eq{}, loop, device);
+    case BinaryOp::Ne:
+      return launch<bool, T, T>(Ne{}, loop, device);
+    case BinaryOp::Lt:
+      return launch<bool, T, T>(Lt{}, loop, device);
+    case BinaryOp::Le:
+      return launch<bool, T, T>(Le{}, loop, device);
+    case BinaryOp::Gt:
+      return launch<bool, T, T>(Gt{}, loop, device);
+    case BinaryOp::Ge:
+      return launch<bool, T, T>(Ge{}, loop, device);
+    case BinaryOp::LogicalAnd:
+      return launch<bool, T, T>(LogicalAnd{}, loop, device);
+    case BinaryOp::LogicalOr:
+      return launch<bool, T, T>(LogicalOr{}, loop, device);
+    default:
+      STRATA_INTERNAL_ASSERT(false);
   }
 }
 
@@ -241,28 +340,43 @@ void CudaKernels::unary(UnaryOp op, const Tensor& in, const Tensor& out) const {
   const int device = out.device().index;
   visit_cuda_dtype(in.dtype(), [&]<class T>() {
     switch (op) {
-      case UnaryOp::LogicalNot: return launch<bool, T>(LogicalNot{}, loop, device);
-      case UnaryOp::Sign: return launch<T, T>(Sign{}, loop, device);
-      default: break;
+      case UnaryOp::LogicalNot:
+        return launch<bool, T>(LogicalNot{}, loop, device);
+      case UnaryOp::Sign:
+        return launch<T, T>(Sign{}, loop, device);
+      default:
+        break;
     }
     if constexpr (!std::is_same_v<T, bool>) {
       switch (op) {
-        case UnaryOp::Neg: return launch<T, T>(Neg{}, loop, device);
-        case UnaryOp::Abs: return launch<T, T>(Abs{}, loop, device);
-        case UnaryOp::Relu: return launch<T, T>(Relu{}, loop, device);
-        default: break;
+        case UnaryOp::Neg:
+          return launch<T, T>(Neg{}, loop, device);
+        case UnaryOp::Abs:
+          return launch<T, T>(Abs{}, loop, device);
+        case UnaryOp::Relu:
+          return launch<T, T>(Relu{}, loop, device);
+        default:
+          break;
       }
     }
     if constexpr (is_floating_v<T>) {
       switch (op) {
-        case UnaryOp::Exp: return launch<T, T>(Exp{}, loop, device);
-        case UnaryOp::Log: return launch<T, T>(Log{}, loop, device);
-        case UnaryOp::Sqrt: return launch<T, T>(Sqrt{}, loop, device);
-        case UnaryOp::Rsqrt: return launch<T, T>(Rsqrt{}, loop, device);
-        case UnaryOp::Tanh: return launch<T, T>(Tanh{}, loop, device);
-        case UnaryOp::Sigmoid: return launch<T, T>(Sigmoid{}, loop, device);
-        case UnaryOp::Erf: return launch<T, T>(Erf{}, loop, device);
-        default: break;
+        case UnaryOp::Exp:
+          return launch<T, T>(Exp{}, loop, device);
+        case UnaryOp::Log:
+          return launch<T, T>(Log{}, loop, device);
+        case UnaryOp::Sqrt:
+          return launch<T, T>(Sqrt{}, loop, device);
+        case UnaryOp::Rsqrt:
+          return launch<T, T>(Rsqrt{}, loop, device);
+        case UnaryOp::Tanh:
+          return launch<T, T>(Tanh{}, loop, device);
+        case UnaryOp::Sigmoid:
+          return launch<T, T>(Sigmoid{}, loop, device);
+        case UnaryOp::Erf:
+          return launch<T, T>(Erf{}, loop, device);
+        default:
+          break;
       }
     }
     STRATA_CHECK(false, to_string(op), " does not support ", in.dtype());
@@ -277,8 +391,10 @@ void CudaKernels::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Te
   const auto loop = make_loop<3>({&out, &a, &b});
   const int device = out.device().index;
   visit_cuda_dtype(a.dtype(), [&]<class T>() {
-    if (writes_bool(op)) predicate<T>(op, loop, device);
-    else arithmetic<T>(op, b, loop, device);
+    if (writes_bool(op))
+      predicate<T>(op, loop, device);
+    else
+      arithmetic<T>(op, b, loop, device);
   });
 }
 

@@ -56,11 +56,16 @@ struct GemmTypes {
 
 GemmTypes gemm_types(ScalarType t) {
   switch (t) {
-    case kFloat: return {CUDA_R_32F, allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F};
-    case kDouble: return {CUDA_R_64F, CUBLAS_COMPUTE_64F};
-    case kHalf: return {CUDA_R_16F, CUBLAS_COMPUTE_32F};
-    case kBFloat16: return {CUDA_R_16BF, CUBLAS_COMPUTE_32F};
-    default: break;
+    case kFloat:
+      return {CUDA_R_32F, allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F};
+    case kDouble:
+      return {CUDA_R_64F, CUBLAS_COMPUTE_64F};
+    case kHalf:
+      return {CUDA_R_16F, CUBLAS_COMPUTE_32F};
+    case kBFloat16:
+      return {CUDA_R_16BF, CUBLAS_COMPUTE_32F};
+    default:
+      break;
   }
   STRATA_CHECK(false, "matmul: CUDA supports float32, float64, float16 and bfloat16, got ", t);
 }

@@ -84,11 +84,11 @@ __global__ void __launch_bounds__(kThreads) scatter_add_kernel(Loop<3> loop, int
 /// elem_size-byte elements, one of them with dim's stride zeroed (strides_without).
 Loop<3> index_loop(const Tensor& a, IntArrayRef a_strides, const Tensor& index, const Tensor& b, IntArrayRef b_strides,
                    int64_t elem_size) {
-  return make_loop<3>(index.sizes(),
-                      {static_cast<char*>(a.data_ptr()), static_cast<char*>(index.data_ptr()),
-                       static_cast<char*>(b.data_ptr())},
-                      {a_strides.data(), index.strides().data(), b_strides.data()},
-                      {elem_size, static_cast<int64_t>(sizeof(int64_t)), elem_size});
+  return make_loop<3>(
+      index.sizes(),
+      {static_cast<char*>(a.data_ptr()), static_cast<char*>(index.data_ptr()), static_cast<char*>(b.data_ptr())},
+      {a_strides.data(), index.strides().data(), b_strides.data()},
+      {elem_size, static_cast<int64_t>(sizeof(int64_t)), elem_size});
 }
 
 /// Runs launch(bad, stream) on device with fresh bad-index slots, waits for it and throws the

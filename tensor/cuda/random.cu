@@ -83,8 +83,10 @@ __global__ void __launch_bounds__(kThreads)
     const W u1 = static_cast<W>((bits0(c) >> (64 - kBits<T>)) + 1) * kScale;
     const W u2 = static_cast<W>(bits1(c) >> (64 - kBits<T>)) * two_pi_scale;
     W z;
-    if constexpr (std::is_same_v<W, double>) z = mean + stddev * sqrt(-2.0 * log(u1)) * cos(u2);
-    else z = mean + stddev * sqrtf(-2.0f * logf(u1)) * cosf(u2);
+    if constexpr (std::is_same_v<W, double>)
+      z = mean + stddev * sqrt(-2.0 * log(u1)) * cos(u2);
+    else
+      z = mean + stddev * sqrtf(-2.0f * logf(u1)) * cosf(u2);
     *p = convert<T>(z);
   });
 }
@@ -159,8 +161,8 @@ void CudaKernels::uniform(const Tensor& out, double lo, double hi, uint64_t seed
       }
       const Loop<1> loop = row_major_loop(out);
       launch_on(out, loop, [&]<Indexing kInd>(cudaStream_t stream) {
-        uniform_float_kernel<kInd, T>
-            <<<blocks_for(loop.numel), kThreads, 0, stream>>>(loop, bits, offset, lo, scale, top, below, top_t, below_t);
+        uniform_float_kernel<kInd, T><<<blocks_for(loop.numel), kThreads, 0, stream>>>(loop, bits, offset, lo, scale,
+                                                                                       top, below, top_t, below_t);
       });
     } else {
       const auto lo_i = static_cast<int64_t>(lo), hi_i = static_cast<int64_t>(hi);
@@ -169,8 +171,8 @@ void CudaKernels::uniform(const Tensor& out, double lo, double hi, uint64_t seed
       const auto range = static_cast<uint64_t>(hi_i) - static_cast<uint64_t>(lo_i);
       const Loop<1> loop = row_major_loop(out);
       launch_on(out, loop, [&]<Indexing kInd>(cudaStream_t stream) {
-        uniform_int_kernel<kInd, T><<<blocks_for(loop.numel), kThreads, 0, stream>>>(
-            loop, bits, offset, static_cast<uint64_t>(lo_i), range);
+        uniform_int_kernel<kInd, T>
+            <<<blocks_for(loop.numel), kThreads, 0, stream>>>(loop, bits, offset, static_cast<uint64_t>(lo_i), range);
       });
     }
   });

@@ -44,10 +44,9 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 /// Accumulator, as on the CPU: double for float sums and products (float for the 16-bit floats),
 /// int64 for integer and bool ones, acc_t<T> for max and min.
 template <ReduceKind kOp, class T>
-using reduce_acc_t =
-    std::conditional_t<kOp == ReduceKind::Sum || kOp == ReduceKind::Prod,
-                       std::conditional_t<is_reduced_v<T>, float, std::conditional_t<is_floating_v<T>, double, int64_t>>,
-                       acc_t<T>>;
+using reduce_acc_t = std::conditional_t<
+    kOp == ReduceKind::Sum || kOp == ReduceKind::Prod,
+    std::conditional_t<is_reduced_v<T>, float, std::conditional_t<is_floating_v<T>, double, int64_t>>, acc_t<T>>;
 
 /// O outputs of R elements each (see Note [CUDA reduction geometry]); byte strides, plain data.
 struct Geometry {
@@ -74,17 +73,23 @@ __host__ __device__ inline int64_t offset_of(int64_t i, int n, const int64_t* si
 
 template <class V>
 __device__ inline bool is_nan(V v) {
-  if constexpr (std::is_floating_point_v<V>) return v != v;
-  else return false;
+  if constexpr (std::is_floating_point_v<V>)
+    return v != v;
+  else
+    return false;
 }
 
 template <ReduceKind kOp, class A>
 __device__ inline A identity() {
   using L = ::cuda::std::numeric_limits<A>;
-  if constexpr (kOp == ReduceKind::Sum) return A(0);
-  else if constexpr (kOp == ReduceKind::Prod) return A(1);
-  else if constexpr (!L::has_infinity) return kOp == ReduceKind::Max ? L::lowest() : L::max();
-  else return kOp == ReduceKind::Max ? -L::infinity() : L::infinity();
+  if constexpr (kOp == ReduceKind::Sum)
+    return A(0);
+  else if constexpr (kOp == ReduceKind::Prod)
+    return A(1);
+  else if constexpr (!L::has_infinity)
+    return kOp == ReduceKind::Max ? L::lowest() : L::max();
+  else
+    return kOp == ReduceKind::Max ? -L::infinity() : L::infinity();
 }
 
 /// Combines two partial results as the CPU does; max and min propagate NaN.
@@ -92,10 +97,14 @@ template <ReduceKind kOp>
 struct Combine {
   template <class A>
   __device__ A operator()(A a, A b) const {
-    if constexpr (kOp == ReduceKind::Sum) return a + b;
-    else if constexpr (kOp == ReduceKind::Prod) return a * b;
-    else if constexpr (kOp == ReduceKind::Max) return (a > b || is_nan(a)) ? a : b;
-    else return (a < b || is_nan(a)) ? a : b;
+    if constexpr (kOp == ReduceKind::Sum)
+      return a + b;
+    else if constexpr (kOp == ReduceKind::Prod)
+      return a * b;
+    else if constexpr (kOp == ReduceKind::Max)
+      return (a > b || is_nan(a)) ? a : b;
+    else
+      return (a < b || is_nan(a)) ? a : b;
   }
 };
 
@@ -128,8 +137,10 @@ struct ArgCombine {
 
 template <class V>
 __device__ inline V shfl_down(V v, int delta) {
-  if constexpr (std::is_same_v<V, bool>) return __shfl_down_sync(0xffffffffu, static_cast<int>(v), delta) != 0;
-  else return __shfl_down_sync(0xffffffffu, v, delta);
+  if constexpr (std::is_same_v<V, bool>)
+    return __shfl_down_sync(0xffffffffu, static_cast<int>(v), delta) != 0;
+  else
+    return __shfl_down_sync(0xffffffffu, v, delta);
 }
 template <class V>
 __device__ inline Arg<V> shfl_down(Arg<V> a, int delta) {
@@ -287,9 +298,12 @@ template <ReduceKind kOp, class T>
 void arg_reduce_loop(const Loop<3>& loop, int64_t len, int64_t step, cudaStream_t stream) {
   // Groups of threads only pay off when their lanes read neighbouring elements.
   const bool contiguous = step == int64_t{sizeof(T)};
-  if (contiguous && len >= kBlockRow) launch_arg_reduce<kOp, T, kThreads>(loop, len, step, stream);
-  else if (contiguous && len >= kMinRow) launch_arg_reduce<kOp, T, 32>(loop, len, step, stream);
-  else launch_arg_reduce<kOp, T, 1>(loop, len, step, stream);
+  if (contiguous && len >= kBlockRow)
+    launch_arg_reduce<kOp, T, kThreads>(loop, len, step, stream);
+  else if (contiguous && len >= kMinRow)
+    launch_arg_reduce<kOp, T, 32>(loop, len, step, stream);
+  else
+    launch_arg_reduce<kOp, T, 1>(loop, len, step, stream);
 }
 
 }  // namespace
@@ -312,10 +326,14 @@ void CudaKernels::reduce(ReduceKind op, const Tensor& in, IntArrayRef dims, cons
   visit_cuda_dtype(in.dtype(), [&]<class T>() {
     using SumT = std::conditional_t<std::is_same_v<T, bool>, int64_t, T>;
     switch (op) {
-      case ReduceKind::Sum: return reduce_loop<ReduceKind::Sum, T, SumT>(loop, device, stream);
-      case ReduceKind::Prod: return reduce_loop<ReduceKind::Prod, T, SumT>(loop, device, stream);
-      case ReduceKind::Max: return reduce_loop<ReduceKind::Max, T, T>(loop, device, stream);
-      case ReduceKind::Min: return reduce_loop<ReduceKind::Min, T, T>(loop, device, stream);
+      case ReduceKind::Sum:
+        return reduce_loop<ReduceKind::Sum, T, SumT>(loop, device, stream);
+      case ReduceKind::Prod:
+        return reduce_loop<ReduceKind::Prod, T, SumT>(loop, device, stream);
+      case ReduceKind::Max:
+        return reduce_loop<ReduceKind::Max, T, T>(loop, device, stream);
+      case ReduceKind::Min:
+        return reduce_loop<ReduceKind::Min, T, T>(loop, device, stream);
     }
   });
 }
@@ -339,8 +357,10 @@ void CudaKernels::arg_reduce(ReduceKind op, const Tensor& in, int64_t dim, const
                               static_cast<char*>(in.data_ptr())},
                              {values.strides().data(), indices.strides().data(), in.strides().data()},
                              {int64_t{sizeof(T)}, int64_t{sizeof(int64_t)}, int64_t{sizeof(T)}});
-    if (op == ReduceKind::Max) arg_reduce_loop<ReduceKind::Max, T>(loop, len, step, stream);
-    else arg_reduce_loop<ReduceKind::Min, T>(loop, len, step, stream);
+    if (op == ReduceKind::Max)
+      arg_reduce_loop<ReduceKind::Max, T>(loop, len, step, stream);
+    else
+      arg_reduce_loop<ReduceKind::Min, T>(loop, len, step, stream);
   });
 }
 

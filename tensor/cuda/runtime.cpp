@@ -106,8 +106,9 @@ int64_t pool_attribute(int device, cudaMemPoolAttr attr, const char* op) {
 void check_device(int device, const char* op) {
   const Visible& v = visible();
   if (v.count == 0) [[unlikely]] {
-    STRATA_CHECK(v.status == cudaSuccess, op, ": no CUDA device is visible (cudaGetDeviceCount: ",
-                 cudaGetErrorName(v.status), ": ", cudaGetErrorString(v.status), ")");
+    STRATA_CHECK(v.status == cudaSuccess, op,
+                 ": no CUDA device is visible (cudaGetDeviceCount: ", cudaGetErrorName(v.status), ": ",
+                 cudaGetErrorString(v.status), ")");
     STRATA_CHECK(false, op, ": no CUDA device is visible (cudaGetDeviceCount found none)");
   }
   STRATA_CHECK(device >= 0 && device < v.count, op, ": cuda:", device, " does not exist, ", v.count,

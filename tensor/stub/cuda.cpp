@@ -9,7 +9,8 @@ namespace strata {
 
 namespace {
 [[noreturn]] void not_built(const char* what) {
-  STRATA_CHECK(false, what, ": this build of strata has no CUDA backend (configure with nvcc, cuBLAS and NCCL "
+  STRATA_CHECK(false, what,
+               ": this build of strata has no CUDA backend (configure with nvcc, cuBLAS and NCCL "
                "installed, or -DSTRATA_WITH_CUDA=ON to require them)");
 }
 bool tf32_allowed = false;  // kept so that set/get agree, as torch lets the flag be set without a GPU

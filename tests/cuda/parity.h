@@ -35,11 +35,15 @@ inline Tensor indices(IntArrayRef sizes, int64_t high, uint64_t seed = 1) {
 /// floats between 1e-3 and 1e-2. Integers and bools must match exactly (bound 0).
 inline double parity_tolerance(ScalarType dt) {
   switch (dt) {
-    case kDouble: return 1e-12;
-    case kFloat: return 1e-5;
+    case kDouble:
+      return 1e-12;
+    case kFloat:
+      return 1e-5;
     case kHalf:
-    case kBFloat16: return 1e-2;
-    default: return 0;
+    case kBFloat16:
+      return 1e-2;
+    default:
+      return 0;
   }
 }
 
@@ -69,7 +73,8 @@ inline void poison_gpu_pool(int64_t bytes = int64_t{64} << 20) {
 /// at most `tol` (a negative tol takes parity_tolerance of the dtype; integers and bools compare bit for bit).
 inline ::testing::AssertionResult matches(const Tensor& out, const Tensor& ref, double tol = -1) {
   if (out.defined() != ref.defined())
-    return ::testing::AssertionFailure() << "one result is undefined: cuda " << out.defined() << ", cpu " << ref.defined();
+    return ::testing::AssertionFailure() << "one result is undefined: cuda " << out.defined() << ", cpu "
+                                         << ref.defined();
   if (!out.defined()) return ::testing::AssertionSuccess();
   if (out.device() != gpu()) return ::testing::AssertionFailure() << "result is on " << out.device() << ", not cuda:0";
   if (out.dtype() != ref.dtype())
@@ -87,8 +92,8 @@ inline ::testing::AssertionResult matches(const Tensor& out, const Tensor& ref, 
   const double bound = tol < 0 ? parity_tolerance(ref.dtype()) : tol;
   const double err = normalized_error(out, ref);
   if (err <= bound) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "normalized error " << err << " > " << bound << " (" << ref.dtype() << ", sizes "
-                                       << ref.sizes() << ")";
+  return ::testing::AssertionFailure() << "normalized error " << err << " > " << bound << " (" << ref.dtype()
+                                       << ", sizes " << ref.sizes() << ")";
 }
 
 /// A function of several tensors to several tensors, run once with CPU inputs and once with CUDA ones.

@@ -33,16 +33,29 @@ const std::vector<Product> kProducts = {
     {"mm_a_transposed", {96, 64}, {96, 80}, [](const Tensor& a, const Tensor& b) { return mm(a.t(), b); }},
     {"mm_b_transposed", {64, 96}, {80, 96}, [](const Tensor& a, const Tensor& b) { return mm(a, b.t()); }},
     {"mm_both_transposed", {96, 64}, {80, 96}, [](const Tensor& a, const Tensor& b) { return mm(a.t(), b.t()); }},
-    {"mm_strided_columns", {64, 192}, {96, 80},  // no unit stride in a: cuBLAS cannot take it as it is
+    {"mm_strided_columns",
+     {64, 192},
+     {96, 80},  // no unit stride in a: cuBLAS cannot take it as it is
      [](const Tensor& a, const Tensor& b) { return mm(a.slice(1, 0, 192, 2), b); }},
     {"mm_row_slice", {70, 96}, {96, 80}, [](const Tensor& a, const Tensor& b) { return mm(a.slice(0, 3, 67), b); }},
     {"mm_large", {512, 1024}, {1024, 768}, [](const Tensor& a, const Tensor& b) { return matmul(a, b); }},
     {"bmm", {4, 32, 48}, {4, 48, 16}, [](const Tensor& a, const Tensor& b) { return bmm(a, b); }},
-    {"bmm_transposed_batches", {4, 48, 32}, {16, 48, 4},
-     [](const Tensor& a, const Tensor& b) { return bmm(a.transpose(1, 2), b.permute({2, 1, 0})); }},
-    {"matmul_broadcast_batch", {2, 1, 16, 24}, {3, 24, 8}, [](const Tensor& a, const Tensor& b) { return matmul(a, b); }},
-    {"matmul_expanded_batch", {16, 24}, {5, 24, 8},
-     [](const Tensor& a, const Tensor& b) { return matmul(a.expand({5, 16, 24}), b); }},
+    {"bmm_transposed_batches",
+     {4, 48, 32},
+     {16, 48, 4},
+     [](const Tensor& a, const Tensor& b) {
+       return bmm(a.transpose(1, 2), b.permute({2, 1, 0}));
+     }},
+    {"matmul_broadcast_batch",
+     {2, 1, 16, 24},
+     {3, 24, 8},
+     [](const Tensor& a, const Tensor& b) { return matmul(a, b); }},
+    {"matmul_expanded_batch",
+     {16, 24},
+     {5, 24, 8},
+     [](const Tensor& a, const Tensor& b) {
+       return matmul(a.expand({5, 16, 24}), b);
+     }},
     {"matmul_vec_vec", {50}, {50}, [](const Tensor& a, const Tensor& b) { return matmul(a, b); }},
     {"matmul_mat_vec", {30, 50}, {50}, [](const Tensor& a, const Tensor& b) { return matmul(a, b); }},
     {"matmul_vec_mat", {50}, {50, 20}, [](const Tensor& a, const Tensor& b) { return matmul(a, b); }},

@@ -25,7 +25,6 @@ namespace {
 using testing::normalized_error;
 using testing::same_tensor;
 
-
 enum class OptimizerKind { SgdMomentum, AdamW };
 
 std::unique_ptr<optim::Optimizer> make_optimizer(OptimizerKind kind, const std::vector<Tensor>& params) {
@@ -43,16 +42,16 @@ struct Task {
 };
 
 Task mlp_task() {
-  return {[] {
-            return nn::Sequential(nn::Linear(8, 32), nn::Tanh(), nn::Linear(32, 32), nn::GELU(), nn::Linear(32, 4))
-                .ptr();
-          },
-          [](nn::Module& m, const Tensor& x) { return static_cast<nn::SequentialImpl&>(m).forward(x); },
-          [](const Tensor& logits, const Tensor& y) { return cross_entropy(logits, y); },
-          [](int step) {
-            Generator gen(100 + step);
-            return std::pair{randn({16, 8}, kDouble, &gen), randint(4, {16}, kLong, &gen)};
-          }};
+  return {
+      [] {
+        return nn::Sequential(nn::Linear(8, 32), nn::Tanh(), nn::Linear(32, 32), nn::GELU(), nn::Linear(32, 4)).ptr();
+      },
+      [](nn::Module& m, const Tensor& x) { return static_cast<nn::SequentialImpl&>(m).forward(x); },
+      [](const Tensor& logits, const Tensor& y) { return cross_entropy(logits, y); },
+      [](int step) {
+        Generator gen(100 + step);
+        return std::pair{randn({16, 8}, kDouble, &gen), randint(4, {16}, kLong, &gen)};
+      }};
 }
 
 // Note [frozen key bias]: the key third of c_attn.bias adds the same number to every score of a query, which
@@ -167,8 +166,7 @@ TEST(CudaGradcheck, Layers) {
 
   nn::CausalSelfAttention attn(4, 2);
   attn->to(strata::testing::gpu(), kDouble);
-  EXPECT_GRADCHECK([&](const tensor_list& in) { return attn(in[0]); },
-                   with_parameters(randn({2, 3, 4}, gpu64), *attn));
+  EXPECT_GRADCHECK([&](const tensor_list& in) { return attn(in[0]); }, with_parameters(randn({2, 3, 4}, gpu64), *attn));
 }
 
 TEST(CudaGradcheck, CrossEntropy) {
@@ -178,9 +176,11 @@ TEST(CudaGradcheck, CrossEntropy) {
   const Tensor target = tensor({0, 3, 4, 1}).to(strata::testing::gpu());
   EXPECT_GRADCHECK([&](const tensor_list& in) { return cross_entropy(in[0], target); }, {logits});
   const Tensor weight = tensor({1.0, 0.5, 2.0, 1.0, 0.25}, kDouble).to(strata::testing::gpu());
-  EXPECT_GRADCHECK([&](const tensor_list& in) {
-    return cross_entropy(in[0], target, {.ignore_index = 3, .label_smoothing = 0.1, .weight = weight});
-  }, {logits});
+  EXPECT_GRADCHECK(
+      [&](const tensor_list& in) {
+        return cross_entropy(in[0], target, {.ignore_index = 3, .label_smoothing = 0.1, .weight = weight});
+      },
+      {logits});
   EXPECT_TRUE(autograd::gradgradcheck([](const tensor_list& in) { return (in[0] * in[0]).tanh(); }, {logits}));
 }
 
@@ -308,7 +308,8 @@ TEST_F(CudaCheckpoint, SavedOnTheGpuLoadsOnTheCpuAndBackBitForBit) {
   nn::load(*cpu, module_file);
   EXPECT_TRUE(same_on_host(cpu->state_dict(), gpu->state_dict()));
   const Tensor x = randn({4, 3});
-  nn::save_file({{"h", x.to(strata::testing::gpu(), kHalf)}, {"b", x.to(strata::testing::gpu(), kBFloat16).t()}}, file("half.safetensors"));
+  nn::save_file({{"h", x.to(strata::testing::gpu(), kHalf)}, {"b", x.to(strata::testing::gpu(), kBFloat16).t()}},
+                file("half.safetensors"));
   const nn::StateDict halves = nn::load_file(file("half.safetensors"));
   EXPECT_TRUE(same_tensor(halves.at("h"), x.to(kHalf)));
   EXPECT_TRUE(same_tensor(halves.at("b"), x.to(kBFloat16).t().contiguous()));

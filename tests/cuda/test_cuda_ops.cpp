@@ -49,8 +49,16 @@ const std::vector<Layout>& unary_layouts() {
       {"contiguous", {37, 129}, same()},
       {"transposed", {129, 37}, [](const Tensor& t) { return t.t(); }},
       {"strided", {37, 258}, [](const Tensor& t) { return t.slice(1, 1, 258, 2); }},
-      {"expanded", {1, 129}, [](const Tensor& t) { return t.expand({37, 129}); }},
-      {"permuted_3d", {8, 9, 10}, [](const Tensor& t) { return t.permute({2, 0, 1}); }},
+      {"expanded",
+       {1, 129},
+       [](const Tensor& t) {
+         return t.expand({37, 129});
+       }},
+      {"permuted_3d",
+       {8, 9, 10},
+       [](const Tensor& t) {
+         return t.permute({2, 0, 1});
+       }},
       {"zero_dim", {}, same()},
       {"large", {(int64_t{1} << 21) + 5}, same()},  // many blocks, an odd tail
   };
@@ -68,7 +76,12 @@ const std::vector<PairLayout>& binary_layouts() {
       {"contiguous", {37, 129}, {37, 129}, same(), same()},
       {"transposed_a", {129, 37}, {37, 129}, [](const Tensor& t) { return t.t(); }, same()},
       {"broadcast_col_row", {37, 1}, {129}, same(), same()},
-      {"expanded_and_strided", {1, 129}, {37, 258}, [](const Tensor& t) { return t.expand({37, 129}); },
+      {"expanded_and_strided",
+       {1, 129},
+       {37, 258},
+       [](const Tensor& t) {
+         return t.expand({37, 129});
+       },
        [](const Tensor& t) { return t.slice(1, 0, 258, 2); }},
       {"zero_dim_a", {}, {37, 129}, same(), same()},
       {"broadcast_3d", {4, 1, 6}, {5, 1}, same(), same()},
@@ -149,8 +162,10 @@ TEST_P(CudaUnary, ReducedPrecisionMatchesFloat64Reference) {
       const Tensor ref = op.fn(layout.view(x.to(kDouble)));
       EXPECT_EQ(out.dtype(), ref.dtype() == kDouble ? dt : ref.dtype());
       EXPECT_TRUE(out.is_cuda());
-      if (ref.dtype() == kBool) EXPECT_TRUE(matches(out, ref));
-      else EXPECT_LT(normalized_error(out, ref), 1e-2);
+      if (ref.dtype() == kBool)
+        EXPECT_TRUE(matches(out, ref));
+      else
+        EXPECT_LT(normalized_error(out, ref), 1e-2);
     }
 }
 
@@ -228,8 +243,10 @@ TEST_P(CudaBinary, ReducedPrecisionMatchesFloat64Reference) {
       const Tensor out = op.fn(layout.view_a(a.cuda()), layout.view_b(b.cuda()));
       const Tensor ref = op.fn(layout.view_a(a.to(kDouble)), layout.view_b(b.to(kDouble)));
       EXPECT_EQ(out.dtype(), ref.dtype() == kDouble ? dt : ref.dtype());
-      if (ref.dtype() == kBool) EXPECT_TRUE(matches(out, ref));
-      else EXPECT_LT(normalized_error(out, ref), 1e-2);
+      if (ref.dtype() == kBool)
+        EXPECT_TRUE(matches(out, ref));
+      else
+        EXPECT_LT(normalized_error(out, ref), 1e-2);
     }
 }
 

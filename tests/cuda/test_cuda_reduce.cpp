@@ -29,9 +29,17 @@ struct Layout {
 const std::vector<Layout>& layouts() {
   static const std::vector<Layout> all = {
       {"contiguous", {5, 6, 7}, [](const Tensor& t) { return t; }},
-      {"permuted", {7, 5, 6}, [](const Tensor& t) { return t.permute({1, 2, 0}); }},
+      {"permuted",
+       {7, 5, 6},
+       [](const Tensor& t) {
+         return t.permute({1, 2, 0});
+       }},
       {"strided", {5, 12, 7}, [](const Tensor& t) { return t.slice(1, 1, 12, 2); }},
-      {"expanded_ties", {5, 1, 7}, [](const Tensor& t) { return t.expand({5, 6, 7}); }},
+      {"expanded_ties",
+       {5, 1, 7},
+       [](const Tensor& t) {
+         return t.expand({5, 6, 7});
+       }},
       {"large", {16, 4099, 9}, [](const Tensor& t) { return t; }},
       {"large_transposed", {9, 4099, 16}, [](const Tensor& t) { return t.transpose(0, 2); }},
   };
@@ -53,18 +61,30 @@ const std::vector<Reduction> kReductions = {
     {"sum_all", [](const Tensor& a) { return one(sum(a)); }, -3, 3, true},
     {"sum_dim0", [](const Tensor& a) { return one(sum(a, {0})); }, -3, 3, true},
     {"sum_dim1_keepdim", [](const Tensor& a) { return one(sum(a, {1}, true)); }, -3, 3, true},
-    {"sum_dims02", [](const Tensor& a) { return one(sum(a, {0, 2})); }, -3, 3, true},
+    {"sum_dims02",
+     [](const Tensor& a) {
+       return one(sum(a, {0, 2}));
+     },
+     -3, 3, true},
     {"sum_last", [](const Tensor& a) { return one(sum(a, {-1})); }, -3, 3, true},
     {"mean_all", [](const Tensor& a) { return one(mean(a)); }, -3, 3, false},
     {"mean_dim1", [](const Tensor& a) { return one(mean(a, {1})); }, -3, 3, false},
-    {"mean_dims02_keepdim", [](const Tensor& a) { return one(mean(a, {0, 2}, true)); }, -3, 3, false},
+    {"mean_dims02_keepdim",
+     [](const Tensor& a) {
+       return one(mean(a, {0, 2}, true));
+     },
+     -3, 3, false},
     {"prod_dim2", [](const Tensor& a) { return one(prod(a, 2)); }, 0.9, 1.1, true},
     {"prod_dim1_keepdim", [](const Tensor& a) { return one(prod(a, 1, true)); }, 0.9, 1.1, true},
     {"max_all", [](const Tensor& a) { return one(max(a)); }, -3, 3, true},
     {"min_all", [](const Tensor& a) { return one(min(a)); }, -3, 3, true},
     {"max_dim1", [](const Tensor& a) { return pair(max(a, 1)); }, -3, 3, true},
     {"min_dim2_keepdim", [](const Tensor& a) { return pair(min(a, 2, true)); }, -3, 3, true},
-    {"amax_dims02", [](const Tensor& a) { return one(amax(a, {0, 2})); }, -3, 3, true},
+    {"amax_dims02",
+     [](const Tensor& a) {
+       return one(amax(a, {0, 2}));
+     },
+     -3, 3, true},
     {"amin_dim1_keepdim", [](const Tensor& a) { return one(amin(a, {1}, true)); }, -3, 3, true},
     {"argmax_all", [](const Tensor& a) { return one(argmax(a)); }, -3, 3, true},
     {"argmax_dim2", [](const Tensor& a) { return one(argmax(a, 2)); }, -3, 3, true},
@@ -72,16 +92,28 @@ const std::vector<Reduction> kReductions = {
     {"argmin_dim1", [](const Tensor& a) { return one(argmin(a, 1)); }, -3, 3, true},
     {"var_all", [](const Tensor& a) { return one(var(a)); }, -3, 3, false},
     {"var_dim1", [](const Tensor& a) { return one(var(a, {1})); }, -3, 3, false},
-    {"var_dims02_biased_keepdim", [](const Tensor& a) { return one(var(a, {0, 2}, false, true)); }, -3, 3, false},
+    {"var_dims02_biased_keepdim",
+     [](const Tensor& a) {
+       return one(var(a, {0, 2}, false, true));
+     },
+     -3, 3, false},
     {"std_all", [](const Tensor& a) { return one(a.std(true)); }, -3, 3, false},
     {"std_dim2_biased", [](const Tensor& a) { return one(a.std({2}, false)); }, -3, 3, false},
     {"norm2_all", [](const Tensor& a) { return one(norm(a)); }, -3, 3, false},
     {"norm1_dim1", [](const Tensor& a) { return one(norm(a, 1, {1})); }, -3, 3, false},
-    {"norm3_dims02", [](const Tensor& a) { return one(norm(a, 3, {0, 2})); }, -3, 3, false},
+    {"norm3_dims02",
+     [](const Tensor& a) {
+       return one(norm(a, 3, {0, 2}));
+     },
+     -3, 3, false},
     {"norm_inf_dim2_keepdim",
      [](const Tensor& a) { return one(norm(a, std::numeric_limits<double>::infinity(), {2}, true)); }, -3, 3, false},
     {"logsumexp_dim1", [](const Tensor& a) { return one(logsumexp(a, {1})); }, -10, 10, false},
-    {"logsumexp_large_values", [](const Tensor& a) { return one(logsumexp(a, {0, 2}, true)); }, 80, 120, false},
+    {"logsumexp_large_values",
+     [](const Tensor& a) {
+       return one(logsumexp(a, {0, 2}, true));
+     },
+     80, 120, false},
     {"softmax_dim0", [](const Tensor& a) { return one(softmax(a, 0)); }, -5, 5, false},
     {"softmax_last", [](const Tensor& a) { return one(softmax(a, -1)); }, -5, 5, false},
     {"softmax_large_values", [](const Tensor& a) { return one(softmax(a, 1)); }, 100, 200, false},
@@ -94,7 +126,11 @@ const std::vector<Reduction> kReductions = {
        return one(layer_norm(a, {a.size(2)}, w.contiguous(), b.contiguous()));
      },
      -3, 3, false},
-    {"layer_norm_last_two", [](const Tensor& a) { return one(layer_norm(a, {a.size(1), a.size(2)})); }, -3, 3, false},
+    {"layer_norm_last_two",
+     [](const Tensor& a) {
+       return one(layer_norm(a, {a.size(1), a.size(2)}));
+     },
+     -3, 3, false},
 };
 
 Tensor operand(IntArrayRef sizes, ScalarType dt, const Reduction& r, uint64_t seed) {
@@ -154,8 +190,11 @@ INSTANTIATE_TEST_SUITE_P(Ops, CudaReduction, ::testing::ValuesIn(kReductions),
 TEST(CudaReduce, BoolAndIntegerSumsCountExactly) {
   STRATA_REQUIRE_CUDA();
   const Tensor flags = uniform({300, 301}, -1, 1).gt(0.0);
-  EXPECT_TRUE(cuda_matches_cpu([](const tensor_list& in) { return tensor_list{sum(in[0]), sum(in[0], {1})}; },
-                               {flags}));
+  EXPECT_TRUE(cuda_matches_cpu(
+      [](const tensor_list& in) {
+        return tensor_list{sum(in[0]), sum(in[0], {1})};
+      },
+      {flags}));
   // Sums of int64 past 2^53 stay exact: accumulation is not in double.
   const Tensor big = ones({1000}, kLong) + (int64_t{1} << 53);
   EXPECT_TRUE(cuda_matches_cpu([](const tensor_list& in) { return tensor_list{sum(in[0])}; }, {big}));
@@ -164,8 +203,11 @@ TEST(CudaReduce, BoolAndIntegerSumsCountExactly) {
 TEST(CudaReduce, EmptyAndSingleElementReductions) {
   STRATA_REQUIRE_CUDA();
   const Tensor empty_rows = zeros({0, 5});
-  EXPECT_TRUE(cuda_matches_cpu([](const tensor_list& in) { return tensor_list{sum(in[0], {0}), prod(in[0], 0)}; },
-                               {empty_rows}));
+  EXPECT_TRUE(cuda_matches_cpu(
+      [](const tensor_list& in) {
+        return tensor_list{sum(in[0], {0}), prod(in[0], 0)};
+      },
+      {empty_rows}));
   const Tensor single = uniform({1, 1, 1}, -2, 2);
   EXPECT_TRUE(cuda_matches_cpu(
       [](const tensor_list& in) {

@@ -40,8 +40,8 @@ Tensor sample(ScalarType dt, uint64_t seed) {
   if (a.sizes() != b.sizes()) return ::testing::AssertionFailure() << "sizes " << a.sizes() << " vs " << b.sizes();
   const std::vector<double> va = strata::testing::values(a), vb = strata::testing::values(b);
   for (size_t i = 0; i < va.size(); ++i) {
-    const bool same = (std::isnan(va[i]) && std::isnan(vb[i])) ||
-                      (va[i] == vb[i] && std::signbit(va[i]) == std::signbit(vb[i]));
+    const bool same =
+        (std::isnan(va[i]) && std::isnan(vb[i])) || (va[i] == vb[i] && std::signbit(va[i]) == std::signbit(vb[i]));
     if (!same) return ::testing::AssertionFailure() << "element " << i << ": " << va[i] << " vs " << vb[i];
   }
   return ::testing::AssertionSuccess();
@@ -49,11 +49,31 @@ Tensor sample(ScalarType dt, uint64_t seed) {
 
 /// Float values that test rounding to the 16-bit types: ties to even, subnormals, overflow, signed zeros, NaN.
 Tensor conversion_probes() {
-  std::vector<double> v = {0.0, -0.0, 1.0, -2.5, kInf, -kInf, kNaN, 65504, 65519, 65520, 1e6, -1e6,
-                           1 + std::ldexp(1, -11), 1 + 3 * std::ldexp(1, -11), std::ldexp(1, -25), 3 * std::ldexp(1, -25),
-                           std::ldexp(1, -14) - std::ldexp(1, -25), std::ldexp(1, -30), 3.3895313892515355e38,
-                           std::bit_cast<float>(0x3f808000u), std::bit_cast<float>(0x3f818000u),
-                           std::bit_cast<float>(0x00008000u), std::bit_cast<float>(0x7f7f8000u), 0.1, 1.0 / 3};
+  std::vector<double> v = {0.0,
+                           -0.0,
+                           1.0,
+                           -2.5,
+                           kInf,
+                           -kInf,
+                           kNaN,
+                           65504,
+                           65519,
+                           65520,
+                           1e6,
+                           -1e6,
+                           1 + std::ldexp(1, -11),
+                           1 + 3 * std::ldexp(1, -11),
+                           std::ldexp(1, -25),
+                           3 * std::ldexp(1, -25),
+                           std::ldexp(1, -14) - std::ldexp(1, -25),
+                           std::ldexp(1, -30),
+                           3.3895313892515355e38,
+                           std::bit_cast<float>(0x3f808000u),
+                           std::bit_cast<float>(0x3f818000u),
+                           std::bit_cast<float>(0x00008000u),
+                           std::bit_cast<float>(0x7f7f8000u),
+                           0.1,
+                           1.0 / 3};
   Tensor t = tensor(v, kDouble);
   return cat({t, -t, normal({1000}, kDouble, 3) * 1000, normal({1000}, kDouble, 4) * 1e-6}, 0);
 }
@@ -84,7 +104,8 @@ TEST(CudaDevice, FactoriesPutTensorsOnTheGpu) {
     EXPECT_TRUE(same_tensor(zeros_like(z).cpu(), zeros({3, 4}, dt)));
     EXPECT_EQ(empty_like(z).device(), gpu());
   }
-  EXPECT_TRUE(same_tensor(arange(2.0, 9.0, 0.5, TensorOptions(kDouble).device(gpu())).cpu(), arange(2.0, 9.0, 0.5, kDouble)));
+  EXPECT_TRUE(
+      same_tensor(arange(2.0, 9.0, 0.5, TensorOptions(kDouble).device(gpu())).cpu(), arange(2.0, 9.0, 0.5, kDouble)));
   EXPECT_TRUE(same_tensor(arange(10, TensorOptions(kLong).device(gpu())).cpu(), arange(10, kLong)));
   EXPECT_TRUE(same_tensor(eye(4, 3, TensorOptions(kFloat).device(gpu())).cpu(), eye(4, 3)));
   EXPECT_TRUE(same_tensor(full({7}, 0.1, TensorOptions(kHalf).device(gpu())).cpu(), full({7}, 0.1, kHalf)));
@@ -109,7 +130,7 @@ TEST(CudaDevice, EveryDtypeRoundTripsIncludingNonContiguous) {
       EXPECT_TRUE(same_tensor(g.cuda().cpu(), v.contiguous()));  // to(the same device) keeps it there
     }
     const Tensor g = x.cuda();
-    EXPECT_TRUE(g.cuda().is_same(g));                       // already there: no copy
+    EXPECT_TRUE(g.cuda().is_same(g));                                                 // already there: no copy
     EXPECT_FALSE(g.to(gpu(), /*non_blocking=*/false, /*copy=*/true).is_alias_of(g));  // copy=true copies
   }
 }
@@ -117,8 +138,8 @@ TEST(CudaDevice, EveryDtypeRoundTripsIncludingNonContiguous) {
 TEST(CudaDevice, ConversionsOnTheGpuMatchTheCpuBitForBit) {
   STRATA_REQUIRE_CUDA();
   const Tensor probes = conversion_probes();
-  const Tensor sources[] = {probes, probes.to(kFloat), probes.to(kHalf), probes.to(kBFloat16), sample(kLong, 5),
-                            sample(kBool, 6)};
+  const Tensor sources[] = {probes,           probes.to(kFloat), probes.to(kHalf), probes.to(kBFloat16),
+                            sample(kLong, 5), sample(kBool, 6)};
   for (const Tensor& source : sources)
     for (ScalarType to : kAllDtypes) {
       SCOPED_TRACE(::testing::Message() << source.dtype() << " -> " << to);
@@ -133,7 +154,8 @@ TEST(CudaDevice, ConversionsOnTheGpuMatchTheCpuBitForBit) {
       EXPECT_TRUE(identical(src.to(gpu(), to).cpu(), src.to(to)));          // converted while moving
       EXPECT_TRUE(identical(src.cuda().to(Device(kCPU), to), src.to(to)));  // moved back converting
       // A strided view of GPU memory converted on the GPU.
-      EXPECT_TRUE(identical(src.cuda().slice(0, 0, src.size(0), 3).to(to).cpu(), src.slice(0, 0, src.size(0), 3).to(to)));
+      EXPECT_TRUE(
+          identical(src.cuda().slice(0, 0, src.size(0), 3).to(to).cpu(), src.slice(0, 0, src.size(0), 3).to(to)));
     }
 }
 
@@ -200,8 +222,15 @@ TEST(CudaDevice, OpsMixingDevicesNameBothDevices) {
            {"maximum", [&] { (void)maximum(g, c); }},
            {"matmul", [&] { (void)matmul(c, g); }},
            {"where", [&] { (void)where(c.gt(0.0), g, g); }},
-           {"cat", [&] { (void)cat({g, c}); }},
-           {"add_", [&] { Tensor t = g.clone(); t.add_(c); }},
+           {"cat",
+            [&] {
+              (void)cat({g, c});
+            }},
+           {"add_",
+            [&] {
+              Tensor t = g.clone();
+              t.add_(c);
+            }},
        }) {
     SCOPED_TRACE(name);
     try {

@@ -85,8 +85,9 @@ TEST_F(DataFiles, IdxRejectsBadFilesNamingThem) {
   EXPECT_THROW_MSG(read_idx(write_plain("int", idx(0x0C, {2}, {0, 0, 0, 1, 0, 0}))),
                    "truncated: shape [2] of int needs 8 data bytes, the file holds 6");
   const std::string trailing = write_gzip("trailing.gz", idx(0x08, {2, 3}, {1, 2, 3, 4, 5, 6, 7, 8}));
-  EXPECT_THROW_MSG(read_idx(trailing), "read_idx: " + trailing +
-                                           ": 2 trailing bytes after the 6 data bytes that shape [2, 3] of ubyte needs");
+  EXPECT_THROW_MSG(
+      read_idx(trailing),
+      "read_idx: " + trailing + ": 2 trailing bytes after the 6 data bytes that shape [2, 3] of ubyte needs");
   // Absurd sizes: overflow is caught before any arithmetic goes wrong, and a huge declared size
   // with little data fails on the data actually there, without allocating the declared size.
   EXPECT_THROW_MSG(read_idx(write_plain("overflow", idx(0x08, {0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF}, {}))),
@@ -272,8 +273,8 @@ TEST(DataLoader, ShardsAreEqualDisjointAndCoverEachEpoch) {
     for (int64_t replicas = 1; replicas <= 4; ++replicas)
       for (bool drop_last : {false, true})
         for (int64_t epoch : {0, 1}) {
-          SCOPED_TRACE(::testing::Message() << "n=" << n << " replicas=" << replicas << " drop_last=" << drop_last
-                                            << " epoch=" << epoch);
+          SCOPED_TRACE(::testing::Message()
+                       << "n=" << n << " replicas=" << replicas << " drop_last=" << drop_last << " epoch=" << epoch);
           const DataLoaderOptions one{.shuffle = true, .drop_last = drop_last, .seed = 3};
           const std::vector<int64_t> order = sample_indices(n, one, epoch);
           const int64_t per_rank = drop_last ? n / replicas : (n + replicas - 1) / replicas;
@@ -293,7 +294,7 @@ TEST(DataLoader, ShardsAreEqualDisjointAndCoverEachEpoch) {
             EXPECT_EQ(distinct.size(), seen.size());  // disjoint
             EXPECT_EQ(static_cast<int64_t>(seen.size()), n - n % replicas);
           } else {
-            EXPECT_EQ(static_cast<int64_t>(distinct.size()), n);  // covering
+            EXPECT_EQ(static_cast<int64_t>(distinct.size()), n);                                      // covering
             EXPECT_EQ(static_cast<int64_t>(seen.size() - distinct.size()), per_rank * replicas - n);  // the padding
           }
         }

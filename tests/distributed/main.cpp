@@ -19,7 +19,8 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
   void OnTestPartResult(const ::testing::TestPartResult& r) override {
     if (r.failed())
       std::cerr << "[rank " << rank_ << "] " << (r.file_name() ? r.file_name() : "") << ":" << r.line_number()
-                << ": Failure\n" << r.summary() << std::endl;
+                << ": Failure\n"
+                << r.summary() << std::endl;
   }
   void OnTestEnd(const ::testing::TestInfo& info) override {
     if (info.result()->Failed())

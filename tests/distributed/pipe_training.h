@@ -28,7 +28,7 @@ inline std::vector<std::pair<int, int>> layouts() {
 
 // 6 -> 12 -> 12 -> 12 -> 12 -> 3 with tanh between: nine layers.
 inline std::vector<pipe::Layer> mlp_layers() {
-  return {pipe::LayerSpec::of<nn::Linear>(6, 12), pipe::LayerSpec::of<nn::Tanh>(),
+  return {pipe::LayerSpec::of<nn::Linear>(6, 12),  pipe::LayerSpec::of<nn::Tanh>(),
           pipe::LayerSpec::of<nn::Linear>(12, 12), [](const Tensor& x) { return tanh(x); },
           pipe::LayerSpec::of<nn::Linear>(12, 12), pipe::LayerSpec::of<nn::Tanh>(),
           pipe::LayerSpec::of<nn::Linear>(12, 12), [](const Tensor& x) { return tanh(x); },
@@ -41,10 +41,15 @@ inline std::vector<pipe::Layer> tied_layers() {
   auto transposed = [](nn::Module& m, const tensor_list& x) {
     return tensor_list{matmul(x.at(0), dynamic_cast<nn::LinearImpl&>(m).weight)};
   };
-  return {pipe::TiedLayerSpec("proj", proj), pipe::LayerSpec::of<nn::Linear>(6, 12), pipe::LayerSpec::of<nn::Tanh>(),
-          pipe::LayerSpec::of<nn::Linear>(12, 12), pipe::LayerSpec::of<nn::Tanh>(),
-          pipe::LayerSpec::of<nn::Linear>(12, 6), pipe::LayerSpec::of<nn::Tanh>(),
-          pipe::LayerSpec::of<nn::Linear>(6, 6), pipe::TiedLayerSpec("proj", proj, transposed),
+  return {pipe::TiedLayerSpec("proj", proj),
+          pipe::LayerSpec::of<nn::Linear>(6, 12),
+          pipe::LayerSpec::of<nn::Tanh>(),
+          pipe::LayerSpec::of<nn::Linear>(12, 12),
+          pipe::LayerSpec::of<nn::Tanh>(),
+          pipe::LayerSpec::of<nn::Linear>(12, 6),
+          pipe::LayerSpec::of<nn::Tanh>(),
+          pipe::LayerSpec::of<nn::Linear>(6, 6),
+          pipe::TiedLayerSpec("proj", proj, transposed),
           pipe::LayerSpec::of<nn::Linear>(6, 3)};
 }
 
@@ -76,13 +81,22 @@ inline std::vector<pipe::Layer> tuple_layers() {
                               return tensor_list{x.at(0) * x.at(1).to(x.at(0).dtype()) * x.at(2)};
                             }};
   });
-  return {pipe::LayerSpec::of<nn::Linear>(6, 12), split, tuple_linear(12, 12), tuple_linear(12, 12),
-          tuple_linear(12, 12), tuple_linear(12, 12), merge, pipe::LayerSpec::of<nn::Linear>(12, 3)};
+  return {pipe::LayerSpec::of<nn::Linear>(6, 12),
+          split,
+          tuple_linear(12, 12),
+          tuple_linear(12, 12),
+          tuple_linear(12, 12),
+          tuple_linear(12, 12),
+          merge,
+          pipe::LayerSpec::of<nn::Linear>(12, 3)};
 }
 
 inline pipe::PipelineModuleOptions module_options(int checkpoint_interval = 0) {
-  return {.partition_method = "uniform", .loss_fn = pipe::cross_entropy_loss, .seed_layers = true,
-          .base_seed = 42, .activation_checkpoint_interval = checkpoint_interval};
+  return {.partition_method = "uniform",
+          .loss_fn = pipe::cross_entropy_loss,
+          .seed_layers = true,
+          .base_seed = 42,
+          .activation_checkpoint_interval = checkpoint_interval};
 }
 
 // The whole batch of a step, the same on every rank: replica d owns rows [d M R, (d + 1) M R).

@@ -10,19 +10,17 @@
 #include "../helpers.h"
 
 namespace dist = strata::distributed;
+using dist::ReduceOp;
 using strata::Tensor;
 using strata::tensor_list;
 using strata::testing::values;
-using dist::ReduceOp;
 
 namespace {
 
 int rank() { return dist::get_rank(); }
 int world() { return dist::get_world_size(); }
 
-Tensor vec(std::vector<double> v, strata::ScalarType t = strata::kFloat) {
-  return strata::tensor(v, t);
-}
+Tensor vec(std::vector<double> v, strata::ScalarType t = strata::kFloat) { return strata::tensor(v, t); }
 
 // [rank + 1, 2 (rank + 1)]
 Tensor ranked(strata::ScalarType t = strata::kFloat) { return vec({rank() + 1.0, 2.0 * (rank() + 1)}, t); }
@@ -87,8 +85,10 @@ TEST(Collectives, ReduceToLastRank) {
   const int n = world(), dst = n - 1;
   Tensor t = ranked();
   dist::reduce(t, dst, ReduceOp::MAX);
-  if (rank() == dst) EXPECT_VALUES(t, {double(n), 2.0 * n});
-  else EXPECT_VALUES(t, {rank() + 1.0, 2.0 * (rank() + 1)});
+  if (rank() == dst)
+    EXPECT_VALUES(t, {double(n), 2.0 * n});
+  else
+    EXPECT_VALUES(t, {rank() + 1.0, 2.0 * (rank() + 1)});
 }
 
 TEST(Collectives, BroadcastFromLastRankIntoStridedTensor) {
@@ -253,7 +253,7 @@ TEST(Collectives, MonitoredBarrierNamesTheLateRank) {
 
 TEST(Collectives, DroppedAsyncSendDoesNotBlock) {
   if (world() < 2) GTEST_SKIP() << "needs 2 ranks";
-  Tensor big = strata::full({1 << 18}, 3.0);  // 1 MiB: past the eager limit, so the send waits for the receive
+  Tensor big = strata::full({1 << 18}, 3.0);     // 1 MiB: past the eager limit, so the send waits for the receive
   if (rank() == 0) dist::isend(big, 1, {}, 11);  // the Work is dropped unfinished
   dist::barrier();
   if (rank() == 1) {
@@ -314,8 +314,7 @@ TEST(Collectives, Coalesced) {
 
   std::vector<tensor_list> outs(n);
   for (auto& o : outs) o = {strata::empty({1}), strata::empty({2, 1})};
-  dist::all_gather_coalesced(outs, {vec({double(rank())}), vec({rank() + 0.5, rank() + 0.25}).view({2, 1})}, {},
-                             true)
+  dist::all_gather_coalesced(outs, {vec({double(rank())}), vec({rank() + 0.5, rank() + 0.25}).view({2, 1})}, {}, true)
       ->wait();
   for (int r = 0; r < n; ++r) {
     EXPECT_VALUES(outs[r][0], {double(r)});
@@ -358,7 +357,8 @@ TEST(Collectives, Objects) {
 TEST(Collectives, ObjectOfTheWrongTypeIsAnError) {
   if (world() < 2) GTEST_SKIP() << "needs 2 ranks";
   if (rank() == 0) dist::send_object(int32_t{1}, 1);
-  if (rank() == 1) EXPECT_THROW_MSG(dist::recv_object<Meta>(0), "recv_object: received 4 bytes, which is not the size of");
+  if (rank() == 1)
+    EXPECT_THROW_MSG(dist::recv_object<Meta>(0), "recv_object: received 4 bytes, which is not the size of");
 }
 
 TEST(Collectives, PermutedGroup) {
@@ -400,17 +400,20 @@ TEST(Collectives, CommOffSwitchesSkipTheOp) {
 
 TEST(Collectives, BadArgumentsSayWhatIsWrong) {
   const int n = world();
-  EXPECT_THROW_MSG(dist::all_reduce(ranked(strata::kLong), ReduceOp::AVG), "all_reduce: ReduceOp::AVG needs a floating dtype, got Long");
+  EXPECT_THROW_MSG(dist::all_reduce(ranked(strata::kLong), ReduceOp::AVG),
+                   "all_reduce: ReduceOp::AVG needs a floating dtype, got Long");
   EXPECT_THROW_MSG(dist::all_reduce(Tensor()), "all_reduce: tensor is an undefined tensor");
   EXPECT_THROW_MSG(dist::broadcast(ranked(), n), "broadcast: src " + std::to_string(n) + " is not a member of WORLD");
   EXPECT_THROW_MSG(dist::all_gather(tensor_list(n + 1, strata::empty({2})), ranked()),
                    "all_gather: tensor_list has " + std::to_string(n + 1) + " tensors but WORLD has " +
                        std::to_string(n) + " ranks");
   tensor_list wrong(n, strata::empty({3}));
-  EXPECT_THROW_MSG(dist::all_gather(wrong, ranked()), "all_gather: tensor_list[0] has shape [3] but the tensor has shape [2]");
+  EXPECT_THROW_MSG(dist::all_gather(wrong, ranked()),
+                   "all_gather: tensor_list[0] has shape [3] but the tensor has shape [2]");
   EXPECT_THROW_MSG(dist::all_gather_into_tensor(strata::empty({2 * n + 1}), ranked()),
                    "all_gather_into_tensor: output has " + std::to_string(2 * n + 1) + " elements");
-  EXPECT_THROW_MSG(dist::isend(ranked(), rank(), {}, 0), "isend: dst " + std::to_string(rank()) + " is this process's own rank");
+  EXPECT_THROW_MSG(dist::isend(ranked(), rank(), {}, 0),
+                   "isend: dst " + std::to_string(rank()) + " is this process's own rank");
   EXPECT_THROW_MSG(dist::isend(ranked(), 0, {}, -1), "isend: tag -1 is outside 0..1048575");
   if (n > 1)
     EXPECT_THROW_MSG(dist::batch_isend_irecv({{dist::P2POp::kRecv, strata::empty({2}), (rank() + 1) % n},
@@ -424,5 +427,6 @@ TEST(Collectives, BadArgumentsSayWhatIsWrong) {
                      "all_to_all_single: output has " + std::to_string(n + 1) + " rows, not divisible");
   EXPECT_THROW_MSG(dist::new_group({0, 0}), "new_group: rank 0 appears twice in the list");
   EXPECT_THROW_MSG(dist::new_group({n}), "new_group: rank " + std::to_string(n) + " is out of range");
-  EXPECT_THROW_MSG(dist::get_group_rank({}, n), "get_group_rank: global rank " + std::to_string(n) + " is not a member of WORLD");
+  EXPECT_THROW_MSG(dist::get_group_rank({}, n),
+                   "get_group_rank: global rank " + std::to_string(n) + " is not a member of WORLD");
 }

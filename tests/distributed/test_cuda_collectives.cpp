@@ -106,74 +106,86 @@ TEST(CudaCollectives, AllReduceEveryOpAndDtype) {
   STRATA_REQUIRE_CUDA();
   for (ReduceOp op : {ReduceOp::SUM, ReduceOp::AVG, ReduceOp::PRODUCT, ReduceOp::MIN, ReduceOp::MAX}) {
     SCOPED_TRACE(dist::to_string(op));
-    expect_as_on_cpu([op](Device d, ScalarType t) {
-      Tensor x = input(t, 5, d);
-      dist::all_reduce(x, op);
-      return tensor_list{x};
-    }, op == ReduceOp::AVG ? kFloatDtypes : kAllDtypes, true);
+    expect_as_on_cpu(
+        [op](Device d, ScalarType t) {
+          Tensor x = input(t, 5, d);
+          dist::all_reduce(x, op);
+          return tensor_list{x};
+        },
+        op == ReduceOp::AVG ? kFloatDtypes : kAllDtypes, true);
   }
 }
 
 TEST(CudaCollectives, AllReduceNonContiguousAsyncAndCoalesced) {
   STRATA_REQUIRE_CUDA();
-  expect_as_on_cpu([](Device d, ScalarType t) {
-    Tensor base = input(t, 6, d).view({2, 3});
-    dist::all_reduce(base.t(), ReduceOp::SUM, {}, /*async_op=*/true)->wait();
-    Tensor a = input(t, 3, d, 1), b = input(t, 4, d, 2).view({2, 2});
-    dist::all_reduce_coalesced({a, b}, ReduceOp::MAX);
-    return tensor_list{base, a, b};
-  }, kAllDtypes, true);
+  expect_as_on_cpu(
+      [](Device d, ScalarType t) {
+        Tensor base = input(t, 6, d).view({2, 3});
+        dist::all_reduce(base.t(), ReduceOp::SUM, {}, /*async_op=*/true)->wait();
+        Tensor a = input(t, 3, d, 1), b = input(t, 4, d, 2).view({2, 2});
+        dist::all_reduce_coalesced({a, b}, ReduceOp::MAX);
+        return tensor_list{base, a, b};
+      },
+      kAllDtypes, true);
 }
 
 TEST(CudaCollectives, ReduceAndBroadcastFromTheLastRank) {
   STRATA_REQUIRE_CUDA();
   const int last = world() - 1;
-  expect_as_on_cpu([last](Device d, ScalarType t) {
-    Tensor sum = input(t, 4, d), max = input(t, 4, d, 1);
-    dist::reduce(sum, last, ReduceOp::SUM);
-    dist::reduce(max, last, ReduceOp::MAX, {}, /*async_op=*/true)->wait();
-    return tensor_list{sum, max};
-  }, kAllDtypes, true);
-  expect_as_on_cpu([last](Device d, ScalarType t) {
-    Tensor base = zeros({2, 2}, on(d, t));
-    Tensor col = base.select(1, 1);  // stride 2
-    if (rank() == last) col.copy_(input(t, 2, d));
-    dist::broadcast(col, last);
-    Tensor async = input(t, 3, d, 1);
-    dist::broadcast(async, last, {}, /*async_op=*/true)->wait();
-    return tensor_list{base, async};
-  }, kAllDtypes, false);
+  expect_as_on_cpu(
+      [last](Device d, ScalarType t) {
+        Tensor sum = input(t, 4, d), max = input(t, 4, d, 1);
+        dist::reduce(sum, last, ReduceOp::SUM);
+        dist::reduce(max, last, ReduceOp::MAX, {}, /*async_op=*/true)->wait();
+        return tensor_list{sum, max};
+      },
+      kAllDtypes, true);
+  expect_as_on_cpu(
+      [last](Device d, ScalarType t) {
+        Tensor base = zeros({2, 2}, on(d, t));
+        Tensor col = base.select(1, 1);  // stride 2
+        if (rank() == last) col.copy_(input(t, 2, d));
+        dist::broadcast(col, last);
+        Tensor async = input(t, 3, d, 1);
+        dist::broadcast(async, last, {}, /*async_op=*/true)->wait();
+        return tensor_list{base, async};
+      },
+      kAllDtypes, false);
 }
 
 TEST(CudaCollectives, AllGatherEveryForm) {
   STRATA_REQUIRE_CUDA();
-  expect_as_on_cpu([](Device d, ScalarType t) {
-    tensor_list outs = empties(world(), 3, d, t);
-    dist::all_gather(outs, input(t, 3, d));
-    Tensor into = empty({2 * world()}, on(d, t));
-    dist::all_gather_into_tensor(into, input(t, 2, d, 1), {}, /*async_op=*/true)->wait();
-    std::vector<tensor_list> lists;
-    for (int r = 0; r < world(); ++r) lists.push_back({empty({2}, on(d, t)), empty({1, 3}, on(d, t))});
-    dist::all_gather_coalesced(lists, {input(t, 2, d, 2), input(t, 3, d, 3).view({1, 3})});
-    tensor_list all = outs;
-    all.push_back(into);
-    for (const tensor_list& l : lists) all.insert(all.end(), l.begin(), l.end());
-    return all;
-  }, kAllDtypes, false);
+  expect_as_on_cpu(
+      [](Device d, ScalarType t) {
+        tensor_list outs = empties(world(), 3, d, t);
+        dist::all_gather(outs, input(t, 3, d));
+        Tensor into = empty({2 * world()}, on(d, t));
+        dist::all_gather_into_tensor(into, input(t, 2, d, 1), {}, /*async_op=*/true)->wait();
+        std::vector<tensor_list> lists;
+        for (int r = 0; r < world(); ++r) lists.push_back({empty({2}, on(d, t)), empty({1, 3}, on(d, t))});
+        dist::all_gather_coalesced(lists, {input(t, 2, d, 2), input(t, 3, d, 3).view({1, 3})});
+        tensor_list all = outs;
+        all.push_back(into);
+        for (const tensor_list& l : lists) all.insert(all.end(), l.begin(), l.end());
+        return all;
+      },
+      kAllDtypes, false);
 }
 
 TEST(CudaCollectives, ReduceScatterBothForms) {
   STRATA_REQUIRE_CUDA();
   for (ReduceOp op : {ReduceOp::SUM, ReduceOp::MAX}) {
-    expect_as_on_cpu([op](Device d, ScalarType t) {
-      tensor_list inputs;
-      for (int p = 0; p < world(); ++p) inputs.push_back(input(t, 2, d, p));
-      Tensor out = empty({2}, on(d, t));
-      dist::reduce_scatter(out, inputs, op);
-      Tensor out_tensor = empty({3}, on(d, t));
-      dist::reduce_scatter_tensor(out_tensor, input(t, 3 * world(), d, 1), op, {}, /*async_op=*/true)->wait();
-      return tensor_list{out, out_tensor};
-    }, kAllDtypes, true);
+    expect_as_on_cpu(
+        [op](Device d, ScalarType t) {
+          tensor_list inputs;
+          for (int p = 0; p < world(); ++p) inputs.push_back(input(t, 2, d, p));
+          Tensor out = empty({2}, on(d, t));
+          dist::reduce_scatter(out, inputs, op);
+          Tensor out_tensor = empty({3}, on(d, t));
+          dist::reduce_scatter_tensor(out_tensor, input(t, 3 * world(), d, 1), op, {}, /*async_op=*/true)->wait();
+          return tensor_list{out, out_tensor};
+        },
+        kAllDtypes, true);
   }
 }
 
@@ -181,41 +193,45 @@ TEST(CudaCollectives, GatherAndScatterAtTheLastRank) {
   STRATA_REQUIRE_CUDA();
   const int last = world() - 1;
   const bool root = rank() == last;
-  expect_as_on_cpu([last, root](Device d, ScalarType t) {
-    tensor_list gathered = root ? empties(world(), 3, d, t) : tensor_list{};
-    dist::gather(input(t, 3, d), gathered, last);
-    tensor_list parts;
-    if (root)
-      for (int p = 0; p < world(); ++p) parts.push_back(input(t, 2, d, p + 1));
-    Tensor mine = empty({2}, on(d, t));
-    dist::scatter(mine, parts, last, {}, /*async_op=*/true)->wait();
-    gathered.push_back(mine);
-    return gathered;
-  }, kAllDtypes, false);
+  expect_as_on_cpu(
+      [last, root](Device d, ScalarType t) {
+        tensor_list gathered = root ? empties(world(), 3, d, t) : tensor_list{};
+        dist::gather(input(t, 3, d), gathered, last);
+        tensor_list parts;
+        if (root)
+          for (int p = 0; p < world(); ++p) parts.push_back(input(t, 2, d, p + 1));
+        Tensor mine = empty({2}, on(d, t));
+        dist::scatter(mine, parts, last, {}, /*async_op=*/true)->wait();
+        gathered.push_back(mine);
+        return gathered;
+      },
+      kAllDtypes, false);
 }
 
 TEST(CudaCollectives, AllToAllWithUnevenParts) {
   STRATA_REQUIRE_CUDA();
   const int me = rank(), n = world();
-  expect_as_on_cpu([me, n](Device d, ScalarType t) {
-    // Rank r sends p + 1 + r elements to rank p, so this rank gets me + 1 + q from rank q.
-    tensor_list ins, outs;
-    for (int p = 0; p < n; ++p) {
-      ins.push_back(input(t, p + 1 + me, d, p));
-      outs.push_back(empty({me + 1 + p}, on(d, t)));
-    }
-    dist::all_to_all(outs, ins);
-    // all_to_all_single over rows of 2: p + 1 rows go to rank p, me + 1 rows come from every rank.
-    std::vector<int64_t> in_splits(n), out_splits(n, me + 1);
-    std::iota(in_splits.begin(), in_splits.end(), 1);
-    const int64_t in_rows = std::accumulate(in_splits.begin(), in_splits.end(), int64_t{0});
-    Tensor out = empty({n * (me + 1), 2}, on(d, t));
-    dist::all_to_all_single(out, input(t, 2 * in_rows, d, 1).view({in_rows, 2}), out_splits, in_splits, {},
-                            /*async_op=*/true)
-        ->wait();
-    outs.push_back(out);
-    return outs;
-  }, kAllDtypes, false);
+  expect_as_on_cpu(
+      [me, n](Device d, ScalarType t) {
+        // Rank r sends p + 1 + r elements to rank p, so this rank gets me + 1 + q from rank q.
+        tensor_list ins, outs;
+        for (int p = 0; p < n; ++p) {
+          ins.push_back(input(t, p + 1 + me, d, p));
+          outs.push_back(empty({me + 1 + p}, on(d, t)));
+        }
+        dist::all_to_all(outs, ins);
+        // all_to_all_single over rows of 2: p + 1 rows go to rank p, me + 1 rows come from every rank.
+        std::vector<int64_t> in_splits(n), out_splits(n, me + 1);
+        std::iota(in_splits.begin(), in_splits.end(), 1);
+        const int64_t in_rows = std::accumulate(in_splits.begin(), in_splits.end(), int64_t{0});
+        Tensor out = empty({n * (me + 1), 2}, on(d, t));
+        dist::all_to_all_single(out, input(t, 2 * in_rows, d, 1).view({in_rows, 2}), out_splits, in_splits, {},
+                                /*async_op=*/true)
+            ->wait();
+        outs.push_back(out);
+        return outs;
+      },
+      kAllDtypes, false);
 }
 
 // ---- ordering against the current stream ----
@@ -251,26 +267,30 @@ TEST(CudaCollectives, SubgroupsUseTheirOwnRanks) {
   std::iota(reversed.rbegin(), reversed.rend(), 0);
   dist::Group group = dist::new_group(reversed);  // group rank 0 is the last global rank
   EXPECT_STREQ(group->backend(kCUDA, "test").name(), dist::get_world_group()->backend(kCUDA, "test").name());
-  expect_as_on_cpu([&](Device d, ScalarType t) {
-    Tensor x = input(t, 4, d);
-    dist::all_reduce(x, ReduceOp::SUM, group);
-    tensor_list outs = empties(world(), 2, d, t);
-    dist::all_gather(outs, input(t, 2, d, 1), group);
-    outs.push_back(x);
-    return outs;
-  }, kAllDtypes, true);
+  expect_as_on_cpu(
+      [&](Device d, ScalarType t) {
+        Tensor x = input(t, 4, d);
+        dist::all_reduce(x, ReduceOp::SUM, group);
+        tensor_list outs = empties(world(), 2, d, t);
+        dist::all_gather(outs, input(t, 2, d, 1), group);
+        outs.push_back(x);
+        return outs;
+      },
+      kAllDtypes, true);
 
   std::vector<int> evens;
   for (int r = 0; r < world(); r += 2) evens.push_back(r);
   dist::Group even = dist::new_group(evens);
   if (!even->is_member()) return;
-  expect_as_on_cpu([&](Device d, ScalarType t) {
-    Tensor x = input(t, 3, d);
-    dist::all_reduce(x, ReduceOp::MAX, even);
-    Tensor y = input(t, 2, d, 1);
-    dist::broadcast(y, evens.back(), even);
-    return tensor_list{x, y};
-  }, kAllDtypes, true);
+  expect_as_on_cpu(
+      [&](Device d, ScalarType t) {
+        Tensor x = input(t, 3, d);
+        dist::all_reduce(x, ReduceOp::MAX, even);
+        Tensor y = input(t, 2, d, 1);
+        dist::broadcast(y, evens.back(), even);
+        return tensor_list{x, y};
+      },
+      kAllDtypes, true);
 }
 
 // ---- point to point ----
@@ -302,8 +322,8 @@ TEST(CudaP2P, PairsExchangeInOrderAndInBatches) {
     // Both directions at once, into a strided tensor: one batch, so neither send waits for the other's.
     Tensor base = zeros({4, 2}, on(gpu(), t));
     Tensor col = base.select(1, 1);
-    auto works = dist::batch_isend_irecv({dist::P2POp{dist::P2POp::kSend, mine, partner},
-                                          dist::P2POp{dist::P2POp::kRecv, col, partner}});
+    auto works = dist::batch_isend_irecv(
+        {dist::P2POp{dist::P2POp::kSend, mine, partner}, dist::P2POp{dist::P2POp::kRecv, col, partner}});
     for (auto& w : works) w->wait();
     EXPECT_TRUE(strata::testing::allclose(col, theirs, 0, 0));
     EXPECT_TRUE(strata::testing::allclose(base.select(1, 0), zeros({4}, t), 0, 0));
@@ -319,10 +339,13 @@ using Differentiable = std::function<Tensor(const Tensor&)>;
 
 /// {output, the leaf's gradient} of `op` on device d, with loss sum(output * w) for a rank-dependent w.
 tensor_list forward_and_backward(Device d, const Differentiable& op) {
-  Tensor x = input(kDouble, 24, d).view({12, 2}).to(d, kDouble, /*non_blocking=*/false, /*copy=*/true).requires_grad_(true);
+  Tensor x =
+      input(kDouble, 24, d).view({12, 2}).to(d, kDouble, /*non_blocking=*/false, /*copy=*/true).requires_grad_(true);
   Tensor out = op(x);
-  if (out.defined()) F::backward({(out * input(kDouble, out.numel(), d, 1).view(out.sizes())).sum()});
-  else F::backward();
+  if (out.defined())
+    F::backward({(out * input(kDouble, out.numel(), d, 1).view(out.sizes())).sum()});
+  else
+    F::backward();
   return {out.defined() ? out.detach() : Tensor(), x.grad()};
 }
 
@@ -340,7 +363,8 @@ TEST(CudaFunctional, ForwardAndBackwardMatchTheCpu) {
       {"broadcast", [](const Tensor& x) { return F::broadcast(rank() == 0 ? x : Tensor()); }},
       {"gather", [](const Tensor& x) { return F::gather(x); }},
       {"scatter", [](const Tensor& x) { return F::scatter(rank() == 0 ? x : Tensor()); }},
-      {"remote_send and remote_recv", [](const Tensor& x) {
+      {"remote_send and remote_recv",
+       [](const Tensor& x) {
          if (world() < 2 || rank() > 1) return Tensor();
          if (rank() == 0) {
            F::remote_send(x * 2, 1);

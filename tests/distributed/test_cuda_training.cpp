@@ -120,7 +120,8 @@ TEST(CudaPipeEngine, StagesOnDifferentKindsOfDeviceAreAnError) {
   auto model = std::make_shared<pipe::PipelineModule>(pp::mlp_layers(), grid, pp::module_options());
   if (grid.get_stage_id() == 1) model->to(strata::testing::gpu());
   auto sgd = std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions(0.1));
-  EXPECT_THROW_MSG(pipe::PipelineEngine(model, grid, sgd),
-                   "PipelineEngine: some ranks hold their stage's modules on the CPU and others on a GPU (this is stage " +
-                       std::to_string(grid.get_stage_id()));
+  EXPECT_THROW_MSG(
+      pipe::PipelineEngine(model, grid, sgd),
+      "PipelineEngine: some ranks hold their stage's modules on the CPU and others on a GPU (this is stage " +
+          std::to_string(grid.get_stage_id()));
 }

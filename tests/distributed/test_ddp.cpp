@@ -164,8 +164,8 @@ TEST(DDP, DifferentModulesThrowOnEveryRank) {
   auto frozen = bare({{"w", zeros({2})}});
   if (rank() == world() - 1) frozen->parameters()[0].requires_grad_(false);
   EXPECT_THROW_MSG(nn::DistributedDataParallel{frozen}, "global rank " + std::to_string(world() - 1) +
-                                                           " has parameter w: Float [2] where global rank 0 has "
-                                                           "parameter w: Float [2] requires_grad");
+                                                            " has parameter w: Float [2] where global rank 0 has "
+                                                            "parameter w: Float [2] requires_grad");
 }
 
 TEST(DDP, AFailedBackwardIsReportedByTheNextOne) {

@@ -83,8 +83,10 @@ TEST_F(Detail, OpMismatchThrows) {
   const std::string expected = ": ranks disagree on op, root and reduce op" + kDetail +
                                "rank 0 called all_reduce(Float [2], SUM); " + ranks_from(1) +
                                " called broadcast(Float [2], root 0)";
-  if (get_rank() == 0) EXPECT_THROW_MSG(all_reduce(t), expected);
-  else EXPECT_THROW_MSG(broadcast(t, 0), expected);
+  if (get_rank() == 0)
+    EXPECT_THROW_MSG(all_reduce(t), expected);
+  else
+    EXPECT_THROW_MSG(broadcast(t, 0), expected);
 }
 
 TEST_F(Detail, RootDtypeAndReduceOpMismatchesThrow) {
@@ -92,8 +94,8 @@ TEST_F(Detail, RootDtypeAndReduceOpMismatchesThrow) {
   const bool first = get_rank() == 0;
   Tensor t = ones({2});
   EXPECT_THROW_MSG(broadcast(t, first ? 0 : 1), ": ranks disagree on root" + kDetail +
-                                                     "rank 0 called broadcast(Float [2], root 0); " + ranks_from(1) +
-                                                     " called broadcast(Float [2], root 1)");
+                                                    "rank 0 called broadcast(Float [2], root 0); " + ranks_from(1) +
+                                                    " called broadcast(Float [2], root 1)");
   Tensor d = ones({2}, first ? kFloat : kDouble);
   EXPECT_THROW_MSG(all_reduce(d), ": ranks disagree on dtype" + kDetail + "rank 0 called all_reduce(Float [2], SUM); " +
                                       ranks_from(1) + " called all_reduce(Double [2], SUM)");
@@ -109,9 +111,9 @@ TEST_F(Detail, SkippedCallIsACallNumberMismatch) {
   Group all = new_group(ranks);
   if (get_rank() == 0) all->next_sequence_number();  // as if rank 0 had made one more call on the group
   Tensor t = ones({2});
-  EXPECT_THROW_MSG(all_reduce(t, ReduceOp::SUM, all),
-                   ": ranks disagree on call number" + kDetail + "rank 0 called #2 all_reduce(Float [2], SUM); " +
-                       ranks_from(1) + " called #1 all_reduce(Float [2], SUM)");
+  EXPECT_THROW_MSG(all_reduce(t, ReduceOp::SUM, all), ": ranks disagree on call number" + kDetail +
+                                                          "rank 0 called #2 all_reduce(Float [2], SUM); " +
+                                                          ranks_from(1) + " called #1 all_reduce(Float [2], SUM)");
   destroy_process_group(all);
 }
 
@@ -178,7 +180,8 @@ TEST_F(Detail, P2PRingExchangeDoesNotDeadlock) {
   NEEDS_RANKS(2);
   const int n = get_world_size(), me = get_rank();
   Tensor got = zeros({2});
-  auto works = batch_isend_irecv({{P2POp::kRecv, got, (me + n - 1) % n}, {P2POp::kSend, full({2}, me, kFloat), (me + 1) % n}});
+  auto works =
+      batch_isend_irecv({{P2POp::kRecv, got, (me + n - 1) % n}, {P2POp::kSend, full({2}, me, kFloat), (me + 1) % n}});
   for (auto& w : works) w->wait();
   EXPECT_VALUES(got, {double((me + n - 1) % n), double((me + n - 1) % n)});
 }

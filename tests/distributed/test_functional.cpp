@@ -92,8 +92,8 @@ TEST(Functional, AxisVariants) {
   }
   // reduce_scatter_sum along axis 1 of [2, 2n]: rank r keeps columns 2r, 2r + 1 of the sum.
   Tensor wide = arange(4.0 * n, kDouble).reshape({2, 2 * n}) * (r + 1);
-  EXPECT_ALLCLOSE(F::reduce_scatter_sum(wide, {}, 1), (arange(4.0 * n, kDouble).reshape({2, 2 * n}) *
-                                                       (n * (n + 1) / 2.0)).narrow(1, 2 * r, 2));
+  EXPECT_ALLCLOSE(F::reduce_scatter_sum(wide, {}, 1),
+                  (arange(4.0 * n, kDouble).reshape({2, 2 * n}) * (n * (n + 1) / 2.0)).narrow(1, 2 * r, 2));
   Tensor root_wide = arange(4.0 * n, kDouble).reshape({2, 2 * n});
   EXPECT_ALLCLOSE(F::scatter(r == 0 ? root_wide : Tensor(), {}, 1), root_wide.narrow(1, 2 * r, 2));
   // all_to_all splitting axis 1 and concatenating axis 0: part r (columns 2r, 2r + 1) of every rank, stacked.
@@ -124,9 +124,9 @@ TEST(Functional, ABadInputOnOneRankThrowsOnEveryRank) {
                                 " passed bad input (see " + (n > 2 ? "their errors)" : "its error)")
                           : "functional::reduce_sum: root " + std::to_string(n) + " is not a group rank");
   // Rooted ops whose data comes from the root check the root everywhere first.
-  EXPECT_THROW_MSG(F::broadcast(x, {}, r == 1 ? -1 : 0),
-                   r == 1 ? "functional::broadcast: root -1 is not a group rank"
-                          : "functional::broadcast: global rank 1 passed bad input");
+  EXPECT_THROW_MSG(F::broadcast(x, {}, r == 1 ? -1 : 0), r == 1
+                                                             ? "functional::broadcast: root -1 is not a group rank"
+                                                             : "functional::broadcast: global rank 1 passed bad input");
   EXPECT_THROW_MSG(F::scatter(x, {}, 0, r == 1 ? n : 0),
                    r == 1 ? "functional::scatter: root " + std::to_string(n) + " is not a group rank"
                           : "functional::scatter: global rank 1 passed bad input");
@@ -200,8 +200,10 @@ TEST(Functional, NobodyWaitsWhenNoRankHasAGradient) {
   Tensor sum = F::reduce_sum(a, {}, root);                         // the root's loss does not use it
   Tensor copy = F::broadcast(r == root ? a : Tensor(), {}, root);  // nobody's loss uses it
   Tensor max = F::all_reduce_max(b * (r + 1.0));                   // rank 0's loss uses it
-  if (r == 0) F::backward({max.sum()});
-  else F::backward();
+  if (r == 0)
+    F::backward({max.sum()});
+  else
+    F::backward();
   EXPECT_FALSE(a.grad().defined());
   // Rank 0's ones (the others contribute zeros) reach the rank that holds the maximum, times its factor n.
   EXPECT_ALLCLOSE(b.grad(), full({2}, r == n - 1 ? n : 0, kDouble));
@@ -278,17 +280,21 @@ TEST(Functional, HeaderUsageExample) {
   const int n = world();
   namespace F = strata::distributed::functional;
   auto x = strata::randn({2, 3}, strata::requires_grad());
-  auto y = F::all_gather(x, {}, /*axis=*/1);        // backward: reduce_scatter_sum along axis 1
-  auto s = F::reduce_sum(y.sum());                 // defined on the root (group rank 0) only
-  F::backward(s.defined() ? strata::tensor_list{s} : strata::tensor_list{});   // every rank
+  auto y = F::all_gather(x, {}, /*axis=*/1);  // backward: reduce_scatter_sum along axis 1
+  auto s = F::reduce_sum(y.sum());            // defined on the root (group rank 0) only
+  F::backward(s.defined() ? strata::tensor_list{s} : strata::tensor_list{});  // every rank
   EXPECT_EQ(s.defined(), rank() == 0);
   EXPECT_ALLCLOSE(x.grad(), full({2, 3}, double(n)));  // every rank's y.sum() holds x once
   if (n < 2 || rank() > 1) return;
   const Tensor before = x.grad().clone();
 
-  int rank = strata::distributed::get_rank();               // two stages, on ranks 0 and 1
-  if (rank == 0) { F::remote_send(x, 1); F::backward(); }   // x's grad comes back from rank 1
-  else F::backward({F::remote_recv(0).tanh().sum()});       // shape and dtype come from the sender
+  int rank = strata::distributed::get_rank();  // two stages, on ranks 0 and 1
+  if (rank == 0) {
+    F::remote_send(x, 1);
+    F::backward();
+  }  // x's grad comes back from rank 1
+  else
+    F::backward({F::remote_recv(0).tanh().sum()});  // shape and dtype come from the sender
   if (rank == 0) {
     EXPECT_ALLCLOSE(x.grad() - before, 1.0 - x.detach().tanh().pow(2));
   }
@@ -352,9 +358,7 @@ struct TwoStageModel {
     w1 = param({3, 5}), b1 = param({5}), w2 = param({5, 4}), b2 = param({4}), w3 = param({4, 2}), b3 = param({2});
   }
   Tensor stage0(const Tensor& x) const { return (x.matmul(w1) + b1).tanh().matmul(w2) + b2; }
-  Tensor stage1(const Tensor& h, const Tensor& target) const {
-    return (h.matmul(w3) + b3 - target).pow(2).mean();
-  }
+  Tensor stage1(const Tensor& h, const Tensor& target) const { return (h.matmul(w3) + b3 - target).pow(2).mean(); }
   tensor_list stage0_params() const { return {w1, b1, w2, b2}; }
   tensor_list stage1_params() const { return {w3, b3}; }
 };
@@ -419,24 +423,25 @@ TEST(Functional, Errors) {
   EXPECT_THROW_MSG(F::gather(tensor({1.0}, kDouble).reshape({}), {}, 0),
                    "functional::gather: needs a tensor with at least one dimension");
   EXPECT_THROW_MSG(F::reduce_sum(x, {}, n), "functional::reduce_sum: root " + std::to_string(n) +
-                                                 " is not a group rank of WORLD (" + std::to_string(n) + " ranks)");
+                                                " is not a group rank of WORLD (" + std::to_string(n) + " ranks)");
   EXPECT_THROW_MSG(F::broadcast(x, {}, -1), "functional::broadcast: root -1 is not a group rank");
   EXPECT_THROW_MSG(F::scatter(x, {}, 0, n), "functional::scatter: root");
   EXPECT_THROW_MSG(F::all_reduce_sum(Tensor()), "functional::all_reduce_sum: got an undefined tensor");
   // Every rank learns from the root's header that it has nothing to broadcast.
-  EXPECT_THROW_MSG(F::broadcast(Tensor()), "functional::broadcast: the root (group rank 0, global rank 0) passed an "
-                                           "undefined tensor");
-  EXPECT_THROW_MSG(F::remote_send(x, rank()), "functional::remote_send: rank " + std::to_string(rank()) +
-                                                  " cannot exchange with itself");
+  EXPECT_THROW_MSG(F::broadcast(Tensor()),
+                   "functional::broadcast: the root (group rank 0, global rank 0) passed an "
+                   "undefined tensor");
+  EXPECT_THROW_MSG(F::remote_send(x, rank()),
+                   "functional::remote_send: rank " + std::to_string(rank()) + " cannot exchange with itself");
   EXPECT_THROW_MSG(F::remote_recv(rank()), "cannot exchange with itself");
-  EXPECT_THROW_MSG(F::remote_send(x, n), "functional::remote_send: dest_rank " + std::to_string(n) +
-                                             " is not a rank of WORLD");
+  EXPECT_THROW_MSG(F::remote_send(x, n),
+                   "functional::remote_send: dest_rank " + std::to_string(n) + " is not a rank of WORLD");
   if (n == 1) return;
   const std::string indivisible = "is not divisible by the group size " + std::to_string(n);
   Tensor odd = arange(n + 1.0, kDouble);
   EXPECT_THROW_MSG(F::reduce_scatter_sum(odd), "functional::reduce_scatter_sum: size " + std::to_string(n + 1) +
-                                                   " of axis 0 of a tensor of shape [" + std::to_string(n + 1) +
-                                                   "] " + indivisible);
+                                                   " of axis 0 of a tensor of shape [" + std::to_string(n + 1) + "] " +
+                                                   indivisible);
   EXPECT_THROW_MSG(F::all_to_all(odd), indivisible);
   // The root's shape travels first, so every rank throws.
   EXPECT_THROW_MSG(F::scatter(rank() == 0 ? odd.reshape({1, n + 1}) : Tensor(), {}, 1), indivisible);

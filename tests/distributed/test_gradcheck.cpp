@@ -45,22 +45,30 @@ bool is_last(const dist::Group& g) { return g->rank() == g->size() - 1; }
 }  // namespace
 
 TEST(DistGradcheck, AllReduceSum) {
-  check_on_groups([](const dist::Group&) { return tensor_list{input({2, 3}), input({3, 2}, 1).t()}; },
-                  [](const tensor_list& in, const dist::Group& g) {
-                    return tensor_list{F::all_reduce_sum(in[0], g), F::all_reduce_sum(in[1], g)};
-                  });
+  check_on_groups(
+      [](const dist::Group&) {
+        return tensor_list{input({2, 3}), input({3, 2}, 1).t()};
+      },
+      [](const tensor_list& in, const dist::Group& g) {
+        return tensor_list{F::all_reduce_sum(in[0], g), F::all_reduce_sum(in[1], g)};
+      });
 }
 
 TEST(DistGradcheck, AllReduceMaxAndMin) {
-  check_on_groups([](const dist::Group&) { return tensor_list{input({2, 3}), input({3, 2}, 1).t()}; },
-                  [](const tensor_list& in, const dist::Group& g) {
-                    return tensor_list{F::all_reduce_max(in[0], g), F::all_reduce_min(in[1], g)};
-                  });
+  check_on_groups(
+      [](const dist::Group&) {
+        return tensor_list{input({2, 3}), input({3, 2}, 1).t()};
+      },
+      [](const tensor_list& in, const dist::Group& g) {
+        return tensor_list{F::all_reduce_max(in[0], g), F::all_reduce_min(in[1], g)};
+      });
 }
 
 TEST(DistGradcheck, ReduceSumAndBroadcastFromTheLastRank) {
   check_on_groups(
-      [](const dist::Group& g) { return tensor_list{input({3, 2}, 0).t(), is_last(g) ? input({2, 2}, 1) : Tensor()}; },
+      [](const dist::Group& g) {
+        return tensor_list{input({3, 2}, 0).t(), is_last(g) ? input({2, 2}, 1) : Tensor()};
+      },
       [](const tensor_list& in, const dist::Group& g) {
         const int root = size(g) - 1;
         return tensor_list{F::reduce_sum(in[0], g, root), F::broadcast(in[1], g, root).tanh()};
@@ -150,8 +158,8 @@ TEST(DistGradcheck, BadInputsThrowOnEveryRank) {
   const int last = dist::get_world_size() - 1;
   auto fn = [](const tensor_list& in) { return tensor_list{F::all_reduce_sum(in[0])}; };
   Tensor x = dist::get_rank() == last ? ones({2}, TensorOptions(kFloat).requires_grad(true)) : input({2});
-  EXPECT_THROW_MSG(dist::gradcheck(fn, {x}), "distributed::gradcheck: on rank " + std::to_string(last) +
-                                                 ", gradcheck: input 0 has dtype");
+  EXPECT_THROW_MSG(dist::gradcheck(fn, {x}),
+                   "distributed::gradcheck: on rank " + std::to_string(last) + ", gradcheck: input 0 has dtype");
   EXPECT_THROW_MSG(dist::gradcheck(fn, {ones({2}, kDouble)}),
                    "distributed::gradcheck: no input requires grad on any rank of WORLD");
 }
@@ -163,7 +171,9 @@ TEST(DistGradcheck, ItsOwnStepsIgnoreTheProfilingSwitches) {
                                              dist::broadcast_comm_off, dist::reduce_scatter_comm_off,
                                              dist::reduce_comm_off};
   check_on_groups(
-      [](const dist::Group& g) { return tensor_list{input({2 * size(g), 3})}; },
+      [](const dist::Group& g) {
+        return tensor_list{input({2 * size(g), 3})};
+      },
       [](const tensor_list& in, const dist::Group& g) { return tensor_list{F::all_to_all(in[0], g, 0, 1)}; });
   // A wrong gradient on the last rank only is still reported by every rank.
   const int last = dist::get_world_size() - 1;

@@ -15,9 +15,7 @@ using namespace strata::testing::pipe_training;
 
 TEST(PipeEngine, MatchesSingleProcessTrainingFloat64) { expect_matches_single_process({mlp_layers()}); }
 
-TEST(PipeEngine, MatchesSingleProcessTrainingFloat32) {
-  expect_matches_single_process({mlp_layers(), kFloat, 1e-5});
-}
+TEST(PipeEngine, MatchesSingleProcessTrainingFloat32) { expect_matches_single_process({mlp_layers(), kFloat, 1e-5}); }
 
 TEST(PipeEngine, MatchesWithTiedLayers) {
   expect_matches_single_process({tied_layers()});
@@ -187,6 +185,7 @@ TEST(PipeEngine, ChecksItsArguments) {
   auto stage1 = std::make_shared<pipe::PipelineModule>(mlp_layers(), 2, 1, module_options());
   EXPECT_THROW_MSG(pipe::PipelineEngine(stage1, grid, sgd), "the module was built as stage 1 of 2 stages");
   auto no_loss = std::make_shared<pipe::PipelineModule>(mlp_layers(), grid, pipe::PipelineModuleOptions{});
-  pipe::PipelineEngine engine(no_loss, grid, std::make_shared<optim::SGD>(no_loss->parameters(), optim::SGDOptions(0.1)));
+  pipe::PipelineEngine engine(no_loss, grid,
+                              std::make_shared<optim::SGD>(no_loss->parameters(), optim::SGDOptions(0.1)));
   EXPECT_THROW_MSG(engine.train_batch([] { return std::optional<pipe::MicroBatch>(); }), "has no loss_fn");
 }

@@ -88,11 +88,13 @@ TEST(PipeGrid, EveryPipeModelDataSplit) {
 TEST(PipeGrid, Errors) {
   // Every rank throws the same error before any group is made, so no collective is left half-called.
   const std::string w = std::to_string(world());
-  EXPECT_THROW_MSG(PipelineParallelGrid(world() + 1),
-                   "PipelineParallelGrid: world size " + w + " is not divisible by " + std::to_string(world() + 1) + " stages");
+  EXPECT_THROW_MSG(
+      PipelineParallelGrid(world() + 1),
+      "PipelineParallelGrid: world size " + w + " is not divisible by " + std::to_string(world() + 1) + " stages");
   EXPECT_THROW_MSG(PipelineParallelGrid(0), "PipelineParallelGrid: expected at least 1 stage, got 0");
-  EXPECT_THROW_MSG(PipelineParallelGrid(PipeDataParallelTopology(world(), 2)),
-                   "PipelineParallelGrid: the topology has " + std::to_string(2 * world()) + " ranks but the world size is " + w);
+  EXPECT_THROW_MSG(
+      PipelineParallelGrid(PipeDataParallelTopology(world(), 2)),
+      "PipelineParallelGrid: the topology has " + std::to_string(2 * world()) + " ranks but the world size is " + w);
   EXPECT_THROW_MSG(PipelineParallelGrid(ProcessTopology({"pipe", "model"}, {1, world()})),
                    "PipelineParallelGrid: the topology has no 'data' axis");
 }
@@ -151,9 +153,11 @@ TEST(PipeGrid, P2PErrors) {
   if (stages >= 4) {
     // Two stages on (mod the number of stages) is neither adjacent nor the first and the last together.
     const int peer = (stage + 2) % stages;
-    EXPECT_THROW_MSG(p2p.send(t, peer), "P2P::send: stage " + s +
-                                            " may only talk to adjacent stages or between the first and the last stage, "
-                                            "not to stage " + std::to_string(peer) + " (" + n + " stages)");
+    EXPECT_THROW_MSG(p2p.send(t, peer),
+                     "P2P::send: stage " + s +
+                         " may only talk to adjacent stages or between the first and the last stage, "
+                         "not to stage " +
+                         std::to_string(peer) + " (" + n + " stages)");
     EXPECT_THROW_MSG(p2p.recv(t, peer, true), "P2P::recv: stage " + s + " may only talk");
   }
 }

@@ -12,7 +12,7 @@ TEST(TensorMeta, RoundTrip) {
   std::vector<dist::TensorMeta> metas;
   for (int code = 0; code < kNumScalarTypes; ++code)
     metas.push_back({static_cast<ScalarType>(code), code % 2 == 1, DimVector{code, 0, 7}});
-  metas.push_back({kDouble, true, DimVector()});                        // a 0-dim tensor
+  metas.push_back({kDouble, true, DimVector()});                       // a 0-dim tensor
   metas.push_back({kFloat, false, DimVector(dist::kMaxMetaDims, 1)});  // the most dims, beyond DimVector's inline ones
   std::vector<int64_t> words;
   for (const auto& m : metas) dist::encode_meta(m, words);

@@ -57,7 +57,7 @@ TEST(NnClipGrad, SkipsParametersWithoutGradient) {
 
 TEST(NnClipGrad, Float32ResultAndGradientFromBackward) {
   Tensor w = tensor({1.0, 2.0, 2.0}).requires_grad_(true);  // float32
-  (w * w).sum().backward();                                  // grad 2w = [2, 4, 4], norm 6
+  (w * w).sum().backward();                                 // grad 2w = [2, 4, 4], norm 6
   Tensor total = utils::clip_grad_norm_({w}, 3.0);
   EXPECT_EQ(total.dtype(), kFloat);
   EXPECT_VALUES(total, {6.0});

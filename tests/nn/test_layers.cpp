@@ -49,7 +49,7 @@ TEST(NnLayers, LinearComputesXWTransposePlusBias) {
   set(fc->bias, {0.5, -1});
   EXPECT_VALUES(fc(tensor({1.0, 0.0, -1.0, 2.0, 1.0, 0.0}).reshape({2, 3})), {-1.5, -3, 4.5, 12});
   EXPECT_VALUES(fc(tensor({1.0, 0.0, -1.0})), {-1.5, -3});  // 1-D input
-  Tensor y = fc(ones({4, 5, 3}));  // batch dims are kept
+  Tensor y = fc(ones({4, 5, 3}));                           // batch dims are kept
   EXPECT_EQ(y.sizes(), IntArrayRef({4, 5, 2}));
   EXPECT_VALUES(y.select(0, 3).select(0, 4), {6.5, 14});
 }
@@ -169,8 +169,10 @@ TEST(NnLayers, DropoutTrainAndEval) {
   const auto v = values(y);
   int64_t zeros_seen = 0;
   for (double e : v) {
-    if (e == 0) ++zeros_seen;
-    else EXPECT_FLOAT_EQ(e, 4.0);  // survivors scaled by 1 / (1 - p)
+    if (e == 0)
+      ++zeros_seen;
+    else
+      EXPECT_FLOAT_EQ(e, 4.0);  // survivors scaled by 1 / (1 - p)
   }
   EXPECT_NEAR(static_cast<double>(zeros_seen) / v.size(), 0.25, 0.005);
   EXPECT_NE(values(drop(x)), v);  // a fresh mask per call

@@ -28,7 +28,8 @@ STRATA_MODULE(Affine);
 struct NetImpl : Module {
   NetImpl() : Module("Net") {
     first = register_module("first", Affine(3, 4));
-    body = register_module("body", Sequential(Affine(4, 4), Functional([](const Tensor& x) { return relu(x); }, "ReLU")));
+    body =
+        register_module("body", Sequential(Affine(4, 4), Functional([](const Tensor& x) { return relu(x); }, "ReLU")));
     last = register_module("last", Affine(4, 2));
   }
   Tensor forward(const Tensor& x) { return last(body(first(x))); }

@@ -27,7 +27,8 @@ std::string read_bytes(const std::string& path) {
 }
 
 void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 std::string le64(uint64_t n) { return std::string(reinterpret_cast<const char*>(&n), 8); }
@@ -44,19 +45,19 @@ std::string at(const std::string& path, const std::string& key) {
 
 // The tensors tests/nn/safetensors_interop.py checks and writes (its TENSORS), some built non-contiguous.
 StateDict interop_tensors() {
-  return {{"f32", (arange(6, kFloat) * 0.5 - 1).reshape({2, 3}).t().contiguous().t()},  // non-contiguous
-          {"f64", tensor({1.0 / 3, -2.5, 1e300}, kFloat64)},
-          {"scalar", scalar_tensor(2.75, kFloat64)},
-          {"i64", tensor({-(int64_t(1) << 40), int64_t(-1), int64_t(0), (int64_t(1) << 62) + 5}).reshape({2, 2})},
-          {"mask", tensor({true, false, false, true})},
-          {"empty", zeros({0, 3})},
-          {"f16", tensor({1.5, -2.0, 65504.0, std::ldexp(1.0, -24), -0.333251953125, 0.0}, kFloat64)
-                      .to(kHalf)
-                      .reshape({2, 3})},
-          {"bf16", tensor({1.0, std::ldexp(1.0, 100), -2.5, -std::ldexp(1.0, -100)}, kFloat64)  // non-contiguous
-                       .to(kBFloat16)
-                       .reshape({2, 2})
-                       .t()}};
+  return {
+      {"f32", (arange(6, kFloat) * 0.5 - 1).reshape({2, 3}).t().contiguous().t()},  // non-contiguous
+      {"f64", tensor({1.0 / 3, -2.5, 1e300}, kFloat64)},
+      {"scalar", scalar_tensor(2.75, kFloat64)},
+      {"i64", tensor({-(int64_t(1) << 40), int64_t(-1), int64_t(0), (int64_t(1) << 62) + 5}).reshape({2, 2})},
+      {"mask", tensor({true, false, false, true})},
+      {"empty", zeros({0, 3})},
+      {"f16",
+       tensor({1.5, -2.0, 65504.0, std::ldexp(1.0, -24), -0.333251953125, 0.0}, kFloat64).to(kHalf).reshape({2, 3})},
+      {"bf16", tensor({1.0, std::ldexp(1.0, 100), -2.5, -std::ldexp(1.0, -100)}, kFloat64)  // non-contiguous
+                   .to(kBFloat16)
+                   .reshape({2, 2})
+                   .t()}};
 }
 
 TEST_F(Safetensors, RoundTripsEveryDtypeShapeAndLayout) {
@@ -98,8 +99,7 @@ TEST_F(Safetensors, RoundTripsEveryDtypeShapeAndLayout) {
 // F16 and BF16 travel as their bits: infinities, NaN, subnormals and negative zero come back unchanged.
 TEST_F(Safetensors, SixteenBitFloatsRoundTripBitForBit) {
   const std::vector<double> special = {0.0, -0.0, INFINITY, -INFINITY, NAN, std::ldexp(1.0, -24), -65504.0, 0.1};
-  const StateDict saved = {{"h", tensor(special, kFloat64).to(kHalf)},
-                           {"b", tensor(special, kFloat64).to(kBFloat16)}};
+  const StateDict saved = {{"h", tensor(special, kFloat64).to(kHalf)}, {"b", tensor(special, kFloat64).to(kBFloat16)}};
   const std::string path = file("bits.safetensors");
   save_file(saved, path);
   const StateDict loaded = load_file(path);
@@ -143,25 +143,30 @@ TEST_F(Safetensors, WritesWhatTheReferenceWriterWrites) {
             le64(72) + R"({"attn0":{"dtype":"F32","shape":[1,1,2,3],"data_offsets":[0,24]}})" + "       " + data);
 
   // Laid out by dtype alignment (the reference order I64, F64, F32, BF16, F16, BOOL), then by name.
-  save_file({{"b", ones({1})}, {"a", tensor({true})}, {"c", ones({1}, kLong)}, {"d", ones({1}, kFloat64)},
-             {"a2", ones({1})}, {"e", ones({1}).to(kHalf)}, {"f", ones({1}).to(kBFloat16)}},
+  save_file({{"b", ones({1})},
+             {"a", tensor({true})},
+             {"c", ones({1}, kLong)},
+             {"d", ones({1}, kFloat64)},
+             {"a2", ones({1})},
+             {"e", ones({1}).to(kHalf)},
+             {"f", ones({1}).to(kBFloat16)}},
             path);
   const std::string bytes = read_bytes(path);
-  EXPECT_EQ(bytes.substr(8, bytes.find("}}") + 2 - 8),
-            R"({"c":{"dtype":"I64","shape":[1],"data_offsets":[0,8]},)"
-            R"("d":{"dtype":"F64","shape":[1],"data_offsets":[8,16]},)"
-            R"("a2":{"dtype":"F32","shape":[1],"data_offsets":[16,20]},)"
-            R"("b":{"dtype":"F32","shape":[1],"data_offsets":[20,24]},)"
-            R"("f":{"dtype":"BF16","shape":[1],"data_offsets":[24,26]},)"
-            R"("e":{"dtype":"F16","shape":[1],"data_offsets":[26,28]},)"
-            R"("a":{"dtype":"BOOL","shape":[1],"data_offsets":[28,29]}})");
+  EXPECT_EQ(bytes.substr(8, bytes.find("}}") + 2 - 8), R"({"c":{"dtype":"I64","shape":[1],"data_offsets":[0,8]},)"
+                                                       R"("d":{"dtype":"F64","shape":[1],"data_offsets":[8,16]},)"
+                                                       R"("a2":{"dtype":"F32","shape":[1],"data_offsets":[16,20]},)"
+                                                       R"("b":{"dtype":"F32","shape":[1],"data_offsets":[20,24]},)"
+                                                       R"("f":{"dtype":"BF16","shape":[1],"data_offsets":[24,26]},)"
+                                                       R"("e":{"dtype":"F16","shape":[1],"data_offsets":[26,28]},)"
+                                                       R"("a":{"dtype":"BOOL","shape":[1],"data_offsets":[28,29]}})");
 }
 
 TEST_F(Safetensors, SaveChecksItsArguments) {
   const std::string path = file("bad.safetensors");
   EXPECT_THROW_MSG(save_file({{"__metadata__", ones({1})}}, path),
                    "save_file: '" + path + "': __metadata__: the name is reserved");
-  EXPECT_THROW_MSG(save_file({{"w", Tensor()}}, path), "save_file: '" + path + "': tensor 'w': the tensor is undefined");
+  EXPECT_THROW_MSG(save_file({{"w", Tensor()}}, path),
+                   "save_file: '" + path + "': tensor 'w': the tensor is undefined");
   EXPECT_THROW_MSG(save_file({{"w\xff", ones({1})}}, path), "save_file: '" + path + "': a tensor name or metadata");
   EXPECT_THROW_MSG(save_file({}, path, {{"k", "\xc3"}}), "is not valid UTF-8");
   const std::string nowhere = file("missing/x.safetensors");
@@ -311,9 +316,9 @@ TEST_F(Safetensors, ReadsFilesLaidOutInAnyOrder) {
                              R"("f":{"dtype":"F32","shape":[1],"data_offsets":[1,5]}})",
                              data));
   EXPECT_TRUE(same_state(load_file(path), {{"l", scalar_tensor(-7, kLong)},
-                                          {"e", zeros({0}, kFloat64)},
-                                          {"b", tensor({true}).reshape({1, 1})},
-                                          {"f", tensor({1.5})}}));
+                                           {"e", zeros({0}, kFloat64)},
+                                           {"b", tensor({true}).reshape({1, 1})},
+                                           {"f", tensor({1.5})}}));
 }
 
 // Note [killed writer]: a child saves one of three complete versions after another until it is killed at a
@@ -405,7 +410,10 @@ std::pair<int, std::string> run_interop(const std::string& mode, const std::stri
 
 TEST_F(Safetensors, PythonReadsStrataFilesAndStrataReadsPythonFiles) {
 #if defined(STRATA_PYTHON3) && defined(STRATA_SAFETENSORS_INTEROP)
-  const std::map<std::string, std::string> metadata = {{"source", "strata"}, {"note", "gr\xc3\xb6\xc3\x9f" "e \xe2\x9c\x93"}};
+  const std::map<std::string, std::string> metadata = {{"source", "strata"},
+                                                       {"note",
+                                                        "gr\xc3\xb6\xc3\x9f"
+                                                        "e \xe2\x9c\x93"}};
   const std::string from_strata = file("from_strata.safetensors");
   save_file(interop_tensors(), from_strata, metadata);
   auto [status, output] = run_interop("read", from_strata);

@@ -42,8 +42,9 @@ TEST_F(Serialize, LoadNamesTheFileAndTheKey) {
   EXPECT_THROW_MSG(load(*with_bias, path), "load: '" + path + "': Linear::load_state_dict: missing keys: \"bias\"");
   save(*wider, path);
   EXPECT_THROW_MSG(load(*with_bias, path),
-                   "load: '" + path + "': Linear::load_state_dict: size mismatch for \"weight\": the state dict has "
-                   "[5, 3], the module has [2, 3]");
+                   "load: '" + path +
+                       "': Linear::load_state_dict: size mismatch for \"weight\": the state dict has "
+                       "[5, 3], the module has [2, 3]");
   EXPECT_TRUE(same_state(with_bias->state_dict(), kept));  // nothing written on error
 
   save(*with_bias, path);

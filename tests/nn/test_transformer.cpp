@@ -23,7 +23,7 @@ Tensor reference_attention(const Tensor& x, CausalSelfAttentionImpl& attn) {
   for (int64_t h = 0; h < attn.num_heads; ++h) {
     Tensor q = qkv.narrow(2, h * D, D), k = qkv.narrow(2, C + h * D, D), v = qkv.narrow(2, 2 * C + h * D, D);
     Tensor scores = bmm(q, k.transpose(1, 2)) / std::sqrt(static_cast<double>(D)) + mask;  // [B, T, T]
-    heads.push_back(bmm(softmax(scores, 2), v));  // [B, T, D]
+    heads.push_back(bmm(softmax(scores, 2), v));                                           // [B, T, D]
   }
   return matmul(cat(heads, 2), attn.c_proj->weight.t()) + attn.c_proj->bias;
 }
@@ -64,10 +64,10 @@ TEST(NnTransformer, BlockParametersFollowNanoGpt) {
   TransformerBlock block(8, 2);
   std::vector<std::string> names;
   for (auto& [name, p] : block->named_parameters()) names.push_back(name);
-  EXPECT_EQ(names, (std::vector<std::string>{"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
-                                             "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
-                                             "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight",
-                                             "mlp.c_proj.bias"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+                                      "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+                                      "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"}));
   EXPECT_EQ(block->num_parameters(), 12 * 8 * 8 + 13 * 8);
   EXPECT_EQ((*TransformerBlock(8, 2, /*mlp_ratio=*/2)->mlp)[0]->parameters()[0].sizes(), IntArrayRef({16, 8}));
   std::ostringstream os;
@@ -140,8 +140,9 @@ TEST(NnTransformer, StacksInASequential) {
 TEST(NnTransformer, BadArguments) {
   EXPECT_THROW_MSG(CausalSelfAttention(10, 3), "CausalSelfAttention: embed_dim 10 is not divisible by num_heads 3");
   EXPECT_THROW_MSG(TransformerBlock(10, 4), "embed_dim 10 is not divisible by num_heads 4");
-  EXPECT_THROW_MSG(CausalSelfAttention(8, 0), "CausalSelfAttention: embed_dim and num_heads must be positive, got 8 "
-                                              "and 0");
+  EXPECT_THROW_MSG(CausalSelfAttention(8, 0),
+                   "CausalSelfAttention: embed_dim and num_heads must be positive, got 8 "
+                   "and 0");
   EXPECT_THROW_MSG(TransformerBlock(8, 2, 0), "TransformerBlock: mlp_ratio must be positive, got 0");
   EXPECT_THROW_MSG(CausalSelfAttention(8, 2, 1.5), "Dropout: probability has to be between 0 and 1, but got 1.5");
   CausalSelfAttention attn(8, 2);

@@ -100,8 +100,11 @@ TEST(OptimLRScheduler, BadStateDictsNameTheKey) {
   };
   expect_rejected([](StateDict& d) { d.erase("last_epoch"); }, "StepLR::load_state_dict: missing key \"last_epoch\"");
   expect_rejected([](StateDict& d) { d["extra"] = zeros({1}); }, "unexpected key \"extra\"");
-  expect_rejected([](StateDict& d) { d["base_lrs"] = tensor({1.0, 2.0}, kDouble); },
-                  "\"base_lrs\" has shape [2] and dtype Double, expected shape [1] and dtype Double");
+  expect_rejected(
+      [](StateDict& d) {
+        d["base_lrs"] = tensor({1.0, 2.0}, kDouble);
+      },
+      "\"base_lrs\" has shape [2] and dtype Double, expected shape [1] and dtype Double");
   expect_rejected([](StateDict& d) { d["last_epoch"] = scalar_tensor(-2, kLong); },
                   "\"last_epoch\" holds a negative epoch -2");
   expect_rejected([](StateDict& d) { d["base_lrs"] = tensor({-1.0}, kDouble); }, "\"base_lrs\" holds an invalid lr -1");

@@ -100,8 +100,10 @@ void expect_adam_matches_hand(ScalarType dtype, double lr, double beta1, double 
     const double step = static_cast<double>(t + 1);
     for (size_t k = 0; k < 2; ++k) {
       double g = kGrads[t][k];
-      if (decoupled) x[k] *= 1 - lr * wd;  // AdamW decays the parameter itself
-      else g += wd * x[k];                 // Adam adds the L2 penalty's gradient
+      if (decoupled)
+        x[k] *= 1 - lr * wd;  // AdamW decays the parameter itself
+      else
+        g += wd * x[k];  // Adam adds the L2 penalty's gradient
       m[k] = beta1 * m[k] + (1 - beta1) * g;
       v[k] = beta2 * v[k] + (1 - beta2) * g * g;
       v_max[k] = std::max(v_max[k], v[k]);
@@ -185,8 +187,9 @@ TEST(OptimOptimizer, BadGradientChangesNothing) {
   SGD opt({a, b}, SGDOptions(0.1));
   set_grad(a, {1.0});
   b.mutable_grad() = tensor({1.0});  // float32 gradient of a float64 parameter
-  EXPECT_THROW_MSG(opt.step(), "SGD::step: parameter 1 has shape [1], dtype Double and device cpu but its gradient "
-                               "has [1], Float and cpu");
+  EXPECT_THROW_MSG(opt.step(),
+                   "SGD::step: parameter 1 has shape [1], dtype Double and device cpu but its gradient "
+                   "has [1], Float and cpu");
   EXPECT_VALUES(a, {1.0});
 }
 
@@ -197,7 +200,7 @@ TEST(OptimOptimizer, ParamGroupsHaveTheirOwnOptions) {
   set_grad(b, {1.0});
   opt.step();
   EXPECT_VALUES(w, {1.0 - 0.1 * (1.0 + 1.0 * 1.0)});  // the defaults: lr 0.1, weight decay 1
-  EXPECT_VALUES(b, {1.0 - 0.5 * 1.0});               // its own: lr 0.5, no weight decay
+  EXPECT_VALUES(b, {1.0 - 0.5 * 1.0});                // its own: lr 0.5, no weight decay
   EXPECT_EQ(opt.lr(), 0.1);
   opt.set_lr(0.25);
   EXPECT_EQ(opt.param_groups()[1].options().get_lr(), 0.25);
@@ -265,7 +268,6 @@ StateDict saved(const StateDict& dict) {
   for (const auto& [key, value] : dict) copy.emplace(key, value.clone());
   return copy;
 }
-
 
 // Five uninterrupted steps against three steps, a checkpoint, a fresh optimizer (made with other
 // hyperparameters, which the state dict replaces) and scheduler, and two more steps: bit-identical.
@@ -338,12 +340,12 @@ TEST(OptimState, Layout) {
   const StateDict dict = opt.state_dict();
   std::vector<std::string> keys;
   for (const auto& [key, value] : dict) keys.push_back(key);
-  EXPECT_EQ(keys, (std::vector<std::string>{
-                      "param_groups.0.amsgrad", "param_groups.0.betas", "param_groups.0.eps", "param_groups.0.lr",
-                      "param_groups.0.params", "param_groups.0.weight_decay", "param_groups.1.amsgrad",
-                      "param_groups.1.betas", "param_groups.1.eps", "param_groups.1.lr", "param_groups.1.params",
-                      "param_groups.1.weight_decay", "state.0.exp_avg", "state.0.exp_avg_sq", "state.0.step",
-                      "state.2.exp_avg", "state.2.exp_avg_sq", "state.2.max_exp_avg_sq", "state.2.step"}));
+  EXPECT_EQ(keys, (std::vector<std::string>{"param_groups.0.amsgrad", "param_groups.0.betas", "param_groups.0.eps",
+                                            "param_groups.0.lr", "param_groups.0.params", "param_groups.0.weight_decay",
+                                            "param_groups.1.amsgrad", "param_groups.1.betas", "param_groups.1.eps",
+                                            "param_groups.1.lr", "param_groups.1.params", "param_groups.1.weight_decay",
+                                            "state.0.exp_avg", "state.0.exp_avg_sq", "state.0.step", "state.2.exp_avg",
+                                            "state.2.exp_avg_sq", "state.2.max_exp_avg_sq", "state.2.step"}));
   EXPECT_VALUES(dict.at("param_groups.0.params"), {0, 1});
   EXPECT_VALUES(dict.at("param_groups.1.params"), {2});
   EXPECT_VALUES(dict.at("param_groups.1.lr"), {0.5});
@@ -386,12 +388,13 @@ TEST(OptimState, BadDictsNameTheKey) {
                   "unexpected key \"state.0.momentum_buffer\"");
   expect_rejected([](StateDict& d) { d["param_groups.0.nesterov"] = scalar_tensor(0, kBool); },
                   "unexpected key \"param_groups.0.nesterov\"");
-  expect_rejected([](StateDict& d) { d["param_groups.0.params"] = tensor({1, 0}); },
-                  "\"param_groups.0.params\" holds");
-  expect_rejected([](StateDict& d) { d["param_groups.0.betas"] = tensor({1.5, 0.9}, kDouble); },
-                  "Adam::load_state_dict: \"param_groups.0\": invalid beta1 1.5");
-  expect_rejected([](StateDict& d) { d["state.0.max_exp_avg_sq"] = zeros({3}); },
-                  "\"state.0.max_exp_avg_sq\"");
+  expect_rejected([](StateDict& d) { d["param_groups.0.params"] = tensor({1, 0}); }, "\"param_groups.0.params\" holds");
+  expect_rejected(
+      [](StateDict& d) {
+        d["param_groups.0.betas"] = tensor({1.5, 0.9}, kDouble);
+      },
+      "Adam::load_state_dict: \"param_groups.0\": invalid beta1 1.5");
+  expect_rejected([](StateDict& d) { d["state.0.max_exp_avg_sq"] = zeros({3}); }, "\"state.0.max_exp_avg_sq\"");
 }
 
 // amsgrad switched on (or off) between steps: the state dict round-trips either way, and the state

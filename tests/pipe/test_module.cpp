@@ -242,9 +242,9 @@ TEST(PipeModule, ActivationCheckpointingGivesTheSameGradients) {
   const std::vector<Layer> layers = tied_model(/*p=*/0.3);
   const Tensor x = randint(0, 10, {6}), labels = randint(0, 10, {6});
   auto grads = [&](int interval) {
-    PipelineModule model(layers, 1, 0,
-                         {.loss_fn = pipe::cross_entropy_loss, .seed_layers = true,
-                          .activation_checkpoint_interval = interval});
+    PipelineModule model(
+        layers, 1, 0,
+        {.loss_fn = pipe::cross_entropy_loss, .seed_layers = true, .activation_checkpoint_interval = interval});
     model.to(kFloat64);
     manual_seed(21);
     const tensor_list out = model.forward({x});

@@ -34,7 +34,8 @@ int64_t brute_bottleneck(const Weights& w, int p) {
   for (int k = 1; k <= p; ++k)
     for (int j = k; j <= n; ++j)
       for (int i = k - 1; i < j; ++i)
-        if (best[k - 1][i] != INT64_MAX) best[k][j] = std::min(best[k][j], std::max(best[k - 1][i], range_sum(w, i, j)));
+        if (best[k - 1][i] != INT64_MAX)
+          best[k][j] = std::min(best[k][j], std::max(best[k - 1][i], range_sum(w, i, j)));
   return best[p][n];
 }
 
@@ -56,12 +57,14 @@ Parts brute_choice(const Weights& w, int p) {
   Parts parts = {0};
   for (int stage = 0, i = 0; stage < p - 1; ++stage) {
     const int r = p - stage;
-    const double weight_share = static_cast<double>(range_sum(w, i, n)) / r, size_share = static_cast<double>(n - i) / r;
+    const double weight_share = static_cast<double>(range_sum(w, i, n)) / r,
+                 size_share = static_cast<double>(n - i) / r;
     int chosen = -1;
     std::pair<double, double> chosen_key;
     for (int j = i + 1; j <= n; ++j) {
       if (range_sum(w, i, j) > bound || n - j < r - 1 || fewest[j] > r - 1) continue;
-      const std::pair<double, double> key = {std::abs(range_sum(w, i, j) - weight_share), std::abs((j - i) - size_share)};
+      const std::pair<double, double> key = {std::abs(range_sum(w, i, j) - weight_share),
+                                             std::abs((j - i) - size_share)};
       if (chosen < 0 || key < chosen_key) chosen = j, chosen_key = key;
     }
     parts.push_back(i = chosen);
@@ -152,7 +155,8 @@ TEST(PipePartition, BalancedLargeIsOptimalAndFast) {
 TEST(PipePartition, BalancedErrors) {
   EXPECT_THROW_MSG(partition_balanced({1, -1}, 2), "partition_balanced: weight -1 of layer 1 is negative");
   EXPECT_THROW_MSG(partition_balanced({1}, 0), "partition_balanced: expected at least 1 part, got 0");
-  EXPECT_THROW_MSG(partition_balanced({INT64_MAX, 1}, 2), "partition_balanced: the weights sum to more than int64 holds");
+  EXPECT_THROW_MSG(partition_balanced({INT64_MAX, 1}, 2),
+                   "partition_balanced: the weights sum to more than int64 holds");
 }
 
 // ---- boundaries ----
@@ -160,14 +164,16 @@ TEST(PipePartition, BalancedErrors) {
 TEST(PipePartition, PartWeights) {
   EXPECT_EQ(part_weights({1, 2, 3, 4}, {0, 1, 1, 4}), (Weights{1, 0, 9}));
   EXPECT_EQ(part_weights({}, {0, 0}), (Weights{0}));
-  EXPECT_THROW_MSG(part_weights({1, 2}, {0, 3}), "part_weights: the last boundary must be the number of layers 2, got 3");
+  EXPECT_THROW_MSG(part_weights({1, 2}, {0, 3}),
+                   "part_weights: the last boundary must be the number of layers 2, got 3");
   EXPECT_THROW_MSG(part_weights({1, 2}, {}), "part_weights: expected at least one boundary, got none");
 }
 
 TEST(PipePartition, CheckPartition) {
   EXPECT_NO_THROW(check_partition({0, 2, 5, 6}, 6, 3, "partition"));
   EXPECT_NO_THROW(check_partition({0, 1, 2, 2}, 2, 3, "partition"));  // fewer layers than stages
-  EXPECT_THROW_MSG(check_partition({0, 5, 10}, 10, 4, "partition"), "partition: expected 5 boundaries for 4 stages, got 3");
+  EXPECT_THROW_MSG(check_partition({0, 5, 10}, 10, 4, "partition"),
+                   "partition: expected 5 boundaries for 4 stages, got 3");
   EXPECT_THROW_MSG(check_partition({0, 5, 3, 10}, 10, 3, "partition"),
                    "partition: boundaries must be ascending, got 3 after 5 (boundary 2)");
   EXPECT_THROW_MSG(check_partition({1, 5, 10}, 10, 2, "partition"), "partition: the first boundary must be 0, got 1");
@@ -199,8 +205,10 @@ TEST(PipePartition, MethodWeightsErrors) {
   EXPECT_THROW_MSG(method_weights("balanced", counts, names),
                    "method_weights: unknown partition method 'balanced'; expected uniform, parameters or type:REGEX");
   EXPECT_THROW_MSG(method_weights("uniform", counts, {"Linear"}), "method_weights: 1 type names for 2 layers");
-  EXPECT_THROW_MSG(method_weights("parameters", {5, -3}, names), "method_weights: parameter count -3 of layer 1 is negative");
-  EXPECT_THROW_MSG(method_weights("type:Linear", counts, {}), "method_weights: 'type:Linear' needs the type name of each layer");
+  EXPECT_THROW_MSG(method_weights("parameters", {5, -3}, names),
+                   "method_weights: parameter count -3 of layer 1 is negative");
+  EXPECT_THROW_MSG(method_weights("type:Linear", counts, {}),
+                   "method_weights: 'type:Linear' needs the type name of each layer");
   EXPECT_THROW_MSG(method_weights("type:", counts, names), "method_weights: 'type:' needs a regex after 'type:'");
 }
 

@@ -48,8 +48,8 @@ TEST(PipeSchedule, PrintsInstructionsAndSteps) {
 TEST(PipeSchedule, EveryKindHasItsNameAndBufferFlag) {
   // STRATA_PIPE_INSTRUCTION_KINDS is the one list: the enum, the names, has_buffer() and kNumKinds all follow it.
   const std::vector<std::pair<std::string, bool>> expected = {
-      {"LoadMicroBatch", true}, {"ForwardPass", true}, {"BackwardPass", true}, {"SendActivation", true},
-      {"RecvActivation", true}, {"SendGrad", true},    {"RecvGrad", true},     {"ReduceTiedGrads", false},
+      {"LoadMicroBatch", true}, {"ForwardPass", true},   {"BackwardPass", true}, {"SendActivation", true},
+      {"RecvActivation", true}, {"SendGrad", true},      {"RecvGrad", true},     {"ReduceTiedGrads", false},
       {"ReduceGrads", false},   {"OptimizerStep", false}};
   ASSERT_EQ(Instr::kNumKinds, expected.size());
   for (size_t k = 0; k < Instr::kNumKinds; ++k) {
@@ -205,10 +205,10 @@ void expect_compute_timing(const PipeSchedule& sched, auto forward_step, auto ba
         EXPECT_EQ(in.buffer_id, buffer_of(backward_at[t])) << "step " << t;
       }
     }
-    ASSERT_EQ(forwards, forward_at[t] >= 0) << sched.name() << " M " << M << " S " << sched.stages() << " stage "
-                                            << sched.stage_id() << " step " << t;
-    ASSERT_EQ(backwards, backward_at[t] >= 0) << sched.name() << " M " << M << " S " << sched.stages()
-                                              << " stage " << sched.stage_id() << " step " << t;
+    ASSERT_EQ(forwards, forward_at[t] >= 0)
+        << sched.name() << " M " << M << " S " << sched.stages() << " stage " << sched.stage_id() << " step " << t;
+    ASSERT_EQ(backwards, backward_at[t] >= 0)
+        << sched.name() << " M " << M << " S " << sched.stages() << " stage " << sched.stage_id() << " step " << t;
   }
 }
 
@@ -329,8 +329,9 @@ class Edited : public Base {
 
 // Validates the edited schedule; buffers(s) < 0 keeps stage s's own number of buffers.
 template <class Base = TrainSchedule>
-ScheduleReport validate_edited(int micro_batches, int stages, const Edit& edit,
-                               std::function<int(int stage_id)> buffers = [](int) { return -1; }) {
+ScheduleReport validate_edited(
+    int micro_batches, int stages, const Edit& edit,
+    std::function<int(int stage_id)> buffers = [](int) { return -1; }) {
   return validate_schedule(
       [&](int s) { return std::make_unique<Edited<Base>>(micro_batches, stages, s, edit, buffers(s)); }, stages);
 }
@@ -344,15 +345,13 @@ Edit unedited() {
   return [](int, int, PipeStep step) { return step; };
 }
 
-TEST(ScheduleValidator, UneditedScheduleValidates) {
-  EXPECT_EQ(validate_edited(4, 2, unedited()).steps, 10);
-}
+TEST(ScheduleValidator, UneditedScheduleValidates) { EXPECT_EQ(validate_edited(4, 2, unedited()).steps, 10); }
 
 TEST(ScheduleValidator, BothStagesSendingFirstDeadlocks) {
   // Stage 1's step 3 is SendGrad(0) RecvActivation(1) ...; stage 0 now also sends before it receives.
   EXPECT_THROW_MSG(
-      validate_edited(4, 2, replace(0, 3, make_step({{Instr::SendActivation, 1}, {Instr::RecvGrad, 0},
-                                                     {Instr::BackwardPass, 0}}))),
+      validate_edited(
+          4, 2, replace(0, 3, make_step({{Instr::SendActivation, 1}, {Instr::RecvGrad, 0}, {Instr::BackwardPass, 0}}))),
       "validate_schedule: train schedule deadlocks at step 3: stage 0 waits in SendActivation(1) for stage 1; "
       "stage 1 waits in SendGrad(0) for stage 0");
 }
@@ -369,16 +368,17 @@ TEST(ScheduleValidator, MissingBackward) {
 
 TEST(ScheduleValidator, BufferOverwrittenWhileNeeded) {
   // With one buffer, stage 0 loads micro-batch 1 over micro-batch 0 before backwarding it.
-  EXPECT_THROW_MSG(
-      validate_edited(4, 2, unedited(), [](int s) { return s == 0 ? 1 : -1; }),
-      "validate_schedule: train schedule, stage 0, step 2, LoadMicroBatch(0) (micro-batch 1): overwrites "
-      "micro-batch 0, which is not yet backwarded");
+  EXPECT_THROW_MSG(validate_edited(4, 2, unedited(), [](int s) { return s == 0 ? 1 : -1; }),
+                   "validate_schedule: train schedule, stage 0, step 2, LoadMicroBatch(0) (micro-batch 1): overwrites "
+                   "micro-batch 0, which is not yet backwarded");
   // One buffer is enough for the last stage, but only because it sends a grad before receiving the next
   // activation: swapped (on both sides, so the pair still meets), the receive overwrites the unsent grad.
   const auto swapped = [](int s, int t, PipeStep step) {
     if (t != 3) return step;
     return s == 0 ? make_step({{Instr::SendActivation, 1}, {Instr::RecvGrad, 0}, {Instr::BackwardPass, 0}})
-                  : make_step({{Instr::RecvActivation, 0}, {Instr::SendGrad, 0}, {Instr::LoadMicroBatch, 0},
+                  : make_step({{Instr::RecvActivation, 0},
+                               {Instr::SendGrad, 0},
+                               {Instr::LoadMicroBatch, 0},
                                {Instr::ForwardPass, 0}});
   };
   const auto one_on_last = [](int s) { return s == 1 ? 1 : -1; };
@@ -403,18 +403,26 @@ TEST(ScheduleValidator, OptimizerStepOutOfPlace) {
     return replace(0, 5, make_step(instructions));
   };
   EXPECT_THROW_MSG(
-      validate_edited(2, 2, last_step({{Instr::RecvGrad, 1}, {Instr::OptimizerStep}, {Instr::BackwardPass, 1},
-                                       {Instr::ReduceTiedGrads}, {Instr::ReduceGrads}})),
+      validate_edited(2, 2,
+                      last_step({{Instr::RecvGrad, 1},
+                                 {Instr::OptimizerStep},
+                                 {Instr::BackwardPass, 1},
+                                 {Instr::ReduceTiedGrads},
+                                 {Instr::ReduceGrads}})),
       "validate_schedule: train schedule, stage 0, step 5, OptimizerStep(): comes before every micro-batch is "
       "backwarded (1 of 2)");
   EXPECT_THROW_MSG(
-      validate_edited(2, 2, last_step({{Instr::RecvGrad, 1}, {Instr::BackwardPass, 1}, {Instr::OptimizerStep},
-                                       {Instr::ReduceGrads}})),
+      validate_edited(
+          2, 2,
+          last_step({{Instr::RecvGrad, 1}, {Instr::BackwardPass, 1}, {Instr::OptimizerStep}, {Instr::ReduceGrads}})),
       "stage 0, step 5, OptimizerStep(): comes before ReduceGrads");
-  EXPECT_THROW_MSG(
-      validate_edited(2, 2, last_step({{Instr::RecvGrad, 1}, {Instr::BackwardPass, 1}, {Instr::ReduceGrads},
-                                       {Instr::OptimizerStep}, {Instr::OptimizerStep}})),
-      "stage 0, step 5, OptimizerStep(): comes after the optimizer step");
+  EXPECT_THROW_MSG(validate_edited(2, 2,
+                                   last_step({{Instr::RecvGrad, 1},
+                                              {Instr::BackwardPass, 1},
+                                              {Instr::ReduceGrads},
+                                              {Instr::OptimizerStep},
+                                              {Instr::OptimizerStep}})),
+                   "stage 0, step 5, OptimizerStep(): comes after the optimizer step");
   EXPECT_THROW_MSG(validate_edited(2, 2, last_step({{Instr::RecvGrad, 1}, {Instr::BackwardPass, 1}})),
                    "validate_schedule: train schedule, stage 0 never runs OptimizerStep");
 }
@@ -432,9 +440,13 @@ TEST(ScheduleValidator, EveryOtherViolationIsNamed) {
       {[] { validate_edited(4, 2, unedited(), [](int) { return 0; }); },
        "validate_schedule: stage 0 declares 0 pipe buffers"},
       // Loads.
-      {[&] { validate_edited(2, 3, replace(1, 1, step({recv0, load0, forward0}))); },
+      {[&] {
+         validate_edited(2, 3, replace(1, 1, step({recv0, load0, forward0})));
+       },
        "stage 1, step 1, LoadMicroBatch(0): only the first and the last stage load micro-batches"},
-      {[&] { validate_edited(1, 1, replace(0, 0, step({load0, load1, forward0}))); },
+      {[&] {
+         validate_edited(1, 1, replace(0, 0, step({load0, load1, forward0})));
+       },
        "stage 0, step 0, LoadMicroBatch(1) (micro-batch 1): the batch has only 1 micro-batches"},
       {train(replace(1, 1, step({recv0, load0, load0, forward0}))),
        "stage 1, step 1, LoadMicroBatch(0) (micro-batch 1): overwrites the labels of micro-batch 0, not yet used by "
@@ -447,9 +459,13 @@ TEST(ScheduleValidator, EveryOtherViolationIsNamed) {
       {train(replace(1, 2, step({forward0}))),
        "stage 1, step 2, ForwardPass(0) (micro-batch 0): micro-batch 0 was already forwarded"},
       // Backward passes.
-      {[&] { validate_edited(1, 1, replace(0, 0, step({load0, backward0}))); },
+      {[&] {
+         validate_edited(1, 1, replace(0, 0, step({load0, backward0})));
+       },
        "stage 0, step 0, BackwardPass(0) (micro-batch 0): micro-batch 0 is not forwarded yet"},
-      {[&] { validate_edited(1, 1, replace(0, 1, step({backward0, backward0, tied, reduce, optimizer_step}))); },
+      {[&] {
+         validate_edited(1, 1, replace(0, 1, step({backward0, backward0, tied, reduce, optimizer_step})));
+       },
        "stage 0, step 1, BackwardPass(0) (micro-batch 0): micro-batch 0 was already backwarded"},
       {train(replace(0, 3, step({backward0, {Instr::RecvGrad, 0}, {Instr::SendActivation, 1}}))),
        "stage 0, step 3, BackwardPass(0) (micro-batch 0): the grad of micro-batch 0 was not received"},
@@ -468,10 +484,14 @@ TEST(ScheduleValidator, EveryOtherViolationIsNamed) {
          validate_edited<InferenceSchedule>(2, 2, replace(1, 1, step({load0, recv0, forward0, {Instr::SendGrad, 0}})));
        },
        "inference schedule, stage 1, step 1, SendGrad(0): gradients in a schedule that does not train"},
-      {[&] { validate_edited<InferenceSchedule>(2, 2, replace(0, 0, step({load0, forward0, backward0}))); },
+      {[&] {
+         validate_edited<InferenceSchedule>(2, 2, replace(0, 0, step({load0, forward0, backward0})));
+       },
        "inference schedule, stage 0, step 0, BackwardPass(0) (micro-batch 0): a backward pass in a schedule that "
        "does not train"},
-      {[&] { validate_edited<InferenceSchedule>(2, 2, replace(0, 0, step({load0, forward0, reduce}))); },
+      {[&] {
+         validate_edited<InferenceSchedule>(2, 2, replace(0, 0, step({load0, forward0, reduce})));
+       },
        "inference schedule, stage 0, step 0, ReduceGrads(): end-of-batch instruction in a schedule that does not "
        "train"},
       {[&] {
@@ -481,9 +501,7 @@ TEST(ScheduleValidator, EveryOtherViolationIsNamed) {
        "dataparallel schedule, stage 0, step 0, SendActivation(0): the stages of a dataparallel schedule are "
        "replicas and exchange nothing"},
       // Nothing else goes wrong, but stage 0 never forwards its micro-batch.
-      {[&] {
-         validate_edited(1, 1, [&](int, int t, PipeStep) { return t == 0 ? step({load0}) : PipeStep{}; });
-       },
+      {[&] { validate_edited(1, 1, [&](int, int t, PipeStep) { return t == 0 ? step({load0}) : PipeStep{}; }); },
        "validate_schedule: train schedule, stage 0 forwarded 0 of 1 micro-batches"},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -503,8 +521,12 @@ TEST(PipeSchedule, BadArguments) {
                    "make_schedule: unknown schedule \"1f1b\"; expected train, inference, dataparallel or gpipe");
   EXPECT_THROW_MSG(TrainSchedule(4, 2, 0).step(10), "train schedule: step 10 is out of range [0, 10)");
   EXPECT_THROW_MSG(GPipeSchedule(4, 2, 0).step(-1), "gpipe schedule: step -1 is out of range [0, 10)");
-  PipeStep full = make_step({{Instr::ReduceGrads}, {Instr::ReduceGrads}, {Instr::ReduceGrads},
-                             {Instr::ReduceGrads}, {Instr::ReduceGrads}, {Instr::ReduceGrads}});
+  PipeStep full = make_step({{Instr::ReduceGrads},
+                             {Instr::ReduceGrads},
+                             {Instr::ReduceGrads},
+                             {Instr::ReduceGrads},
+                             {Instr::ReduceGrads},
+                             {Instr::ReduceGrads}});
   EXPECT_THROW_MSG(full.push_back({Instr::OptimizerStep}), "PipeStep: more than 6 instructions in one step");
 }
 

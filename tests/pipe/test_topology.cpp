@@ -106,7 +106,8 @@ TEST(PipeTopology, Errors) {
   EXPECT_THROW_MSG(PipeDataParallelTopology(2, 0), "ProcessTopology: axis 'data' has dim 0; dims must be positive");
 
   PipeDataParallelTopology topo(2, 3);
-  EXPECT_THROW_MSG(topo.get_rank({{"pipe", 1}}), "ProcessTopology::get_rank: the coordinate has no index for axis 'data'");
+  EXPECT_THROW_MSG(topo.get_rank({{"pipe", 1}}),
+                   "ProcessTopology::get_rank: the coordinate has no index for axis 'data'");
   EXPECT_THROW_MSG(topo.get_rank({{"pipe", 1}, {"data", 0}, {"model", 0}}),
                    "ProcessTopology::get_rank: unknown axis 'model'; the axes are pipe, data");
   EXPECT_THROW_MSG(topo.get_rank({{"pipe", 2}, {"data", 0}}),
