@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <ostream>
+#include <type_traits>
 
 #include "strata/tensor/error.h"
 
@@ -111,32 +112,18 @@ const char* to_string(ScalarType t);
 /// Prints to_string(t).
 std::ostream& operator<<(std::ostream& os, ScalarType t);
 
-/// The ScalarType of a C++ element type.
+/// The ScalarType of a C++ element type: bool, int64_t, float, double, Half or BFloat16.
 template <class T>
-constexpr ScalarType scalar_type_of();
-template <>
-constexpr ScalarType scalar_type_of<bool>() {
-  return kBool;
-}
-template <>
-constexpr ScalarType scalar_type_of<int64_t>() {
-  return kLong;
-}
-template <>
-constexpr ScalarType scalar_type_of<float>() {
-  return kFloat;
-}
-template <>
-constexpr ScalarType scalar_type_of<double>() {
-  return kDouble;
-}
-template <>
-constexpr ScalarType scalar_type_of<Half>() {
-  return kHalf;
-}
-template <>
-constexpr ScalarType scalar_type_of<BFloat16>() {
-  return kBFloat16;
+constexpr ScalarType scalar_type_of() {
+  if constexpr (std::is_same_v<T, bool>) return kBool;
+  if constexpr (std::is_same_v<T, int64_t>) return kLong;
+  if constexpr (std::is_same_v<T, float>) return kFloat;
+  if constexpr (std::is_same_v<T, double>) return kDouble;
+  if constexpr (std::is_same_v<T, Half>) return kHalf;
+  if constexpr (std::is_same_v<T, BFloat16>) return kBFloat16;
+  static_assert(std::is_same_v<T, bool> || std::is_same_v<T, int64_t> || std::is_same_v<T, float> ||
+                    std::is_same_v<T, double> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>,
+                "scalar_type_of: no ScalarType holds this C++ type");
 }
 
 /// Calls f.template operator()<T>() with T the C++ type of `t`, for code that does arithmetic on the
