@@ -43,8 +43,6 @@ struct Names {
   std::function<std::string(size_t)> input = [](size_t i) { return "input " + std::to_string(i); };
 };
 
-bool check_jacobians(const GradcheckFn& fn, const tensor_list& inputs, const GradcheckOptions& o, const Names& names);
-
 // Note [gradcheck within one process]: a collective's gradient is a sum over ranks, and gradcheck perturbs only
 // this rank's inputs (on every rank at once), so its numbers mean nothing there while the check still passes. Such
 // ops register their node with run_in_next_backward (they must run on every rank), so a function that registered
@@ -199,9 +197,11 @@ bool gradcheck(const std::function<Tensor(const tensor_list&)>& fn, const tensor
 }
 
 bool gradgradcheck(const GradcheckFn& fn, const tensor_list& inputs, const GradcheckOptions& options) {
-  STRATA_CHECK(
-      std::any_of(inputs.begin(), inputs.end(), [](const Tensor& t) { return t.defined() && t.requires_grad(); }),
-      "gradgradcheck: no input requires grad");
+  const size_t n = inputs.size();
+  std::vector<size_t> wrt_inputs;  // the inputs the first derivatives are taken with respect to
+  for (size_t i = 0; i < n; ++i)
+    if (inputs[i].defined() && inputs[i].requires_grad()) wrt_inputs.push_back(i);
+  STRATA_CHECK(!wrt_inputs.empty(), "gradgradcheck: no input requires grad");
   tensor_list outputs = spans_no_processes(fn, inputs);
   const std::vector<size_t> diff_outputs = differentiable_outputs(outputs);
   // Random cotangents from a private generator, so the caller's random stream is untouched.
@@ -209,29 +209,24 @@ bool gradgradcheck(const GradcheckFn& fn, const tensor_list& inputs, const Gradc
   tensor_list all = inputs;
   for (size_t k : diff_outputs)
     all.push_back(randn(outputs[k].sizes(), dtype(kDouble).device(outputs[k].device()).requires_grad(true), &gen));
-  const size_t n = inputs.size();
   auto vjp = [&](const tensor_list& in) {
     AutoGradMode enable_grad(true);  // gradcheck evaluates fn under NoGradGuard for its numerical part
     tensor_list x(in.begin(), in.begin() + n), cotangents(in.begin() + n, in.end());
     tensor_list outs = fn(x), diff_outs, wrt;
     for (size_t k : diff_outputs) diff_outs.push_back(outs[k]);
-    for (const Tensor& t : x)
-      if (t.defined() && t.requires_grad()) wrt.push_back(t);
+    for (size_t i : wrt_inputs) wrt.push_back(x[i]);
     tensor_list g = grad(diff_outs, wrt, cotangents, true, /*create_graph=*/true, /*allow_unused=*/true);
     for (size_t i = 0; i < g.size(); ++i)
       if (!g[i].defined()) g[i] = zeros(wrt[i].sizes(), wrt[i].options());
     return g;
   };
   // The checked function's outputs are the first derivatives, its inputs fn's inputs and the cotangents.
-  std::vector<size_t> wrt_inputs;
-  for (size_t i = 0; i < n; ++i)
-    if (inputs[i].defined() && inputs[i].requires_grad()) wrt_inputs.push_back(i);
   Names names;
   names.check = "gradgradcheck";
-  names.output = [wrt_inputs](size_t k) {
+  names.output = [&wrt_inputs](size_t k) {
     return "the first derivative (a vector-Jacobian product) with respect to input " + std::to_string(wrt_inputs.at(k));
   };
-  names.input = [n, diff_outputs](size_t i) {
+  names.input = [n, &diff_outputs](size_t i) {
     return i < n ? "input " + std::to_string(i)
                  : "the grad_output (random cotangent) of output " + std::to_string(diff_outputs.at(i - n));
   };

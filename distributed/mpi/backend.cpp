@@ -271,6 +271,9 @@ void check_received(const MPI_Status& status, const Tensor& t, int src) {
                " but the message holds ", got);
 }
 
+// The `finish` of an op whose result needs no work once MPI completes it.
+constexpr auto kNothingToFinish = [] {};
+
 class MpiBackend final : public Backend {
  public:
   explicit MpiBackend(MPI_Comm comm) : shared_(std::make_shared<Comm>(comm)), comm_(comm) {
@@ -290,9 +293,7 @@ class MpiBackend final : public Backend {
       return r ? MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), n, dt, mop, comm_, r)
                : MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), n, dt, mop, comm_);
     };
-    if (op != ReduceOp::AVG)
-      return run(
-          "all_reduce", async_op, false, call, [] {}, t);
+    if (op != ReduceOp::AVG) return run("all_reduce", async_op, false, call, kNothingToFinish, t);
     return run("all_reduce", async_op, false, call, divide(t, size_), t);
   }
 
@@ -307,9 +308,7 @@ class MpiBackend final : public Backend {
       return r ? MPI_Ireduce(send, t.data_ptr(), n, dt, mop, root, comm_, r)
                : MPI_Reduce(send, t.data_ptr(), n, dt, mop, root, comm_);
     };
-    if (op != ReduceOp::AVG || !is_root)
-      return run(
-          "reduce", async_op, false, call, [] {}, t);
+    if (op != ReduceOp::AVG || !is_root) return run("reduce", async_op, false, call, kNothingToFinish, t);
     return run("reduce", async_op, false, call, divide(t, size_), t);
   }
 
@@ -321,7 +320,7 @@ class MpiBackend final : public Backend {
           const MPI_Datatype dt = datatype(t.dtype());
           return r ? MPI_Ibcast(t.data_ptr(), n, dt, root, comm_, r) : MPI_Bcast(t.data_ptr(), n, dt, root, comm_);
         },
-        [] {}, t);
+        kNothingToFinish, t);
   }
 
   std::shared_ptr<Work> all_gather(const Tensor& out, const Tensor& in, bool async_op) override {
@@ -333,7 +332,7 @@ class MpiBackend final : public Backend {
           return r ? MPI_Iallgather(in.data_ptr(), n, dt, out.data_ptr(), n, dt, comm_, r)
                    : MPI_Allgather(in.data_ptr(), n, dt, out.data_ptr(), n, dt, comm_);
         },
-        [] {}, out, in);
+        kNothingToFinish, out, in);
   }
 
   std::shared_ptr<Work> reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op, bool async_op) override {
@@ -345,9 +344,7 @@ class MpiBackend final : public Backend {
       return r ? MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), n, dt, mop, comm_, r)
                : MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), n, dt, mop, comm_);
     };
-    if (op != ReduceOp::AVG)
-      return run(
-          "reduce_scatter", async_op, false, call, [] {}, out, in);
+    if (op != ReduceOp::AVG) return run("reduce_scatter", async_op, false, call, kNothingToFinish, out, in);
     return run("reduce_scatter", async_op, false, call, divide(out, size_), out, in);
   }
 
@@ -360,7 +357,7 @@ class MpiBackend final : public Backend {
           return r ? MPI_Igather(in.data_ptr(), n, dt, ptr(out), n, dt, root, comm_, r)
                    : MPI_Gather(in.data_ptr(), n, dt, ptr(out), n, dt, root, comm_);
         },
-        [] {}, out, in);
+        kNothingToFinish, out, in);
   }
 
   std::shared_ptr<Work> scatter(const Tensor& out, const Tensor& in, int root, bool async_op) override {
@@ -372,7 +369,7 @@ class MpiBackend final : public Backend {
           return r ? MPI_Iscatter(ptr(in), n, dt, out.data_ptr(), n, dt, root, comm_, r)
                    : MPI_Scatter(ptr(in), n, dt, out.data_ptr(), n, dt, root, comm_);
         },
-        [] {}, out, in);
+        kNothingToFinish, out, in);
   }
 
   std::shared_ptr<Work> all_to_all(const Tensor& out, const Tensor& in, const std::vector<int64_t>& out_counts,
@@ -419,7 +416,7 @@ class MpiBackend final : public Backend {
           return r ? MPI_Isend(t.data_ptr(), n, dt, dst, tag, comm_, r)
                    : MPI_Send(t.data_ptr(), n, dt, dst, tag, comm_);
         },
-        [] {}, t);
+        kNothingToFinish, t);
   }
 
   std::shared_ptr<Work> recv(const Tensor& t, int src, int tag, bool async_op) override {
@@ -441,7 +438,7 @@ class MpiBackend final : public Backend {
   std::shared_ptr<Work> barrier(bool async_op) override {
     return run(
         "barrier", async_op, false, [&](MPI_Request* r) { return r ? MPI_Ibarrier(comm_, r) : MPI_Barrier(comm_); },
-        [] {});
+        kNothingToFinish);
   }
 
   std::unique_ptr<Backend> split(int index) override {
