@@ -12,7 +12,7 @@
 
 One line per measurement, e.g. `matmul dtype=bf16 n=8192 tflops=612.30`.
 
-    python3 benchmarks/torch_cuda.py [--reps R] [--part all|matmul|mlp|block]
+    python3 benchmarks/torch_cuda.py [--reps R] [--part all|matmul|mlp|block] [--profile-steps N --profile-out PREFIX]
 
 Method (the device tool's METHOD.md): random inputs, never zeros; a warm-up; R timed batches, each a run
 of back-to-back operations between two torch.cuda.Event records, sized to take about 50 ms; the median
@@ -31,8 +31,37 @@ import torch.nn.functional as F
 TARGET_BATCH_SECONDS = 0.05
 
 
-def time_per_call(op, reps):
+# --profile-steps N --profile-out PREFIX: before timing mlp_step and block_step(_sdpa), record N steps
+# under torch.profiler and write their kernels to PREFIX-<name>.tsv for scripts/gpu_kernels.py.
+PROFILE = {"steps": 0, "prefix": None}
+
+
+def profile(op, name):
+    """Launches and microseconds of each GPU kernel over PROFILE["steps"] calls of op, after a warm-up."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile as record
+
+    for _ in range(3):
+        op()
+    torch.cuda.synchronize()
+    with record(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(PROFILE["steps"]):
+            op()
+        torch.cuda.synchronize()
+    totals = {}
+    for event in prof.events():
+        if event.device_type == DeviceType.CUDA:
+            launches, micros = totals.get(event.name, (0, 0.0))
+            totals[event.name] = (launches + 1, micros + event.time_range.elapsed_us())
+    with open(f"{PROFILE['prefix']}-{name}.tsv", "w") as f:
+        for kernel, (launches, micros) in totals.items():
+            f.write(f"{launches}\t{micros}\t{kernel}\n")
+
+
+def time_per_call(op, reps, name=None):
     """Seconds per call of op: warm-up, then reps event-timed batches of about 50 ms; the median."""
+    if name and PROFILE["steps"]:
+        profile(op, name)
     for _ in range(3):
         op()
     torch.cuda.synchronize()
@@ -89,7 +118,8 @@ def bench_mlp(reps):
         F.cross_entropy(model(x), y).backward()
         sgd.step()
 
-    print(f"mlp_step dtype=f32 batch=512 sizes=784-4096-4096-10 ms={time_per_call(step, reps) * 1e3:.3f}", flush=True)
+    seconds = time_per_call(step, reps, "mlp_step")
+    print(f"mlp_step dtype=f32 batch=512 sizes=784-4096-4096-10 ms={seconds * 1e3:.3f}", flush=True)
 
 
 class CausalSelfAttention(nn.Module):
@@ -140,16 +170,22 @@ def bench_block(reps):
             F.mse_loss(block(x), target).backward()
             adamw.step()
 
-        print(f"{name} dtype=f32 B=16 T=256 C=768 heads=12 ms={time_per_call(step, reps) * 1e3:.3f}", flush=True)
+        seconds = time_per_call(step, reps, name)
+        print(f"{name} dtype=f32 B=16 T=256 C=768 heads=12 ms={seconds * 1e3:.3f}", flush=True)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reps", type=int, default=15, help="timed batches per measurement")
     parser.add_argument("--part", choices=("all", "matmul", "mlp", "block"), default="all")
+    parser.add_argument("--profile-steps", type=int, default=0, help="steps to record per step measurement")
+    parser.add_argument("--profile-out", help="prefix of the kernel tables --profile-steps writes")
     args = parser.parse_args()
     if args.reps < 1:
         parser.error("--reps must be at least 1")
+    if args.profile_steps and not args.profile_out:
+        parser.error("--profile-steps needs --profile-out")
+    PROFILE.update(steps=args.profile_steps, prefix=args.profile_out)
     if not torch.cuda.is_available():
         sys.exit("torch_cuda.py: no CUDA device is visible to PyTorch; nothing to measure")
     torch.backends.cuda.matmul.allow_tf32 = False  # PyTorch's default, and strata's

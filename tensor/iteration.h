@@ -12,6 +12,7 @@
 #include <array>
 #include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 #include <utility>
 
 #include "strata/tensor/kernels.h"
@@ -86,6 +87,14 @@ Loop<N> make_loop(IntArrayRef sizes, const std::array<char*, N>& data, const std
   return g;
 }
 
+/// Every operand on the first one's device. The ops check this first; the kernels check again because
+/// a CUDA kernel handed a host pointer faults the whole context, and every later call with it.
+inline void check_one_device(const char* name, std::initializer_list<const Tensor*> ops) {
+  const Device device = (*ops.begin())->device();
+  for (const Tensor* t : ops)
+    STRATA_CHECK(t->device() == device, name, ": expected every operand on ", device, ", got one on ", t->device());
+}
+
 /// A loop over tensors sharing ops[0]'s sizes, each with its own strides and dtype.
 template <int N>
 Loop<N> make_loop(const std::array<const Tensor*, N>& ops) {
@@ -94,6 +103,7 @@ Loop<N> make_loop(const std::array<const Tensor*, N>& ops) {
   std::array<int64_t, N> elem_sizes;
   for (int k = 0; k < N; ++k) {
     STRATA_INTERNAL_ASSERT(ops[k]->sizes() == ops[0]->sizes());
+    check_one_device("tensor kernels", {ops[0], ops[k]});
     data[k] = static_cast<char*>(ops[k]->data_ptr());
     strides[k] = ops[k]->strides().data();
     elem_sizes[k] = static_cast<int64_t>(ops[k]->element_size());
@@ -119,6 +129,7 @@ inline DimVector strides_without(const Tensor& t, int64_t dim) {
 /// `other` the tensor of index's shape.
 inline void check_index_operands(const Tensor& index, const Tensor& data, const Tensor& other, int64_t dim,
                                  const char* op) {
+  check_one_device(op, {&data, &index, &other});
   STRATA_CHECK(index.dim() == data.dim() && other.dim() == data.dim(), op, ": expected tensors with ", data.dim(),
                " dims, got index ", index.sizes(), " and ", other.sizes());
   STRATA_CHECK(other.sizes() == index.sizes(), op, ": expected index and ", other.sizes(), " to have one shape, got ",
@@ -134,6 +145,7 @@ inline void check_index_operands(const Tensor& index, const Tensor& data, const 
 /// strides with 0 on the reduced dims: iterating in's shape with them accumulates into out.
 inline DimVector check_reduce_operands(ReduceKind op, const Tensor& in, IntArrayRef dims, const Tensor& out) {
   const char* name = to_string(op);
+  check_one_device(name, {&in, &out});
   const bool sum_like = op == ReduceKind::Sum || op == ReduceKind::Prod;
   const ScalarType out_dtype = sum_like && in.dtype() == kBool ? kLong : in.dtype();
   STRATA_CHECK(out.dtype() == out_dtype, name, ": expected a ", out_dtype, " output, got ", out.dtype());
@@ -157,6 +169,7 @@ inline int64_t check_arg_reduce_operands(ReduceKind op, const Tensor& in, int64_
                                          const Tensor& indices) {
   const char* name = to_string(op);
   STRATA_CHECK(op == ReduceKind::Max || op == ReduceKind::Min, "arg_reduce does not support ", name);
+  check_one_device(name, {&in, &values, &indices});
   dim = wrap_dim(dim, in.dim(), name);
   STRATA_CHECK(values.dtype() == in.dtype() && indices.dtype() == kLong, name, ": expected ", in.dtype(),
                " values and Long indices, got ", values.dtype(), " and ", indices.dtype());
@@ -169,6 +182,7 @@ inline int64_t check_arg_reduce_operands(ReduceKind op, const Tensor& in, int64_
 
 /// matmul's checks: 3-D a [B, M, K] and c [B, K, N] multiply into a contiguous out [B, M, N] of their dtype.
 inline void check_matmul_operands(const Tensor& a, const Tensor& c, const Tensor& out) {
+  check_one_device("matmul", {&a, &c, &out});
   STRATA_CHECK(a.dim() == 3 && c.dim() == 3 && out.dim() == 3, "matmul: expected 3-D operands, got shapes ", a.sizes(),
                ", ", c.sizes(), " and ", out.sizes());
   const int64_t B = out.size(0), M = out.size(1), N = out.size(2);

@@ -101,11 +101,15 @@ void run_binary(const Kernels& k, BinaryOp op, const Tensor& a, const Tensor& b,
     k.add_scaled(a, b, op == BinaryOp::Sub ? -alpha : alpha, out);
 }
 
+void check_same_device(const Tensor& a, const Tensor& b, const char* name) {
+  STRATA_CHECK(a.device() == b.device(), name, ": expected both tensors on one device, got ", a.device(), " and ",
+               b.device());
+}
+
 // out = op(a, b) over the broadcast shape, computed in `compute`, written as `out_dtype`.
 Tensor binary_kernel(BinaryOp op, const Tensor& a, const Tensor& b, ScalarType compute, ScalarType out_dtype,
                      const char* name, double alpha = 1) {
-  STRATA_CHECK(a.device() == b.device(), name, ": expected both tensors on one device, got ", a.device(), " and ",
-               b.device());
+  check_same_device(a, b, name);
   const Kernels& k = ops::kernels(a);
   if (a.sizes() == b.sizes() && a.dtype() == compute && b.dtype() == compute) {  // the common case: no views, no casts
     Tensor out = empty(a.sizes(), options_of(out_dtype, a));
@@ -245,9 +249,10 @@ Tensor erf(const Tensor& a) {
 
 // ---- in place ----
 
-// Validates an in-place binary op before anything is written: the result dtype must cast to self's,
+// Validates an in-place binary op before anything is written: one device, the result dtype must cast to self's,
 // other must broadcast to self's shape; then autograd's in-place checks (which bump the version).
 void check_inplace_operands(const Tensor& self, const Tensor& other, ScalarType compute, const char* name) {
+  check_same_device(self, other, name);
   STRATA_CHECK(can_cast(compute, self.dtype()), name, ": result type ", compute,
                " can't be cast to the desired output type ", self.dtype());
   if (other.sizes() != self.sizes()) {

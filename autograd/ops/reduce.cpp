@@ -110,7 +110,7 @@ std::tuple<Tensor, Tensor> extreme_along(ReduceKind op, const Tensor& a, int64_t
   ReducePlan p = plan_reduce(a, IntArrayRef(dim), keepdim, name);
   STRATA_CHECK(p.count > 0, name, ": cannot reduce over a dimension of size 0, got shape ", a.sizes());
   Tensor values = empty(p.out_sizes, a.options());
-  Tensor indices = empty(p.out_sizes, kLong);
+  Tensor indices = empty(p.out_sizes, a.options().dtype(kLong));
   Tensor kept_indices = kept_view(indices, p);
   if (p.dims.empty()) {  // a 0-dim input is its own extreme, at index 0
     ops::kernels(a).copy(a, values);
@@ -136,7 +136,7 @@ Tensor arg_extreme(ReduceKind op, const Tensor& a, std::optional<int64_t> dim, b
   STRATA_CHECK(a.numel() > 0, name, ": expected a non-empty tensor when no dim is given, got shape ", a.sizes());
   Tensor dense = a.contiguous();
   Tensor flat = make_view(dense, IntArrayRef(a.numel()), IntArrayRef(int64_t{1}), dense.storage_offset());
-  Tensor indices = empty(keepdim ? DimVector(a.dim(), 1) : DimVector(), kLong);
+  Tensor indices = empty(keepdim ? DimVector(a.dim(), 1) : DimVector(), a.options().dtype(kLong));
   const int64_t one = 1;
   ops::kernels(a).arg_reduce(op, flat, 0, empty(IntArrayRef(one), a.options()),
                              make_view(indices, IntArrayRef(one), IntArrayRef(one), 0));

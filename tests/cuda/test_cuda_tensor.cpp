@@ -231,6 +231,16 @@ TEST(CudaDevice, OpsMixingDevicesNameBothDevices) {
               Tensor t = g.clone();
               t.add_(c);
             }},
+           {"mul_",
+            [&] {
+              Tensor t = g.clone();
+              t.mul_(c);
+            }},
+           {"div_ into cpu",
+            [&] {
+              Tensor t = c.clone();
+              t.div_(g);
+            }},
        }) {
     SCOPED_TRACE(name);
     try {
@@ -244,6 +254,28 @@ TEST(CudaDevice, OpsMixingDevicesNameBothDevices) {
   }
   EXPECT_THROW((void)index_select(g, 0, tensor({0, 1})), Error);
   EXPECT_THROW((void)cross_entropy(g, tensor({0, 1, 2})), Error);
+}
+
+// The kernel tables check devices too: a CUDA kernel handed a host pointer would fault the context
+// and every later call with it, so an op that forgot its own check still gets an error.
+TEST(CudaDevice, KernelsRefuseOperandsOnAnotherDevice) {
+  STRATA_REQUIRE_CUDA();
+  const Tensor g = uniform({3, 4}, -1, 1).cuda();
+  const Kernels& k = kernels_for(g.device());
+  const auto expect_named = [](const std::function<void()>& call) {
+    try {
+      call();
+      ADD_FAILURE() << "a kernel took an operand on the cpu";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("cpu"), std::string::npos) << e.what();
+    }
+  };
+  expect_named([&] { k.binary(BinaryOp::Add, g, g, empty({3, 4})); });
+  expect_named([&] { k.reduce(ReduceKind::Sum, g, IntArrayRef(int64_t{1}), empty({3, 1})); });
+  expect_named([&] { k.arg_reduce(ReduceKind::Max, g, 1, empty({3, 1}, g.options()), empty({3, 1}, kLong)); });
+  expect_named([&] { k.gather(g, 1, zeros({3, 2}, kLong), empty({3, 2}, g.options())); });
+  cuda::synchronize();  // nothing was launched: the context is still good
+  EXPECT_TRUE(matches(argmax(g, 1), argmax(g.cpu(), 1)));
 }
 
 TEST(CudaDevice, AllocatorCountsLiveTensors) {
