@@ -19,9 +19,25 @@
 
 namespace strata {
 
-/// Elementwise functions of one tensor.
-enum class UnaryOp : int8_t { Neg, Exp, Log, Sqrt, Rsqrt, Abs, Tanh, Sigmoid, Relu, Sign, Erf, LogicalNot };
-/// Elementwise functions of two tensors; comparisons and logical ops write bool.
+/// Elementwise functions of one tensor. Gelu is x * Phi(x); GeluTanh its tanh approximation.
+enum class UnaryOp : int8_t {
+  Neg,
+  Exp,
+  Log,
+  Sqrt,
+  Rsqrt,
+  Abs,
+  Tanh,
+  Sigmoid,
+  Relu,
+  Sign,
+  Erf,
+  LogicalNot,
+  Gelu,
+  GeluTanh
+};
+/// Elementwise functions of two tensors; comparisons and logical ops write bool. GeluBackward and
+/// GeluTanhBackward take (grad, x) and give grad * gelu'(x), one pass instead of the dozen a composite takes.
 enum class BinaryOp : int8_t {
   Add,
   Sub,
@@ -37,8 +53,13 @@ enum class BinaryOp : int8_t {
   Gt,
   Ge,
   LogicalAnd,
-  LogicalOr
+  LogicalOr,
+  GeluBackward,
+  GeluTanhBackward
 };
+/// GELU's constants: 1/sqrt(2), 1/sqrt(2 pi), sqrt(2/pi) and the tanh form's cubic coefficient.
+inline constexpr double kGeluSqrtHalf = 0.7071067811865476, kGeluInvSqrt2Pi = 0.3989422804014327,
+                        kGeluBeta = 0.7978845608028654, kGeluKappa = 0.044715;
 /// The op's name as kernel errors show it: "neg", "exp", ...
 const char* to_string(UnaryOp op);
 /// The op's name as kernel errors show it: "add", "sub", ...
@@ -53,6 +74,8 @@ constexpr bool writes_bool(BinaryOp op) {
     case BinaryOp::Pow:
     case BinaryOp::Maximum:
     case BinaryOp::Minimum:
+    case BinaryOp::GeluBackward:
+    case BinaryOp::GeluTanhBackward:
       return false;
     case BinaryOp::Eq:
     case BinaryOp::Ne:

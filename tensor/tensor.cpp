@@ -142,14 +142,15 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
 }
 
 const char* to_string(UnaryOp op) {
-  static constexpr const char* kNames[] = {"neg",  "exp",     "log",  "sqrt", "rsqrt", "abs",
-                                           "tanh", "sigmoid", "relu", "sign", "erf",   "logical_not"};
+  static constexpr const char* kNames[] = {"neg",     "exp",  "log",  "sqrt", "rsqrt",       "abs",  "tanh",
+                                           "sigmoid", "relu", "sign", "erf",  "logical_not", "gelu", "gelu_tanh"};
   return kNames[static_cast<int>(op)];
 }
 
 const char* to_string(BinaryOp op) {
-  static constexpr const char* kNames[] = {"add", "sub", "mul", "div", "pow", "maximum",     "minimum",   "eq",
-                                           "ne",  "lt",  "le",  "gt",  "ge",  "logical_and", "logical_or"};
+  static constexpr const char* kNames[] = {
+      "add", "sub", "mul", "div",         "pow",        "maximum",       "minimum",           "eq", "ne", "lt",
+      "le",  "gt",  "ge",  "logical_and", "logical_or", "gelu_backward", "gelu_tanh_backward"};
   return kNames[static_cast<int>(op)];
 }
 

@@ -139,6 +139,14 @@ TEST(Kernels, PowAndNanPropagation) {
   EXPECT_TRUE(std::isnan(v[1]) && std::isnan(v[3]));
 }
 
+namespace {
+// GELU written from its definition, x * Phi(x) with Phi through erfc, and the tanh form.
+double gelu_reference(double x) { return x * 0.5 * std::erfc(-x / std::sqrt(2.0)); }
+double gelu_tanh_reference(double x) {
+  return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+}  // namespace
+
 TEST(Kernels, UnaryMatchesStdOnContiguousAndStrided) {
   struct Case {
     UnaryOp op;
@@ -154,8 +162,10 @@ TEST(Kernels, UnaryMatchesStdOnContiguousAndStrided) {
                         {UnaryOp::Sigmoid, [](double x) { return 1 / (1 + std::exp(-x)); }},
                         {UnaryOp::Relu, [](double x) { return x < 0 ? 0 : x; }},
                         {UnaryOp::Sign, [](double x) { return double((0 < x) - (x < 0)); }},
-                        {UnaryOp::Erf, [](double x) { return std::erf(x); }}};
-  const bool positive_only[] = {false, false, true, true, true, false, false, false, false, false, false};
+                        {UnaryOp::Erf, [](double x) { return std::erf(x); }},
+                        {UnaryOp::Gelu, gelu_reference},
+                        {UnaryOp::GeluTanh, gelu_tanh_reference}};
+  const bool positive_only[] = {false, false, true, true, true, false, false, false, false, false, false, false, false};
   std::vector<double> v(2 * 67);
   for (size_t i = 0; i < v.size(); ++i) v[i] = (static_cast<double>(i) - 60) / 7.0;
   for (ScalarType dt : {kFloat, kFloat64}) {
@@ -183,6 +193,40 @@ TEST(Kernels, UnaryMatchesStdOnContiguousAndStrided) {
   Tensor bools = empty({3}, kBool);
   K().unary(UnaryOp::LogicalNot, make({0.5, 0, -1}, {3}, kFloat), bools);
   EXPECT_VALUES(bools, {0, 1, 0});
+}
+
+// GeluBackward and GeluTanhBackward give grad * gelu'(x): checked against central differences of the
+// definitions above, contiguous (Eigen) and transposed (scalar path), with a broadcast gradient too.
+// Float's bound is its rounding of 1 - t^2 where tanh saturates (|x| ~ 4), about 1e-6 here.
+TEST(Kernels, GeluBackwardIsGradTimesTheDerivative) {
+  const struct {
+    BinaryOp op;
+    double (*f)(double);
+  } cases[] = {{BinaryOp::GeluBackward, gelu_reference}, {BinaryOp::GeluTanhBackward, gelu_tanh_reference}};
+  std::vector<double> xs(2 * 67), gs(xs.size());
+  for (size_t i = 0; i < xs.size(); ++i) {
+    xs[i] = (static_cast<double>(i) - 70) / 9.0;
+    gs[i] = 1.5 - static_cast<double>(i % 5) * 0.75;
+  }
+  for (const auto& c : cases) {
+    for (ScalarType dt : {kFloat, kFloat64}) {
+      const Tensor x = make(xs, {2, 67}, dt), g = make(gs, {2, 67}, dt);
+      const Tensor xt = transposed(make(xs, {67, 2}, dt), 0, 1), gt = transposed(make(gs, {67, 2}, dt), 0, 1);
+      const Tensor g_broadcast = make_view(make({-2}, {1}, dt), {2, 67}, {0, 0}, 0);
+      for (const auto& [gv, xv] : {std::pair{g, x}, std::pair{gt, xt}, std::pair{g_broadcast, x}}) {
+        Tensor out = empty({2, 67}, dt);
+        K().binary(c.op, gv, xv, out);
+        const auto vg = values(gv), vx = values(xv), vo = values(out);
+        for (size_t i = 0; i < vo.size(); ++i) {
+          const double h = 1e-5, slope = (c.f(vx[i] + h) - c.f(vx[i] - h)) / (2 * h);
+          ASSERT_NEAR(vo[i], vg[i] * slope, (dt == kFloat ? 1e-5 : 1e-9) * (1 + std::abs(vo[i])))
+              << to_string(c.op) << " " << dt << " at x = " << vx[i];
+        }
+      }
+    }
+  }
+  EXPECT_THROW_MSG(K().binary(BinaryOp::GeluBackward, make({1}, {1}, kLong), make({1}, {1}, kLong), empty({1}, kLong)),
+                   "gelu_backward does not support Long");
 }
 
 TEST(Kernels, CopyAllDtypePairsAndIntoTransposedView) {

@@ -542,26 +542,27 @@ Tensor relu(const Tensor& a) {
 // gelu(x) = x * Phi(x). Exact: Phi(x) = (1 + erf(x / sqrt 2)) / 2, d/dx = Phi(x) + x * phi(x).
 // "tanh": 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3),
 //         d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2), t = tanh(u).
+// Forward and backward are one kernel each; a backward that builds a graph (create_graph) writes d/dx
+// in differentiable ops instead, so gelu is twice differentiable.
 Tensor gelu(const Tensor& a, const std::string& approximate) {
-  constexpr double kSqrtHalf = 0.7071067811865476, kInvSqrt2Pi = 0.3989422804014327;
-  constexpr double kBeta = 0.7978845608028654, kKappa = 0.044715;
   const bool tanh_form = approximate == "tanh";
   STRATA_CHECK(tanh_form || approximate == "none", "gelu: approximate must be \"none\" or \"tanh\", got \"",
                approximate, "\"");
-  Tensor y;
-  {
-    NoGradGuard no_grad;
-    y = tanh_form ? a * 0.5 * (tanh((a + a * a * a * kKappa) * kBeta) + 1.0) : a * 0.5 * (erf(a * kSqrtHalf) + 1.0);
-  }
+  Tensor y = unary_kernel(tanh_form ? UnaryOp::GeluTanh : UnaryOp::Gelu, a, float_type(a));
   if (auto node = autograd::record("GeluBackward0", a, y))
     node->backward = [tanh_form, x = SavedVariable(a)](const tensor_list& g) -> tensor_list {
       Tensor xv = x.unpack();
+      if (!GradMode::is_enabled()) {
+        const ScalarType c = result_type(g[0], xv);
+        return {binary_kernel(tanh_form ? BinaryOp::GeluTanhBackward : BinaryOp::GeluBackward, g[0], xv, c, c,
+                              "gelu_backward")};
+      }
       if (tanh_form) {
         Tensor x2 = xv * xv;
-        Tensor t = tanh((xv + x2 * xv * kKappa) * kBeta);
-        return {g[0] * ((t + 1.0) * 0.5 + xv * 0.5 * (1.0 - t * t) * kBeta * (x2 * (3 * kKappa) + 1.0))};
+        Tensor t = tanh((xv + x2 * xv * kGeluKappa) * kGeluBeta);
+        return {g[0] * ((t + 1.0) * 0.5 + xv * 0.5 * (1.0 - t * t) * kGeluBeta * (x2 * (3 * kGeluKappa) + 1.0))};
       }
-      return {g[0] * ((erf(xv * kSqrtHalf) + 1.0) * 0.5 + xv * exp(xv * xv * -0.5) * kInvSqrt2Pi)};
+      return {g[0] * ((erf(xv * kGeluSqrtHalf) + 1.0) * 0.5 + xv * exp(xv * xv * -0.5) * kGeluInvSqrt2Pi)};
     };
   return y;
 }

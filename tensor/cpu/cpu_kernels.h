@@ -29,4 +29,7 @@ class CpuKernels final : public Kernels {
   void normal(const Tensor& out, double mean, double std, uint64_t seed, uint64_t offset) const override;
 };
 
+/// binary's GeluBackward and GeluTanhBackward (unary.cpp, beside gelu): out = grad * gelu'(x), floating types.
+void gelu_backward(BinaryOp op, const Tensor& grad, const Tensor& x, const Tensor& out);
+
 }  // namespace strata::cpu

@@ -71,6 +71,10 @@ void arithmetic(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out
           return binary_loop<T, T>(a, b, out, [](T x, T y) { return int_div(x, y); });
         else
           return binary_loop<T, T>(a, b, out, [](T x, T y) { return x / y; });
+      case BinaryOp::GeluBackward:
+      case BinaryOp::GeluTanhBackward:
+        if constexpr (std::is_floating_point_v<T>) return gelu_backward(op, a, b, out);
+        break;
       case BinaryOp::Pow:
         if constexpr (std::is_integral_v<T>) {
           return binary_loop<T, T>(a, b, out, [](T x, T y) { return int_pow(x, y); });

@@ -1,5 +1,5 @@
-// CPU kernels: elementwise functions of one tensor. Transcendental functions run through
-// Eigen array maps on contiguous runs so they use Eigen's SIMD implementations.
+// CPU kernels: elementwise functions of one tensor, and GELU's backward. Transcendental functions run
+// through Eigen array maps on contiguous runs so they use Eigen's SIMD implementations.
 
 #include "strata/tensor/cpu/eigen.h"
 #include <unsupported/Eigen/SpecialFunctions>
@@ -41,6 +41,42 @@ void eigen_loop(const Tensor& in, const Tensor& out, const F& f, const ArrayF& a
   });
 }
 
+/// out = f(a, b): contiguous runs use the Eigen expression array_f(map_a, map_b), the rest the scalar f.
+template <class T, class F, class ArrayF>
+void eigen_loop(const Tensor& a, const Tensor& b, const Tensor& out, const F& f, const ArrayF& array_f) {
+  auto loop = make_loop<3>({&out, &a, &b});
+  for_each(loop, [&](char* const* d, const int64_t* s, int64_t n) {
+    if (s[0] == sizeof(T) && s[1] == sizeof(T) && s[2] == sizeof(T)) {
+      ArrayMap<T> o(reinterpret_cast<T*>(d[0]), n);
+      o = array_f(ConstArrayMap<T>(reinterpret_cast<const T*>(d[1]), n),
+                  ConstArrayMap<T>(reinterpret_cast<const T*>(d[2]), n));
+    } else {
+      map_inner<T, T, T>(d, s, n, f);
+    }
+  });
+}
+
+// GELU and its derivative: exact, x * Phi(x) with Phi(x) = (1 + erf(x / sqrt 2)) / 2 and
+// d/dx = Phi(x) + x * phi(x); tanh form, 0.5 x (1 + t) with t = tanh(sqrt(2/pi) (x + 0.044715 x^3)) and
+// d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2). The array forms repeat the scalar ones.
+template <class T>
+T gelu(T x) {
+  return T(0.5) * x * (T(1) + std::erf(x * T(kGeluSqrtHalf)));
+}
+template <class T>
+T gelu_tanh(T x) {
+  return T(0.5) * x * (T(1) + std::tanh(T(kGeluBeta) * (x + T(kGeluKappa) * x * x * x)));
+}
+template <class T>
+T gelu_grad(T g, T x) {
+  return g * (T(0.5) * (T(1) + std::erf(x * T(kGeluSqrtHalf))) + x * std::exp(T(-0.5) * x * x) * T(kGeluInvSqrt2Pi));
+}
+template <class T>
+T gelu_tanh_grad(T g, T x) {
+  const T x2 = x * x, t = std::tanh(T(kGeluBeta) * (x + T(kGeluKappa) * x2 * x));
+  return g * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * T(kGeluBeta) * (T(1) + T(3 * kGeluKappa) * x2));
+}
+
 template <class T>
 void floating(UnaryOp op, const Tensor& in, const Tensor& out) {
   switch (op) {
@@ -65,12 +101,38 @@ void floating(UnaryOp op, const Tensor& in, const Tensor& out) {
     case UnaryOp::Erf:
       return eigen_loop<T>(
           in, out, [](T x) { return std::erf(x); }, [](const auto& a) { return a.erf(); });
+    case UnaryOp::Gelu:
+      return eigen_loop<T>(in, out, gelu<T>,
+                           [](const auto& a) { return T(0.5) * a * (T(1) + (a * T(kGeluSqrtHalf)).erf()); });
+    case UnaryOp::GeluTanh:
+      return eigen_loop<T>(in, out, gelu_tanh<T>, [](const auto& a) {
+        return T(0.5) * a * (T(1) + (T(kGeluBeta) * (a + T(kGeluKappa) * a.cube())).tanh());
+      });
     default:
       STRATA_INTERNAL_ASSERT(false);
   }
 }
 
 }  // namespace
+
+void gelu_backward(BinaryOp op, const Tensor& grad, const Tensor& x, const Tensor& out) {
+  visit_dtype(x.dtype(), [&]<class T>() {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (op == BinaryOp::GeluBackward)
+        return eigen_loop<T>(grad, x, out, gelu_grad<T>, [](const auto& g, const auto& a) {
+          return g * (T(0.5) * (T(1) + (a * T(kGeluSqrtHalf)).erf()) +
+                      a * (T(-0.5) * a.square()).exp() * T(kGeluInvSqrt2Pi));
+        });
+      return eigen_loop<T>(grad, x, out, gelu_tanh_grad<T>, [](const auto& g, const auto& a) {
+        const Eigen::Array<T, Eigen::Dynamic, 1> t = (T(kGeluBeta) * (a + T(kGeluKappa) * a.cube())).tanh();
+        return (g * (T(0.5) * (T(1) + t) +
+                     T(0.5) * a * (T(1) - t.square()) * T(kGeluBeta) * (T(1) + T(3 * kGeluKappa) * a.square())))
+            .eval();
+      });
+    }
+    STRATA_CHECK(false, to_string(op), " does not support ", x.dtype());
+  });
+}
 
 void CpuKernels::unary(UnaryOp op, const Tensor& in, const Tensor& out) const {
   const ScalarType out_dtype = op == UnaryOp::LogicalNot ? kBool : in.dtype();

@@ -1,10 +1,12 @@
-// CUDA kernels: unary, binary, add_scaled and where. One kernel template runs all of them: each
+// CUDA kernels: unary, binary (GELU's backward among them), add_scaled and where. One kernel template runs all of them: each
 // thread loads its inputs, converts them to acc_t (float for Half and BFloat16), applies a functor
 // and stores the result converted to the output type. The functors repeat the CPU's expressions
 // (cpu/unary.cpp, cpu/elementwise.cpp), so NaN, signed zero and integer results agree, and the
 // launchers accept and reject the same dtypes with the same messages; Half and BFloat16, which
 // the CPU only converts, compute as libtorch's CUDA kernels do.
 
+#include <cstdint>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -38,6 +40,67 @@ __global__ void __launch_bounds__(kThreads) elementwise_kernel(Loop<1 + sizeof..
     offsets_at<kInd>(loop, i, off);
     apply_at<Out, In...>(op, loop, off, std::index_sequence_for<In...>{});
   }
+}
+
+// Note [vectorised elementwise]: when make_loop leaves one dim in which the output and every input
+// is dense and aligned to kVec elements, or an input is one broadcast value (stride 0, as a
+// wrapped scalar is), each thread loads and stores kVec elements at once: 16-byte accesses for
+// float, the access width memory-bound kernels need on the GPU. The last numel % kVec elements
+// go one per thread.
+constexpr int kVec = 4;
+
+/// kVec elements of T, aligned so that one access moves them all.
+template <class T>
+struct alignas(sizeof(T) * kVec) Pack {
+  T v[kVec];
+};
+
+/// Pack p of operand k: kVec dense elements, or its one value kVec times where its stride is 0.
+template <class T, int N>
+__device__ inline Pack<T> load_pack(const Loop<N>& loop, int k, int64_t p) {
+  if (loop.strides[0][k] != 0) return reinterpret_cast<const Pack<T>*>(loop.data[k])[p];
+  Pack<T> r;
+  const T value = *reinterpret_cast<const T*>(loop.data[k]);
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) r.v[j] = value;
+  return r;
+}
+
+/// out = op(in...) over pack p of each operand.
+template <class Out, class... In, class Op, int N, size_t... K>
+__device__ inline void apply_pack(const Op& op, const Loop<N>& loop, int64_t p, std::index_sequence<K...>) {
+  const std::tuple<Pack<In>...> in{load_pack<In>(loop, K + 1, p)...};
+  Pack<Out> out;
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) out.v[j] = convert<Out>(op(convert<acc_t<In>>(std::get<K>(in).v[j])...));
+  reinterpret_cast<Pack<Out>*>(loop.data[0])[p] = out;
+}
+
+/// elementwise_kernel for a loop that vectorizable() accepted: packs on a grid-stride loop, then the tail.
+template <class Op, class Out, class... In>
+__global__ void __launch_bounds__(kThreads) vector_kernel(Loop<1 + sizeof...(In)> loop, Op op) {
+  const int64_t packs = loop.numel / kVec, step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t p = first; p < packs; p += step) apply_pack<Out, In...>(op, loop, p, std::index_sequence_for<In...>{});
+  if (const int64_t i = packs * kVec + first; i < loop.numel) {
+    int64_t off[1 + sizeof...(In)];
+    offsets_at<Indexing::kFlat>(loop, i, off);
+    apply_at<Out, In...>(op, loop, off, std::index_sequence_for<In...>{});
+  }
+}
+
+/// Whether vector_kernel<Op, Out, In...> may run loop (Note [vectorised elementwise]).
+template <class Out, class... In>
+bool vectorizable(const Loop<1 + sizeof...(In)>& loop) {
+  if (loop.ndim != 1) return false;
+  constexpr int64_t kSizes[] = {int64_t{sizeof(Out)}, int64_t{sizeof(In)}...};
+  for (int k = 0; k <= static_cast<int>(sizeof...(In)); ++k) {
+    const bool broadcast = k > 0 && loop.strides[0][k] == 0;
+    const bool dense =
+        loop.strides[0][k] == kSizes[k] && reinterpret_cast<uintptr_t>(loop.data[k]) % (kVec * kSizes[k]) == 0;
+    if (!broadcast && !dense) return false;
+  }
+  return true;
 }
 
 // Unary functors. T is the acc type of the input.
@@ -117,6 +180,18 @@ struct Erf {
   template <class T>
   __device__ T operator()(T x) const {
     return erf(x);
+  }
+};
+struct Gelu {
+  template <class T>
+  __device__ T operator()(T x) const {
+    return T(0.5) * x * (T(1) + erf(x * T(kGeluSqrtHalf)));
+  }
+};
+struct GeluTanh {
+  template <class T>
+  __device__ T operator()(T x) const {
+    return T(0.5) * x * (T(1) + tanh(T(kGeluBeta) * (x + T(kGeluKappa) * x * x * x)));
   }
 };
 
@@ -238,6 +313,20 @@ struct LogicalOr {
     return x != T(0) || y != T(0);
   }
 };
+/// grad * gelu'(x), exact and tanh form.
+struct GeluBackward {
+  template <class T>
+  __device__ T operator()(T g, T x) const {
+    return g * (T(0.5) * (T(1) + erf(x * T(kGeluSqrtHalf))) + x * exp(T(-0.5) * x * x) * T(kGeluInvSqrt2Pi));
+  }
+};
+struct GeluTanhBackward {
+  template <class T>
+  __device__ T operator()(T g, T x) const {
+    const T x2 = x * x, t = tanh(T(kGeluBeta) * (x + T(kGeluKappa) * x2 * x));
+    return g * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * T(kGeluBeta) * (T(1) + T(3 * kGeluKappa) * x2));
+  }
+};
 /// x + alpha * y, alpha already in the acc type A (truncated for int64, as the CPU's static_cast).
 template <class A>
 struct AddScaled {
@@ -254,11 +343,17 @@ struct Select {
 
 // ---- launchers ----
 
-/// Launches elementwise_kernel<Op, Out, In...> over loop on the device's current stream.
+/// Launches vector_kernel or elementwise_kernel<Op, Out, In...> over loop on the device's current stream.
 template <class Out, class... In, class Op>
 void launch(const Op& op, const Loop<1 + sizeof...(In)>& loop, int device) {
   if (loop.numel == 0) return;
   DeviceGuard guard(device);
+  if (vectorizable<Out, In...>(loop)) {
+    vector_kernel<Op, Out, In...>
+        <<<blocks_for((loop.numel + kVec - 1) / kVec), kThreads, 0, current_stream(device)>>>(loop, op);
+    STRATA_CUDA_LAUNCH_CHECK();
+    return;
+  }
   visit_indexing(loop, [&]<Indexing kInd>() {
     elementwise_kernel<kInd, Op, Out, In...><<<blocks_for(loop.numel), kThreads, 0, current_stream(device)>>>(loop, op);
     STRATA_CUDA_LAUNCH_CHECK();
@@ -294,6 +389,12 @@ void arithmetic(BinaryOp op, const Tensor& b, const Loop<3>& loop, int device) {
         return launch<T, T, T>(Sub{}, loop, device);
       case BinaryOp::Div:
         return launch<T, T, T>(Div{}, loop, device);
+      case BinaryOp::GeluBackward:
+        if constexpr (is_floating_v<T>) return launch<T, T, T>(GeluBackward{}, loop, device);
+        break;
+      case BinaryOp::GeluTanhBackward:
+        if constexpr (is_floating_v<T>) return launch<T, T, T>(GeluTanhBackward{}, loop, device);
+        break;
       case BinaryOp::Pow:
         if constexpr (std::is_integral_v<T>)
           return launch<T, T, T>(IntPow{}, loop, device);
@@ -375,6 +476,10 @@ void CudaKernels::unary(UnaryOp op, const Tensor& in, const Tensor& out) const {
           return launch<T, T>(Sigmoid{}, loop, device);
         case UnaryOp::Erf:
           return launch<T, T>(Erf{}, loop, device);
+        case UnaryOp::Gelu:
+          return launch<T, T>(Gelu{}, loop, device);
+        case UnaryOp::GeluTanh:
+          return launch<T, T>(GeluTanh{}, loop, device);
         default:
           break;
       }
