@@ -12,6 +12,8 @@
 
 #include <optional>
 #include <string>
+#include <tuple>
+#include <variant>
 
 #include "strata/tensor/creation.h"
 #include "strata/tensor/promotion.h"
@@ -119,6 +121,61 @@ Tensor layer_norm(const Tensor& a, IntArrayRef normalized_shape, const Tensor& w
 Tensor dropout(const Tensor& a, double p = 0.5, bool train = true, Generator* gen = nullptr);
 /// int64 class indices to a one-hot int64 tensor with a trailing dim of num_classes (-1: max + 1).
 Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);
+
+// ---- sliding windows (autograd/ops/conv.cpp): inputs [N, C, H, W] or unbatched [C, H, W]; a size
+// argument is one value for every spatial dim or one per dim; an empty stride means the kernel size ----
+namespace enumtype {
+struct kValid {};  ///< padding "valid": none
+struct kSame {};   ///< padding "same": the output as large as the input (stride 1)
+}  // namespace enumtype
+inline constexpr enumtype::kValid kValid{};  ///< conv padding: none, as torch::kValid
+inline constexpr enumtype::kSame kSame{};    ///< conv padding: output as large as input, as torch::kSame
+/// A convolution's padding given by name: kValid or kSame (not a string, which a literal 0 would convert to).
+using PaddingMode = std::variant<enumtype::kValid, enumtype::kSame>;
+/// The windows of input as columns [N, C * kH * kW, L] (F::unfold)
+Tensor im2col(const Tensor& input, IntArrayRef kernel_size, IntArrayRef dilation, IntArrayRef padding,
+              IntArrayRef stride);
+/// Columns [N, C * kH * kW, L] summed back into [N, C, output_size] (F::fold), the adjoint of im2col
+Tensor col2im(const Tensor& input, IntArrayRef output_size, IntArrayRef kernel_size, IntArrayRef dilation,
+              IntArrayRef padding, IntArrayRef stride);
+/// 2-D convolution (cross-correlation) of [N, C, H, W] with weight [O, C / groups, kH, kW] and an optional bias [O]
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = {}, IntArrayRef stride = 1,
+              IntArrayRef padding = 0, IntArrayRef dilation = 1, int64_t groups = 1);
+/// conv2d with padding kValid (none) or kSame (output as large as the input; stride 1)
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, IntArrayRef stride, PaddingMode padding,
+              IntArrayRef dilation = 1, int64_t groups = 1);
+/// 1-D convolution of [N, C, L] with weight [O, C / groups, k] and an optional bias [O]
+Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias = {}, IntArrayRef stride = 1,
+              IntArrayRef padding = 0, IntArrayRef dilation = 1, int64_t groups = 1);
+/// conv1d with padding kValid or kSame
+Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias, IntArrayRef stride, PaddingMode padding,
+              IntArrayRef dilation = 1, int64_t groups = 1);
+/// Transposed 2-D convolution (conv2d's gradient with respect to its input) with weight [C, O / groups, kH, kW]
+Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias = {}, IntArrayRef stride = 1,
+                        IntArrayRef padding = 0, IntArrayRef output_padding = 0, int64_t groups = 1,
+                        IntArrayRef dilation = 1);
+/// Max over windows, with the flat index (into H * W) of each maximum
+std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, IntArrayRef kernel_size,
+                                                   IntArrayRef stride = {}, IntArrayRef padding = 0,
+                                                   IntArrayRef dilation = 1, bool ceil_mode = false);
+/// Max over windows of [N, C, H, W]
+Tensor max_pool2d(const Tensor& input, IntArrayRef kernel_size, IntArrayRef stride = {}, IntArrayRef padding = 0,
+                  IntArrayRef dilation = 1, bool ceil_mode = false);
+/// Max over windows of [N, C, L], with the index of each maximum
+std::tuple<Tensor, Tensor> max_pool1d_with_indices(const Tensor& input, IntArrayRef kernel_size,
+                                                   IntArrayRef stride = {}, IntArrayRef padding = 0,
+                                                   IntArrayRef dilation = 1, bool ceil_mode = false);
+/// Max over windows of [N, C, L]
+Tensor max_pool1d(const Tensor& input, IntArrayRef kernel_size, IntArrayRef stride = {}, IntArrayRef padding = 0,
+                  IntArrayRef dilation = 1, bool ceil_mode = false);
+/// Mean over windows; the divisor counts padding (count_include_pad) or not, unless divisor_override is given
+Tensor avg_pool2d(const Tensor& input, IntArrayRef kernel_size, IntArrayRef stride = {}, IntArrayRef padding = 0,
+                  bool ceil_mode = false, bool count_include_pad = true,
+                  std::optional<int64_t> divisor_override = std::nullopt);
+/// Mean over output_size windows that tile [H, W] as evenly as torch's
+Tensor adaptive_avg_pool2d(const Tensor& input, IntArrayRef output_size);
+/// Dropout of whole channels of [N, C, ...] (one draw per sample and channel), scaled by 1/(1-p) when training
+Tensor feature_dropout(const Tensor& input, double p, bool train, Generator* gen = nullptr);
 
 /// How a loss reduces over the batch.
 enum class Reduction { None, Mean, Sum };

@@ -1,16 +1,20 @@
 #pragma once
 // Dropout: in training mode zeroes each element with probability p and scales the rest by
-// 1 / (1 - p); in eval mode it is the identity. Masks come from the default generator.
+// 1 / (1 - p); in eval mode it is the identity. Dropout2d zeroes whole channels of [N, C, H, W] (or
+// [C, H, W]). Masks come from the default generator.
 //
 //   Tensor x = randn({64, 256});
 //   nn::Dropout drop(0.1);
 //   Tensor y = drop(x);       // training (the default): random mask
 //   drop->eval();
 //   Tensor z = drop(x);       // z is x
+//   nn::Dropout2d channels(0.2);
+//   Tensor maps = channels(randn({8, 16, 5, 5}));   // each of the 8 x 16 channels kept or zeroed whole
 
 #include <ostream>
 
 #include "strata/nn/module.h"
+#include "strata/tensor/arg.h"
 
 namespace strata::nn {
 
@@ -24,5 +28,28 @@ class DropoutImpl : public Module {
   double p;  ///< probability of zeroing an element
 };
 STRATA_MODULE(Dropout);
+
+/// Randomly zeroes whole channels while training, as torch.nn.Dropout2d.
+class Dropout2dImpl : public Module {
+ public:
+  explicit Dropout2dImpl(double p = 0.5);  ///< p: probability of zeroing a channel, in [0, 1]
+  /// [N, C, H, W] or [C, H, W]: channels masked and scaled when is_training(), else input itself
+  Tensor forward(const Tensor& input);
+  void pretty_print(std::ostream& os) const override;  ///< "Dropout2d(p=0.5)"
+
+  double p;  ///< probability of zeroing a channel
+};
+STRATA_MODULE(Dropout2d);
+
+namespace functional {
+/// F::dropout2d's options, as libtorch's.
+class Dropout2dFuncOptions {
+ public:
+  STRATA_ARG(double, p) = 0.5;        ///< probability of zeroing a channel
+  STRATA_ARG(bool, training) = true;  ///< whether to drop (false: the identity)
+};
+/// Zeroes whole channels of [N, C, H, W] or [C, H, W] while training, as torch::nn::functional::dropout2d
+Tensor dropout2d(const Tensor& input, const Dropout2dFuncOptions& options = {});
+}  // namespace functional
 
 }  // namespace strata::nn

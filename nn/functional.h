@@ -7,25 +7,35 @@
 //   Tensor loss = F::cross_entropy(F::gelu(logits), labels, {.ignore_index = 0});
 
 #include "strata/autograd/ops.h"
+#include "strata/nn/conv.h"
+#include "strata/nn/dropout.h"
+#include "strata/nn/pooling.h"
 
 namespace strata::nn::functional {
 
 using strata::LossOptions;  ///< options of cross_entropy and nll_loss
 using strata::Reduction;    ///< None, Mean or Sum
 
-using strata::cross_entropy;  ///< log_softmax over dim 1, then nll_loss
-using strata::dropout;        ///< random zeroing while training
-using strata::gelu;           ///< x * Phi(x), exact or tanh
-using strata::layer_norm;     ///< normalisation over trailing dims
-using strata::log_softmax;    ///< log of softmax
-using strata::mse_loss;       ///< squared error
-using strata::nll_loss;       ///< negative log likelihood
-using strata::one_hot;        ///< class indices to one-hot
-using strata::relu;           ///< max(x, 0)
-using strata::sigmoid;        ///< 1 / (1 + exp(-x))
-using strata::silu;           ///< x * sigmoid(x)
-using strata::softmax;        ///< exp normalised along a dim
-using strata::tanh;           ///< hyperbolic tangent
+using strata::adaptive_avg_pool2d;  ///< mean over windows tiling [H, W] into an output size
+using strata::avg_pool2d;           ///< mean over sliding windows
+using strata::conv1d;               ///< 1-D convolution
+using strata::conv2d;               ///< 2-D convolution
+using strata::conv_transpose2d;     ///< transposed 2-D convolution
+using strata::cross_entropy;        ///< log_softmax over dim 1, then nll_loss
+using strata::dropout;              ///< random zeroing while training
+using strata::gelu;                 ///< x * Phi(x), exact or tanh
+using strata::layer_norm;           ///< normalisation over trailing dims
+using strata::log_softmax;          ///< log of softmax
+using strata::max_pool1d;           ///< max over sliding windows of [N, C, L]
+using strata::max_pool2d;           ///< max over sliding windows of [N, C, H, W]
+using strata::mse_loss;             ///< squared error
+using strata::nll_loss;             ///< negative log likelihood
+using strata::one_hot;              ///< class indices to one-hot
+using strata::relu;                 ///< max(x, 0)
+using strata::sigmoid;              ///< 1 / (1 + exp(-x))
+using strata::silu;                 ///< x * sigmoid(x)
+using strata::softmax;              ///< exp normalised along a dim
+using strata::tanh;                 ///< hyperbolic tangent
 
 /// Rows of `weight` picked by `input`, in libtorch's argument order (strata::embedding, like ATen's, takes
 /// the weight first).

@@ -41,6 +41,42 @@ Tensor LinearImpl::forward(const Tensor& input) {
   return bias.defined() ? y + bias : y;
 }
 
+FlattenImpl::FlattenImpl(const FlattenOptions& opts) : Module("Flatten"), options(opts) {}
+
+Tensor FlattenImpl::forward(const Tensor& input) { return flatten(input, options.start_dim(), options.end_dim()); }
+
+void FlattenImpl::pretty_print(std::ostream& os) const {
+  os << "Flatten(start_dim=" << options.start_dim() << ", end_dim=" << options.end_dim() << ")";
+}
+
+UnflattenImpl::UnflattenImpl(const UnflattenOptions& opts) : Module("Unflatten"), options(opts) {
+  STRATA_CHECK(!options.sizes().empty(), "Unflatten: unflattened_size must not be empty");
+}
+
+Tensor UnflattenImpl::forward(const Tensor& input) {
+  const int64_t dim = wrap_dim(options.dim(), input.dim(), "Unflatten");
+  DimVector sizes;
+  int64_t product = 1;
+  for (int64_t d = 0; d < input.dim(); ++d) {
+    if (d != dim) {
+      sizes.push_back(input.size(d));
+      continue;
+    }
+    for (int64_t s : options.sizes()) {
+      sizes.push_back(s);
+      product *= s;
+    }
+  }
+  // One size may be -1 (inferred by reshape); otherwise the sizes must multiply to the dim's size.
+  STRATA_CHECK(product < 0 || product == input.size(dim), "Unflatten: unflattened_size ", IntArrayRef(options.sizes()),
+               " must multiply to the size of dim ", dim, " of the input of shape ", input.sizes());
+  return input.reshape(sizes);
+}
+
+void UnflattenImpl::pretty_print(std::ostream& os) const {
+  os << "Unflatten(dim=" << options.dim() << ", unflattened_size=" << IntArrayRef(options.sizes()) << ")";
+}
+
 void LinearImpl::pretty_print(std::ostream& os) const {
   os << "Linear(in_features=" << options.in_features() << ", out_features=" << options.out_features()
      << ", bias=" << (options.bias() ? "true" : "false") << ")";

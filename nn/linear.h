@@ -1,14 +1,20 @@
 #pragma once
-// Linear, the fully connected layer y = x @ weight^T + bias, initialised as torch.nn.Linear.
+// Linear, the fully connected layer y = x @ weight^T + bias, initialised as torch.nn.Linear; and
+// Flatten and Unflatten, which libtorch keeps beside it.
 //
 //   nn::Linear fc(784, 256);                                      // weight [256, 784], bias [256]
 //   nn::Linear head(nn::LinearOptions(256, 10).bias(false));      // no bias
 //   Tensor x = randn({64, 784});
 //   Tensor y = fc(x);                                             // x [..., 784] -> y [..., 256]
 //   std::cout << *fc;   // Linear(in_features=784, out_features=256, bias=true)
+//   nn::Flatten flat;                                             // [N, C, H, W] -> [N, C * H * W]
+//   nn::Unflatten unflat(nn::UnflattenOptions(1, {16, 7, 7}));    // [N, 784] -> [N, 16, 7, 7]
+//   Tensor maps = unflat(flat(randn({2, 16, 7, 7})));
 
 #include <cstdint>
 #include <ostream>
+#include <utility>
+#include <vector>
 
 #include "strata/nn/module.h"
 #include "strata/tensor/arg.h"
@@ -47,5 +53,43 @@ class LinearImpl : public Module {
   Tensor bias;            ///< [out_features], undefined without bias
 };
 STRATA_MODULE(Linear);
+
+/// Flatten's dims: FlattenOptions().start_dim(1).end_dim(-1), as libtorch's defaults.
+class FlattenOptions {
+ public:
+  STRATA_ARG(int64_t, start_dim) = 1;  ///< first dim to merge
+  STRATA_ARG(int64_t, end_dim) = -1;   ///< last dim to merge
+};
+
+/// Merges dims start_dim..end_dim into one, as torch.nn.Flatten ([N, C, H, W] -> [N, C * H * W] by default).
+class FlattenImpl : public Module {
+ public:
+  explicit FlattenImpl(const FlattenOptions& options = {});  ///< from options
+  Tensor forward(const Tensor& input);                       ///< input.flatten(start_dim, end_dim)
+  void pretty_print(std::ostream& os) const override;        ///< "Flatten(start_dim=1, end_dim=-1)"
+
+  FlattenOptions options;  ///< the dims it merges
+};
+STRATA_MODULE(Flatten);
+
+/// Unflatten's dim and the sizes it becomes: UnflattenOptions(1, {16, 4, 4}).
+class UnflattenOptions {
+ public:
+  UnflattenOptions(int64_t dim, std::vector<int64_t> sizes) : dim_(dim), sizes_(std::move(sizes)) {}  ///< dim, sizes
+  STRATA_ARG(int64_t, dim);                 ///< the dim to split
+  STRATA_ARG(std::vector<int64_t>, sizes);  ///< what it becomes (their product is its size)
+};
+
+/// Splits one dim into sizes, as torch.nn.Unflatten ([N, 256] -> [N, 16, 4, 4] with dim 1, sizes {16, 4, 4}).
+class UnflattenImpl : public Module {
+ public:
+  UnflattenImpl(int64_t dim, std::vector<int64_t> sizes) : UnflattenImpl(UnflattenOptions(dim, std::move(sizes))) {}
+  explicit UnflattenImpl(const UnflattenOptions& options);  ///< from options
+  Tensor forward(const Tensor& input);                      ///< input with dim replaced by sizes
+  void pretty_print(std::ostream& os) const override;       ///< "Unflatten(dim=1, unflattened_size=[16, 4, 4])"
+
+  UnflattenOptions options;  ///< the dim and sizes
+};
+STRATA_MODULE(Unflatten);
 
 }  // namespace strata::nn
