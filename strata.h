@@ -37,6 +37,7 @@
 #include "strata/nn/pooling.h"
 #include "strata/nn/safetensors.h"
 #include "strata/nn/serialize.h"
+#include "strata/nn/sync_batch_norm.h"
 #include "strata/nn/transformer.h"
 #include "strata/optim/adam.h"
 #include "strata/optim/lr_scheduler.h"

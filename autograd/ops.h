@@ -117,6 +117,16 @@ Tensor log_softmax(const Tensor& a, int64_t dim);  ///< a - logsumexp(a) along d
 /// Normalises over the trailing dims `normalized_shape`, then scales and shifts (weight and bias optional).
 Tensor layer_norm(const Tensor& a, IntArrayRef normalized_shape, const Tensor& weight = {}, const Tensor& bias = {},
                   double eps = 1e-5);
+/// Normalises each channel (dim 1) of [N, C, ...]: with the batch's statistics when training (and running_mean /
+/// running_var, if given, updated in place by momentum), else with the running ones; then * weight + bias
+Tensor batch_norm(const Tensor& input, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                  const Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5);
+/// Normalises each sample's channels in num_groups groups, then * weight + bias per channel
+Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight = {}, const Tensor& bias = {},
+                  double eps = 1e-5);
+/// x / sqrt(mean(x^2) + eps) over the trailing dims normalized_shape, then * weight; eps defaults to finfo.eps
+Tensor rms_norm(const Tensor& input, IntArrayRef normalized_shape, const Tensor& weight = {},
+                std::optional<double> eps = std::nullopt);
 /// Zeroes elements with probability p and scales the rest by 1/(1-p) when training.
 Tensor dropout(const Tensor& a, double p = 0.5, bool train = true, Generator* gen = nullptr);
 /// int64 class indices to a one-hot int64 tensor with a trailing dim of num_classes (-1: max + 1).

@@ -9,6 +9,7 @@
 #include "strata/autograd/ops.h"
 #include "strata/nn/conv.h"
 #include "strata/nn/dropout.h"
+#include "strata/nn/normalization.h"
 #include "strata/nn/pooling.h"
 
 namespace strata::nn::functional {
@@ -18,12 +19,14 @@ using strata::Reduction;    ///< None, Mean or Sum
 
 using strata::adaptive_avg_pool2d;  ///< mean over windows tiling [H, W] into an output size
 using strata::avg_pool2d;           ///< mean over sliding windows
+using strata::batch_norm;           ///< normalisation of each channel over a batch
 using strata::conv1d;               ///< 1-D convolution
 using strata::conv2d;               ///< 2-D convolution
 using strata::conv_transpose2d;     ///< transposed 2-D convolution
 using strata::cross_entropy;        ///< log_softmax over dim 1, then nll_loss
 using strata::dropout;              ///< random zeroing while training
 using strata::gelu;                 ///< x * Phi(x), exact or tanh
+using strata::group_norm;           ///< normalisation over groups of channels
 using strata::layer_norm;           ///< normalisation over trailing dims
 using strata::log_softmax;          ///< log of softmax
 using strata::max_pool1d;           ///< max over sliding windows of [N, C, L]
@@ -32,6 +35,7 @@ using strata::mse_loss;             ///< squared error
 using strata::nll_loss;             ///< negative log likelihood
 using strata::one_hot;              ///< class indices to one-hot
 using strata::relu;                 ///< max(x, 0)
+using strata::rms_norm;             ///< x / sqrt(mean(x^2) + eps) over trailing dims
 using strata::sigmoid;              ///< 1 / (1 + exp(-x))
 using strata::silu;                 ///< x * sigmoid(x)
 using strata::softmax;              ///< exp normalised along a dim
