@@ -65,6 +65,13 @@ Tensor ge(const Tensor& a, Scalar b);                                ///< a >= b
 Tensor logical_and(const Tensor& a, const Tensor& b);                ///< a && b, bool
 Tensor logical_or(const Tensor& a, const Tensor& b);                 ///< a || b, bool
 Tensor logical_not(const Tensor& a);                                 ///< !a, bool
+Tensor bitwise_and(const Tensor& a, const Tensor& b);                ///< a & b on integers and bool (and, on bool)
+Tensor bitwise_and(const Tensor& a, Scalar b);                       ///< a & b
+Tensor bitwise_or(const Tensor& a, const Tensor& b);                 ///< a | b on integers and bool (or, on bool)
+Tensor bitwise_or(const Tensor& a, Scalar b);                        ///< a | b
+Tensor bitwise_xor(const Tensor& a, const Tensor& b);                ///< a ^ b on integers and bool (xor, on bool)
+Tensor bitwise_xor(const Tensor& a, Scalar b);                       ///< a ^ b
+Tensor bitwise_not(const Tensor& a);                                 ///< ~a on integers, !a on bool
 
 // ---- reductions (autograd/ops/reduce.cpp); an empty dims list means every dim ----
 Tensor sum(const Tensor& a, IntArrayRef dims = {}, bool keepdim = false);   ///< sum over dims

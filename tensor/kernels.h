@@ -19,7 +19,8 @@
 
 namespace strata {
 
-/// Elementwise functions of one tensor. Gelu is x * Phi(x); GeluTanh its tanh approximation.
+/// Elementwise functions of one tensor. Gelu is x * Phi(x); GeluTanh its tanh approximation; BitwiseNot
+/// (integers and bool) is ~x, or !x for bool.
 enum class UnaryOp : int8_t {
   Neg,
   Exp,
@@ -34,10 +35,12 @@ enum class UnaryOp : int8_t {
   Erf,
   LogicalNot,
   Gelu,
-  GeluTanh
+  GeluTanh,
+  BitwiseNot
 };
 /// Elementwise functions of two tensors; comparisons and logical ops write bool. GeluBackward and
 /// GeluTanhBackward take (grad, x) and give grad * gelu'(x), one pass instead of the dozen a composite takes.
+/// The bitwise ops take integers and bool (where they are and, or and xor) and keep the dtype.
 enum class BinaryOp : int8_t {
   Add,
   Sub,
@@ -55,7 +58,10 @@ enum class BinaryOp : int8_t {
   LogicalAnd,
   LogicalOr,
   GeluBackward,
-  GeluTanhBackward
+  GeluTanhBackward,
+  BitwiseAnd,
+  BitwiseOr,
+  BitwiseXor
 };
 /// GELU's constants: 1/sqrt(2), 1/sqrt(2 pi), sqrt(2/pi) and the tanh form's cubic coefficient.
 inline constexpr double kGeluSqrtHalf = 0.7071067811865476, kGeluInvSqrt2Pi = 0.3989422804014327,
@@ -76,6 +82,9 @@ constexpr bool writes_bool(BinaryOp op) {
     case BinaryOp::Minimum:
     case BinaryOp::GeluBackward:
     case BinaryOp::GeluTanhBackward:
+    case BinaryOp::BitwiseAnd:
+    case BinaryOp::BitwiseOr:
+    case BinaryOp::BitwiseXor:
       return false;
     case BinaryOp::Eq:
     case BinaryOp::Ne:

@@ -142,15 +142,33 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
 }
 
 const char* to_string(UnaryOp op) {
-  static constexpr const char* kNames[] = {"neg",     "exp",  "log",  "sqrt", "rsqrt",       "abs",  "tanh",
-                                           "sigmoid", "relu", "sign", "erf",  "logical_not", "gelu", "gelu_tanh"};
+  static constexpr const char* kNames[] = {"neg", "exp",         "log",     "sqrt",      "rsqrt",
+                                           "abs", "tanh",        "sigmoid", "relu",      "sign",
+                                           "erf", "logical_not", "gelu",    "gelu_tanh", "bitwise_not"};
   return kNames[static_cast<int>(op)];
 }
 
 const char* to_string(BinaryOp op) {
-  static constexpr const char* kNames[] = {
-      "add", "sub", "mul", "div",         "pow",        "maximum",       "minimum",           "eq", "ne", "lt",
-      "le",  "gt",  "ge",  "logical_and", "logical_or", "gelu_backward", "gelu_tanh_backward"};
+  static constexpr const char* kNames[] = {"add",
+                                           "sub",
+                                           "mul",
+                                           "div",
+                                           "pow",
+                                           "maximum",
+                                           "minimum",
+                                           "eq",
+                                           "ne",
+                                           "lt",
+                                           "le",
+                                           "gt",
+                                           "ge",
+                                           "logical_and",
+                                           "logical_or",
+                                           "gelu_backward",
+                                           "gelu_tanh_backward",
+                                           "bitwise_and",
+                                           "bitwise_or",
+                                           "bitwise_xor"};
   return kNames[static_cast<int>(op)];
 }
 

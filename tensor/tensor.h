@@ -337,19 +337,48 @@ class Tensor {
   std::shared_ptr<TensorImpl> impl_;
 };
 
-Tensor operator+(const Tensor& a, const Tensor& b);  ///< add
-Tensor operator+(const Tensor& a, Scalar b);         ///< add
-Tensor operator+(Scalar a, const Tensor& b);         ///< add
-Tensor operator-(const Tensor& a, const Tensor& b);  ///< sub
-Tensor operator-(const Tensor& a, Scalar b);         ///< sub
-Tensor operator-(Scalar a, const Tensor& b);         ///< sub
-Tensor operator*(const Tensor& a, const Tensor& b);  ///< mul
-Tensor operator*(const Tensor& a, Scalar b);         ///< mul
-Tensor operator*(Scalar a, const Tensor& b);         ///< mul
-Tensor operator/(const Tensor& a, const Tensor& b);  ///< div
-Tensor operator/(const Tensor& a, Scalar b);         ///< div
-Tensor operator/(Scalar a, const Tensor& b);         ///< div
-Tensor operator-(const Tensor& a);                   ///< neg
+Tensor operator+(const Tensor& a, const Tensor& b);   ///< add
+Tensor operator+(const Tensor& a, Scalar b);          ///< add
+Tensor operator+(Scalar a, const Tensor& b);          ///< add
+Tensor operator-(const Tensor& a, const Tensor& b);   ///< sub
+Tensor operator-(const Tensor& a, Scalar b);          ///< sub
+Tensor operator-(Scalar a, const Tensor& b);          ///< sub
+Tensor operator*(const Tensor& a, const Tensor& b);   ///< mul
+Tensor operator*(const Tensor& a, Scalar b);          ///< mul
+Tensor operator*(Scalar a, const Tensor& b);          ///< mul
+Tensor operator/(const Tensor& a, const Tensor& b);   ///< div
+Tensor operator/(const Tensor& a, Scalar b);          ///< div
+Tensor operator/(Scalar a, const Tensor& b);          ///< div
+Tensor operator-(const Tensor& a);                    ///< neg
+Tensor operator==(const Tensor& a, const Tensor& b);  ///< eq, a bool tensor
+Tensor operator==(const Tensor& a, Scalar b);         ///< eq, a bool tensor
+Tensor operator==(Scalar a, const Tensor& b);         ///< eq, a bool tensor
+Tensor operator!=(const Tensor& a, const Tensor& b);  ///< ne, a bool tensor
+Tensor operator!=(const Tensor& a, Scalar b);         ///< ne, a bool tensor
+Tensor operator!=(Scalar a, const Tensor& b);         ///< ne, a bool tensor
+Tensor operator<(const Tensor& a, const Tensor& b);   ///< lt, a bool tensor
+Tensor operator<(const Tensor& a, Scalar b);          ///< lt, a bool tensor
+Tensor operator<(Scalar a, const Tensor& b);          ///< b > a, a bool tensor
+Tensor operator<=(const Tensor& a, const Tensor& b);  ///< le, a bool tensor
+Tensor operator<=(const Tensor& a, Scalar b);         ///< le, a bool tensor
+Tensor operator<=(Scalar a, const Tensor& b);         ///< b >= a, a bool tensor
+Tensor operator>(const Tensor& a, const Tensor& b);   ///< gt, a bool tensor
+Tensor operator>(const Tensor& a, Scalar b);          ///< gt, a bool tensor
+Tensor operator>(Scalar a, const Tensor& b);          ///< b < a, a bool tensor
+Tensor operator>=(const Tensor& a, const Tensor& b);  ///< ge, a bool tensor
+Tensor operator>=(const Tensor& a, Scalar b);         ///< ge, a bool tensor
+Tensor operator>=(Scalar a, const Tensor& b);         ///< b <= a, a bool tensor
+Tensor operator&(const Tensor& a, const Tensor& b);   ///< bitwise_and (and, on bool)
+Tensor operator&(const Tensor& a, Scalar b);          ///< bitwise_and
+Tensor operator&(Scalar a, const Tensor& b);          ///< bitwise_and
+Tensor operator|(const Tensor& a, const Tensor& b);   ///< bitwise_or (or, on bool)
+Tensor operator|(const Tensor& a, Scalar b);          ///< bitwise_or
+Tensor operator|(Scalar a, const Tensor& b);          ///< bitwise_or
+Tensor operator^(const Tensor& a, const Tensor& b);   ///< bitwise_xor (xor, on bool)
+Tensor operator^(const Tensor& a, Scalar b);          ///< bitwise_xor
+Tensor operator^(Scalar a, const Tensor& b);          ///< bitwise_xor
+Tensor operator~(const Tensor& a);                    ///< bitwise_not (not, on bool)
+Tensor operator!(const Tensor& a);                    ///< logical_not
 
 /// Prints dtype, shape and values, e.g. "tensor([[1, 2], [3, 4]], dtype=Float)".
 std::ostream& operator<<(std::ostream& os, const Tensor& t);

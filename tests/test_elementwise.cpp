@@ -462,3 +462,44 @@ TEST(Elementwise, GradgradcheckSmoothOps) {
   EXPECT_GRADGRADCHECK(silu_fn, {leaf({4})});
   EXPECT_GRADGRADCHECK(misc_fn, {leaf_in({3}, 0.5, 2)});
 }
+
+// libtorch's operators: comparisons give bool tensors (a scalar on either side), & | ^ ~ are bitwise on
+// integers and logical on bool, ! is logical_not.
+TEST(Elementwise, ComparisonAndBitwiseOperators) {
+  Tensor a = tensor({1.0, 2.0, 3.0}), b = tensor({3.0, 2.0, 1.0});
+  EXPECT_VALUES(a > b, {0, 0, 1});
+  EXPECT_VALUES(a >= b, {0, 1, 1});
+  EXPECT_VALUES(a < b, {1, 0, 0});
+  EXPECT_VALUES(a <= b, {1, 1, 0});
+  EXPECT_VALUES(a == b, {0, 1, 0});
+  EXPECT_VALUES(a != b, {1, 0, 1});
+  EXPECT_EQ((a > b).dtype(), kBool);
+  EXPECT_VALUES(a > 1.5, {0, 1, 1});
+  EXPECT_VALUES(2 < a, {0, 0, 1});   // 2 < a is a > 2
+  EXPECT_VALUES(2 >= a, {1, 1, 0});  // a <= 2
+  EXPECT_VALUES(2 == a, {0, 1, 0});
+  EXPECT_VALUES(2 != a, {1, 0, 1});
+  Tensor i = tensor({12, 10, -1}), j = tensor({10, 6, 1});
+  EXPECT_VALUES(i & j, {8, 2, 1});
+  EXPECT_VALUES(i | j, {14, 14, -1});
+  EXPECT_VALUES(i ^ j, {6, 12, -2});
+  EXPECT_VALUES(i & 4, {4, 0, 4});
+  EXPECT_VALUES(1 | i, {13, 11, -1});
+  EXPECT_VALUES(~i, {-13, -11, 0});
+  EXPECT_EQ((i & j).dtype(), kLong);
+  Tensor p = a > 1.5, q = a < 2.5;
+  EXPECT_VALUES(p & q, {0, 1, 0});
+  EXPECT_VALUES(p | q, {1, 1, 1});
+  EXPECT_VALUES(p ^ q, {1, 0, 1});
+  EXPECT_VALUES(~p, {1, 0, 0});
+  EXPECT_VALUES(!p, {1, 0, 0});
+  EXPECT_VALUES(!a, {0, 0, 0});  // logical_not of floats
+  EXPECT_EQ((p & q).dtype(), kBool);
+  EXPECT_THROW_MSG(a & b, "bitwise_and: expected integer or bool operands, got Float and Float");
+  EXPECT_THROW_MSG(i | 1.5, "bitwise_or: expected integer or bool operands");
+  EXPECT_THROW_MSG(~a, "bitwise_not: expected an integer or bool tensor, got Float");
+  // Strided and broadcast operands.
+  Tensor m = arange(6).reshape({2, 3});
+  EXPECT_VALUES(m.t() & tensor({1, 3}), {0, 3, 1, 0, 0, 1});
+  EXPECT_VALUES(m.t() > tensor({1, 3}).to(kFloat), {0, 0, 0, 1, 1, 1});
+}

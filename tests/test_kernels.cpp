@@ -99,6 +99,13 @@ TEST(Kernels, BinaryOpsAllDtypes) {
     check(BinaryOp::LogicalAnd, kBool, [](double p, double q) { return p != 0 && q != 0; });
     check(BinaryOp::LogicalOr, kBool, [](double p, double q) { return p != 0 || q != 0; });
     if (dt == kLong) {
+      check(BinaryOp::BitwiseAnd, dt, [](double p, double q) { return double(int64_t(p) & int64_t(q)); });
+      check(BinaryOp::BitwiseOr, dt, [](double p, double q) { return double(int64_t(p) | int64_t(q)); });
+      check(BinaryOp::BitwiseXor, dt, [](double p, double q) { return double(int64_t(p) ^ int64_t(q)); });
+    } else {
+      EXPECT_THROW_MSG(check(BinaryOp::BitwiseAnd, dt, nullptr), "bitwise_and does not support");
+    }
+    if (dt == kLong) {
       check(BinaryOp::Div, dt, [](double p, double q) { return q == 0 ? 0 : std::trunc(p / q); });
       check(BinaryOp::Pow, dt, [](double p, double q) {
         return q < 0 ? (p == 1 ? 1 : p == -1 ? -1 : 0) : std::pow(p, q);

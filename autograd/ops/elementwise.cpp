@@ -668,6 +668,41 @@ Tensor compare_scalar(BinaryOp op, const Tensor& a, const Scalar& s, const char*
 }
 }  // namespace
 
+// Bitwise ops: integers and bool only (on bool they are logical), in the promoted dtype; no gradient.
+namespace {
+Tensor bitwise(BinaryOp op, const Tensor& a, const Tensor& b, ScalarType compute, const char* name) {
+  STRATA_CHECK(!is_floating_point(compute), name, ": expected integer or bool operands, got ", a.dtype(), " and ",
+               b.dtype());
+  return binary_kernel(op, a, b, compute, compute, name);
+}
+}  // namespace
+
+Tensor bitwise_and(const Tensor& a, const Tensor& b) {
+  return bitwise(BinaryOp::BitwiseAnd, a, b, result_type(a, b), "bitwise_and");
+}
+Tensor bitwise_or(const Tensor& a, const Tensor& b) {
+  return bitwise(BinaryOp::BitwiseOr, a, b, result_type(a, b), "bitwise_or");
+}
+Tensor bitwise_xor(const Tensor& a, const Tensor& b) {
+  return bitwise(BinaryOp::BitwiseXor, a, b, result_type(a, b), "bitwise_xor");
+}
+Tensor bitwise_and(const Tensor& a, Scalar b) {
+  const ScalarType c = result_type(a, b);
+  return bitwise(BinaryOp::BitwiseAnd, a, wrap(b, c, a), c, "bitwise_and");
+}
+Tensor bitwise_or(const Tensor& a, Scalar b) {
+  const ScalarType c = result_type(a, b);
+  return bitwise(BinaryOp::BitwiseOr, a, wrap(b, c, a), c, "bitwise_or");
+}
+Tensor bitwise_xor(const Tensor& a, Scalar b) {
+  const ScalarType c = result_type(a, b);
+  return bitwise(BinaryOp::BitwiseXor, a, wrap(b, c, a), c, "bitwise_xor");
+}
+Tensor bitwise_not(const Tensor& a) {
+  STRATA_CHECK(!a.is_floating_point(), "bitwise_not: expected an integer or bool tensor, got ", a.dtype());
+  return unary_kernel(UnaryOp::BitwiseNot, a, a.dtype());
+}
+
 Tensor eq(const Tensor& a, Scalar b) { return compare_scalar(BinaryOp::Eq, a, b, "eq"); }
 Tensor ne(const Tensor& a, Scalar b) { return compare_scalar(BinaryOp::Ne, a, b, "ne"); }
 Tensor lt(const Tensor& a, Scalar b) { return compare_scalar(BinaryOp::Lt, a, b, "lt"); }
@@ -737,6 +772,35 @@ Tensor operator/(Scalar a, const Tensor& b) {
   return div_impl(wrap(a, c, b), b, c);
 }
 Tensor operator-(const Tensor& a) { return neg(a); }
+Tensor operator==(const Tensor& a, const Tensor& b) { return eq(a, b); }
+Tensor operator==(const Tensor& a, Scalar b) { return eq(a, b); }
+Tensor operator==(Scalar a, const Tensor& b) { return eq(b, a); }
+Tensor operator!=(const Tensor& a, const Tensor& b) { return ne(a, b); }
+Tensor operator!=(const Tensor& a, Scalar b) { return ne(a, b); }
+Tensor operator!=(Scalar a, const Tensor& b) { return ne(b, a); }
+Tensor operator<(const Tensor& a, const Tensor& b) { return lt(a, b); }
+Tensor operator<(const Tensor& a, Scalar b) { return lt(a, b); }
+Tensor operator<(Scalar a, const Tensor& b) { return gt(b, a); }
+Tensor operator<=(const Tensor& a, const Tensor& b) { return le(a, b); }
+Tensor operator<=(const Tensor& a, Scalar b) { return le(a, b); }
+Tensor operator<=(Scalar a, const Tensor& b) { return ge(b, a); }
+Tensor operator>(const Tensor& a, const Tensor& b) { return gt(a, b); }
+Tensor operator>(const Tensor& a, Scalar b) { return gt(a, b); }
+Tensor operator>(Scalar a, const Tensor& b) { return lt(b, a); }
+Tensor operator>=(const Tensor& a, const Tensor& b) { return ge(a, b); }
+Tensor operator>=(const Tensor& a, Scalar b) { return ge(a, b); }
+Tensor operator>=(Scalar a, const Tensor& b) { return le(b, a); }
+Tensor operator&(const Tensor& a, const Tensor& b) { return bitwise_and(a, b); }
+Tensor operator&(const Tensor& a, Scalar b) { return bitwise_and(a, b); }
+Tensor operator&(Scalar a, const Tensor& b) { return bitwise_and(b, a); }
+Tensor operator|(const Tensor& a, const Tensor& b) { return bitwise_or(a, b); }
+Tensor operator|(const Tensor& a, Scalar b) { return bitwise_or(a, b); }
+Tensor operator|(Scalar a, const Tensor& b) { return bitwise_or(b, a); }
+Tensor operator^(const Tensor& a, const Tensor& b) { return bitwise_xor(a, b); }
+Tensor operator^(const Tensor& a, Scalar b) { return bitwise_xor(a, b); }
+Tensor operator^(Scalar a, const Tensor& b) { return bitwise_xor(b, a); }
+Tensor operator~(const Tensor& a) { return bitwise_not(a); }
+Tensor operator!(const Tensor& a) { return logical_not(a); }
 
 // ---- in-place methods ----
 

@@ -58,6 +58,15 @@ void arithmetic(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out
       return binary_loop<T, T>(a, b, out, [](T x, T y) { return (x > y || is_nan(x)) ? x : y; });
     case BinaryOp::Minimum:
       return binary_loop<T, T>(a, b, out, [](T x, T y) { return (x < y || is_nan(x)) ? x : y; });
+    case BinaryOp::BitwiseAnd:
+      if constexpr (std::is_integral_v<T>) return binary_loop<T, T>(a, b, out, [](T x, T y) { return T(x & y); });
+      break;
+    case BinaryOp::BitwiseOr:
+      if constexpr (std::is_integral_v<T>) return binary_loop<T, T>(a, b, out, [](T x, T y) { return T(x | y); });
+      break;
+    case BinaryOp::BitwiseXor:
+      if constexpr (std::is_integral_v<T>) return binary_loop<T, T>(a, b, out, [](T x, T y) { return T(x ^ y); });
+      break;
     default:
       break;
   }

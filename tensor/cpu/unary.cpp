@@ -148,6 +148,14 @@ void CpuKernels::unary(UnaryOp op, const Tensor& in, const Tensor& out) const {
           return unary_loop<T, T>(in, out, [](T x) { return x; });
         else
           return unary_loop<T, T>(in, out, [](T x) { return static_cast<T>((T(0) < x) - (x < T(0))); });
+      case UnaryOp::BitwiseNot:
+        if constexpr (kBool)
+          return unary_loop<T, T>(in, out, [](T x) { return !x; });
+        else if constexpr (std::is_integral_v<T>)
+          return unary_loop<T, T>(in, out, [](T x) { return T(~x); });
+        else
+          STRATA_CHECK(false, to_string(op), " does not support ", in.dtype());
+        break;
       default:
         break;
     }

@@ -182,6 +182,15 @@ struct Erf {
     return erf(x);
   }
 };
+struct BitwiseNot {
+  template <class T>
+  __device__ T operator()(T x) const {
+    if constexpr (std::is_same_v<T, bool>)
+      return !x;
+    else
+      return static_cast<T>(~x);
+  }
+};
 struct Gelu {
   template <class T>
   __device__ T operator()(T x) const {
@@ -313,6 +322,25 @@ struct LogicalOr {
     return x != T(0) || y != T(0);
   }
 };
+// Bitwise ops on integers; on bool, and, or and xor.
+struct BitwiseAnd {
+  template <class T>
+  __device__ T operator()(T x, T y) const {
+    return static_cast<T>(x & y);
+  }
+};
+struct BitwiseOr {
+  template <class T>
+  __device__ T operator()(T x, T y) const {
+    return static_cast<T>(x | y);
+  }
+};
+struct BitwiseXor {
+  template <class T>
+  __device__ T operator()(T x, T y) const {
+    return static_cast<T>(x ^ y);
+  }
+};
 /// grad * gelu'(x), exact and tanh form.
 struct GeluBackward {
   template <class T>
@@ -380,6 +408,15 @@ void arithmetic(BinaryOp op, const Tensor& b, const Loop<3>& loop, int device) {
       return launch<T, T, T>(Maximum{}, loop, device);
     case BinaryOp::Minimum:
       return launch<T, T, T>(Minimum{}, loop, device);
+    case BinaryOp::BitwiseAnd:
+      if constexpr (std::is_integral_v<T>) return launch<T, T, T>(BitwiseAnd{}, loop, device);
+      break;
+    case BinaryOp::BitwiseOr:
+      if constexpr (std::is_integral_v<T>) return launch<T, T, T>(BitwiseOr{}, loop, device);
+      break;
+    case BinaryOp::BitwiseXor:
+      if constexpr (std::is_integral_v<T>) return launch<T, T, T>(BitwiseXor{}, loop, device);
+      break;
     default:
       break;
   }
@@ -445,6 +482,9 @@ void CudaKernels::unary(UnaryOp op, const Tensor& in, const Tensor& out) const {
         return launch<bool, T>(LogicalNot{}, loop, device);
       case UnaryOp::Sign:
         return launch<T, T>(Sign{}, loop, device);
+      case UnaryOp::BitwiseNot:
+        if constexpr (std::is_integral_v<T>) return launch<T, T>(BitwiseNot{}, loop, device);
+        break;
       default:
         break;
     }

@@ -295,6 +295,24 @@ TEST(CudaElementwise, WrappedNumbersKeepIntegerResultsExact) {
   EXPECT_EQ((indices({3}, 5).cuda() / 2).dtype(), kFloat);  // true division
 }
 
+// The bitwise operators and the comparisons written as operators agree with the CPU, contiguous (the
+// vectorised path), transposed and broadcast; floats are refused on both devices.
+TEST(CudaElementwise, BitwiseAndComparisonOperatorsMatchCpu) {
+  STRATA_REQUIRE_CUDA();
+  const Tensor i = indices({40, 33}, 1000) - 500, j = indices({40, 33}, 1000, 7) - 500;
+  const Tensor p = i > 0, q = j.t().contiguous().t() < 100;
+  EXPECT_TRUE(matches((i.cuda() & j.cuda()), i & j));
+  EXPECT_TRUE(matches((i.cuda().t() | j.cuda().t()), (i.t() | j.t())));
+  EXPECT_TRUE(matches((i.cuda() ^ 0x55), i ^ 0x55));
+  EXPECT_TRUE(matches(~i.cuda(), ~i));
+  EXPECT_TRUE(matches((p.cuda() & q.cuda()) | !p.cuda(), (p & q) | !p));
+  EXPECT_TRUE(matches(p.cuda() ^ q.cuda(), p ^ q));
+  EXPECT_TRUE(matches(~p.cuda(), ~p));
+  EXPECT_TRUE(matches(i.cuda() >= j.cuda(), i >= j));
+  EXPECT_TRUE(matches(3 < i.cuda(), 3 < i));
+  EXPECT_THROW((void)(uniform({3}, 0, 1).cuda() & uniform({3}, 0, 1).cuda()), Error);
+}
+
 TEST(CudaElementwise, ReducedPrecisionMixedWithFloatComputesInFloat) {
   STRATA_REQUIRE_CUDA();
   for (ScalarType dt : {kHalf, kBFloat16}) {
