@@ -8,8 +8,10 @@
 #include <strata/autograd/gradcheck.h>
 #include <strata/nn/activation.h>
 #include <strata/nn/container.h>
+#include <strata/nn/conv.h>
 #include <strata/nn/linear.h>
 #include <strata/nn/normalization.h>
+#include <strata/nn/pooling.h>
 #include <strata/nn/safetensors.h>
 #include <strata/nn/serialize.h>
 #include <strata/nn/transformer.h>
@@ -17,11 +19,12 @@
 #include <strata/optim/sgd.h>
 #include <strata/tensor/cuda.h>
 
-#include "../helpers.h"
+#include "parity.h"
 
 namespace strata {
 namespace {
 
+using testing::cuda_matches_cpu;
 using testing::normalized_error;
 using testing::same_tensor;
 
@@ -167,6 +170,31 @@ TEST(CudaGradcheck, Layers) {
   nn::CausalSelfAttention attn(4, 2);
   attn->to(strata::testing::gpu(), kDouble);
   EXPECT_GRADCHECK([&](const tensor_list& in) { return attn(in[0]); }, with_parameters(randn({2, 3, 4}, gpu64), *attn));
+}
+
+// The sliding-window ops and the new normalisations on the GPU: forward and gradients match the CPU in
+// float64 (they are composites of gathers, matmuls and reductions, so the same code runs on both), and
+// gradcheck passes on the GPU.
+TEST(CudaGradcheck, ConvolutionPoolingAndNormalization) {
+  STRATA_REQUIRE_CUDA();
+  manual_seed(4);
+  const tensor_list inputs{randn({2, 4, 7, 6}, kDouble), randn({6, 2, 3, 3}, kDouble), randn({6}, kDouble)};
+  auto net = [](const tensor_list& in) {
+    Tensor y = conv2d(in[0], in[1], in[2], {2, 1}, 1, 1, 2);
+    Tensor pooled = max_pool2d(y, 3, 1, 1) + avg_pool2d(y, 3, 1, 1, false, false);
+    Tensor z = conv_transpose2d(pooled, in[1], {}, 2, 1, 1);
+    Tensor normed = batch_norm(z, {}, {}, {}, {}, true) + group_norm(z, 2) + adaptive_avg_pool2d(z, {3, 2}).mean();
+    return tensor_list{normed, im2col(in[0], 2, 1, 0, 2)};
+  };
+  EXPECT_TRUE(cuda_matches_cpu(net, inputs));
+  const TensorOptions gpu64 = TensorOptions(kDouble).device(strata::testing::gpu()).requires_grad(true);
+  nn::Conv2d conv(nn::Conv2dOptions(2, 3, 2).padding(kSame));
+  conv->to(strata::testing::gpu(), kDouble);
+  EXPECT_GRADCHECK([&](const tensor_list& in) { return max_pool2d(conv(in[0]), 2); },
+                   with_parameters(randn({1, 2, 4, 4}, gpu64), *conv));
+  nn::BatchNorm2d bn(3);
+  bn->to(strata::testing::gpu(), kDouble);
+  EXPECT_GRADCHECK([&](const tensor_list& in) { return bn(in[0]); }, with_parameters(randn({2, 3, 2, 2}, gpu64), *bn));
 }
 
 TEST(CudaGradcheck, CrossEntropy) {
