@@ -15,6 +15,7 @@
 #include "strata/autograd/ops.h"
 #include "strata/data/dataloader.h"
 #include "strata/data/dataset.h"
+#include "strata/data/datasets.h"
 #include "strata/data/idx.h"
 #include "strata/distributed/collectives.h"
 #include "strata/distributed/comm_logger.h"

@@ -205,6 +205,9 @@ struct LossOptions {
 };
 /// Negative log likelihood of log-probabilities [N, C] (or [N, C, d...]) at int64 targets [N] (or [N, d...]).
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const LossOptions& options = {});
+/// nll_loss with libtorch's positional arguments: nll_loss(out, target, /*weight=*/{}, Reduction::Sum)
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const Tensor& weight,
+                Reduction reduction = Reduction::Mean, int64_t ignore_index = -100);
 /// log_softmax over dim 1 then nll_loss, with optional label smoothing.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const LossOptions& options = {});
 /// Mean (or sum, or none) of the squared difference.

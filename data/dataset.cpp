@@ -34,37 +34,37 @@ Tensor stack_field(const std::vector<Example>& examples, Tensor Example::*field,
   return out;
 }
 
-/// root/name, or root/name.gz when only that exists; throws naming the package that provides the files.
-std::string fashion_mnist_file(const std::string& root, const std::string& name) {
+/// root/name, or root/name.gz when only that exists; throws naming the package that provides Fashion-MNIST.
+std::string mnist_file(const std::string& root, const std::string& name, const char* what) {
   const std::filesystem::path plain = std::filesystem::path(root) / name;
   const std::filesystem::path gz = std::filesystem::path(root) / (name + ".gz");
   if (std::filesystem::exists(plain)) return plain.string();
-  STRATA_CHECK(std::filesystem::exists(gz), "FashionMNIST: missing ", gz.string(), " (or ", plain.string(),
-               "); the Debian package dataset-fashion-mnist provides the Fashion-MNIST files in ",
+  STRATA_CHECK(std::filesystem::exists(gz), what, ": missing ", gz.string(), " (or ", plain.string(),
+               "); the Debian package dataset-fashion-mnist provides the Fashion-MNIST files, named as MNIST's, in ",
                FashionMNIST::kDefaultRoot, ": apt-get install dataset-fashion-mnist");
   return gz.string();
 }
 
-TensorDataset load_fashion_mnist(const std::string& root, FashionMNIST::Mode mode) {
-  const std::string prefix = mode == FashionMNIST::Mode::kTrain ? "train" : "t10k";
-  const std::string images_path = fashion_mnist_file(root, prefix + "-images-idx3-ubyte");
-  const std::string labels_path = fashion_mnist_file(root, prefix + "-labels-idx1-ubyte");
+}  // namespace
+
+TensorDataset read_mnist(const std::string& root, bool train, const char* what) {
+  const std::string prefix = train ? "train" : "t10k";
+  const std::string images_path = mnist_file(root, prefix + "-images-idx3-ubyte", what);
+  const std::string labels_path = mnist_file(root, prefix + "-labels-idx1-ubyte", what);
   Tensor images = read_idx(images_path, kFloat32);
   Tensor labels = read_idx(labels_path);
-  STRATA_CHECK(images.dim() == 3 && images.size(1) == 28 && images.size(2) == 28, "FashionMNIST: ", images_path,
+  STRATA_CHECK(images.dim() == 3 && images.size(1) == 28 && images.size(2) == 28, what, ": ", images_path,
                " holds shape ", images.sizes(), ", expected [N, 28, 28]");
-  STRATA_CHECK(labels.dim() == 1 && labels.size(0) == images.size(0), "FashionMNIST: ", labels_path, " holds shape ",
+  STRATA_CHECK(labels.dim() == 1 && labels.size(0) == images.size(0), what, ": ", labels_path, " holds shape ",
                labels.sizes(), ", expected [", images.size(0), "] to match ", images_path);
   if (labels.numel() > 0) {
     const int64_t low = labels.min().item<int64_t>(), high = labels.max().item<int64_t>();
-    STRATA_CHECK(low >= 0 && high <= 9, "FashionMNIST: ", labels_path, " holds labels in [", low, ", ", high,
+    STRATA_CHECK(low >= 0 && high <= 9, what, ": ", labels_path, " holds labels in [", low, ", ", high,
                  "], expected 0..9");
   }
   images.div_(255);
   return TensorDataset(images, labels);
 }
-
-}  // namespace
 
 Example Dataset::get_batch(IntArrayRef indices) const {
   STRATA_CHECK(!indices.empty(), "Dataset::get_batch: indices is empty");
@@ -103,6 +103,6 @@ Example TensorDataset::get_batch(IntArrayRef indices) const {
 }
 
 FashionMNIST::FashionMNIST(const std::string& root, Mode mode)
-    : TensorDataset(load_fashion_mnist(root, mode)), mode_(mode) {}
+    : TensorDataset(read_mnist(root, mode == Mode::kTrain, "FashionMNIST")), mode_(mode) {}
 
 }  // namespace strata::data

@@ -49,6 +49,11 @@ class TensorDataset : public Dataset {
   Tensor data_, targets_;
 };
 
+/// The MNIST-format files in `root` ({train,t10k}-{images-idx3,labels-idx1}-ubyte, gzip-compressed or plain), as
+/// MNIST and Fashion-MNIST ship them: images float32 [N, 28, 28] in [0, 1], labels int64 [N] in 0..9. `what` names
+/// the dataset in errors.
+TensorDataset read_mnist(const std::string& root, bool train, const char* what = "MNIST");
+
 /// Fashion-MNIST (Zalando's 28x28 grey images of 10 kinds of clothing), read from IDX files.
 /// Images are float32 [N, 28, 28] scaled to [0, 1] (flatten and normalise as the model needs);
 /// targets int64 [N] in 0..9. N is 60000 for kTrain and 10000 for kTest.

@@ -4,6 +4,7 @@
 //   Tensor a = zeros({3});
 //   STRATA_CHECK(a.dim() == 2, "mm: expected a 2-D tensor, got shape ", a.sizes());
 //   // throws strata::Error("mm: expected a 2-D tensor, got shape [3] (main.cpp:2)")
+//   STRATA_CHECK(a.numel() == 4);   // throws "Expected a.numel() == 4 to be true, but got false (main.cpp:4)
 
 #include <sstream>
 #include <stdexcept>
@@ -26,15 +27,24 @@ template <class... Args>
   os << " (" << file << ":" << line << ")";
   throw Error(os.str());
 }
+/// throw_error with the message parts, or, when there are none, one naming the failed condition (as TORCH_CHECK).
+template <class... Args>
+[[noreturn]] void throw_check(const char* file, int line, const char* condition, const Args&... args) {
+  if constexpr (sizeof...(Args) == 0)
+    throw_error(file, line, "Expected ", condition, " to be true, but got false");
+  else
+    throw_error(file, line, args...);
+}
 }  // namespace detail
 
 }  // namespace strata
 
-/// Throws strata::Error built from the message parts when `cond` is false; formats only on failure.
-#define STRATA_CHECK(cond, ...)                                       \
-  do {                                                                \
-    if (!(cond)) [[unlikely]]                                         \
-      ::strata::detail::throw_error(__FILE__, __LINE__, __VA_ARGS__); \
+/// Throws strata::Error built from the message parts when `cond` is false (without parts, a message naming
+/// `cond`); formats only on failure.
+#define STRATA_CHECK(cond, ...)                                                            \
+  do {                                                                                     \
+    if (!(cond)) [[unlikely]]                                                              \
+      ::strata::detail::throw_check(__FILE__, __LINE__, #cond __VA_OPT__(, ) __VA_ARGS__); \
   } while (0)
 
 /// For strata's own invariants: a failure is a bug in strata, not in the caller's input.

@@ -270,3 +270,16 @@ TEST(NnFunctional, LossErrors) {
   EXPECT_THROW_MSG(nll_loss(x, tensor({0, 1}), {.weight = ones({4})}),
                    "nll_loss: expected weight of shape [3], got [4]");
 }
+
+// libtorch's positional nll_loss(out, target, weight, reduction, ignore_index), and STRATA_CHECK without a
+// message (as TORCH_CHECK), which names the condition.
+TEST(NnFunctional, NllLossPositionalFormAndCheckWithoutMessage) {
+  Tensor lp = log_softmax(tensor({1.0, 2.0, 0.5, 0.1, 0.3, 2.0}).reshape({2, 3}), 1);
+  Tensor t = tensor({1, 2});
+  Tensor w = tensor({1.0, 2.0, 3.0});
+  EXPECT_TRUE(strata::testing::allclose(nll_loss(lp, t, {}, Reduction::Sum),
+                                        nll_loss(lp, t, {.reduction = Reduction::Sum}), 0, 0));
+  EXPECT_TRUE(strata::testing::allclose(nll_loss(lp, t, w, Reduction::Mean, 2),
+                                        nll_loss(lp, t, {.ignore_index = 2, .weight = w}), 0, 0));
+  EXPECT_THROW_MSG(STRATA_CHECK(lp.dim() == 3), "Expected lp.dim() == 3 to be true, but got false");
+}

@@ -302,6 +302,12 @@ Tensor nll_from(const Tensor& log_probs, const ClassTargets& t, Reduction reduct
 
 }  // namespace
 
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const Tensor& weight, Reduction reduction,
+                int64_t ignore_index) {
+  return nll_loss(log_probs, target,
+                  LossOptions{.reduction = reduction, .ignore_index = ignore_index, .weight = weight});
+}
+
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const LossOptions& options) {
   if (log_probs.dim() == 1) {  // one sample: [C] with a 0-dim target
     STRATA_CHECK(target.dim() == 0, "nll_loss: expected a 0-dim target for input of shape ", log_probs.sizes(),

@@ -123,7 +123,8 @@ TEST_F(DataFiles, FashionMNISTMissingFileNamesThePackage) {
   EXPECT_THROW_MSG(FashionMNIST(root, FashionMNIST::Mode::kTest),
                    "FashionMNIST: missing " + root + "/t10k-images-idx3-ubyte.gz (or " + root +
                        "/t10k-images-idx3-ubyte); the Debian package dataset-fashion-mnist provides the Fashion-MNIST "
-                       "files in /usr/share/datasets/fashion-mnist: apt-get install dataset-fashion-mnist");
+                       "files, named as MNIST's, in /usr/share/datasets/fashion-mnist: apt-get install "
+                       "dataset-fashion-mnist");
 }
 
 TEST_F(DataFiles, FashionMNISTReadsPlainFilesAndChecksThem) {
