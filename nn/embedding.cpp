@@ -27,4 +27,13 @@ void EmbeddingImpl::pretty_print(std::ostream& os) const {
   os << "Embedding(num_embeddings=" << weight.size(0) << ", embedding_dim=" << weight.size(1) << ")";
 }
 
+Embedding Embedding::from_pretrained(const Tensor& embeddings, const EmbeddingFromPretrainedOptions& options) {
+  STRATA_CHECK(embeddings.dim() == 2, "Embedding::from_pretrained: embeddings must be 2-D [num_embeddings, ",
+               "embedding_dim], got shape ", embeddings.sizes());
+  Embedding embedding(embeddings.size(0), embeddings.size(1));
+  embedding->weight.set_data(embeddings.detach());
+  embedding->weight.requires_grad_(!options.freeze());
+  return embedding;
+}
+
 }  // namespace strata::nn

@@ -5,11 +5,13 @@
 //   Tensor tokens = randint(0, 50257, {8, 64});
 //   Tensor h = wte(tokens);                        // int64 tokens [B, T] -> [B, T, 768]
 //   std::cout << *wte;   // Embedding(num_embeddings=50257, embedding_dim=768)
+//   nn::Embedding glove = nn::Embedding::from_pretrained(randn({1000, 50}));   // frozen: no gradient
 
 #include <cstdint>
 #include <ostream>
 
 #include "strata/nn/module.h"
+#include "strata/tensor/arg.h"
 
 namespace strata::nn {
 
@@ -26,6 +28,20 @@ class EmbeddingImpl : public Module {
 
   Tensor weight;  ///< [num_embeddings, embedding_dim]
 };
-STRATA_MODULE(Embedding);
+
+/// Embedding::from_pretrained's options, as libtorch's EmbeddingFromPretrainedOptions.
+class EmbeddingFromPretrainedOptions {
+ public:
+  STRATA_ARG(bool, freeze) = true;  ///< whether the table stays fixed (its weight does not require grad)
+};
+
+/// The handle to an EmbeddingImpl (what STRATA_MODULE(Embedding) declares), with libtorch's from_pretrained.
+class Embedding : public ModuleHolder<EmbeddingImpl> {
+ public:
+  using ModuleHolder<EmbeddingImpl>::ModuleHolder;
+  /// An Embedding whose weight is `embeddings` [num_embeddings, embedding_dim] itself (its dtype, device and
+  /// storage, as torch), frozen unless options say otherwise
+  static Embedding from_pretrained(const Tensor& embeddings, const EmbeddingFromPretrainedOptions& options = {});
+};
 
 }  // namespace strata::nn

@@ -114,6 +114,16 @@ std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_modul
   return out;
 }
 
+void Module::apply(const std::function<void(Module&)>& fn) {
+  fn(*this);
+  for (auto& [name, child] : children_) child->apply(fn);
+}
+
+void Module::apply(const std::function<void(const std::string&, Module&)>& fn, const std::string& name_prefix) {
+  fn(name_prefix, *this);
+  for (auto& [name, child] : children_) child->apply(fn, name_prefix.empty() ? name : name_prefix + "." + name);
+}
+
 int64_t Module::num_parameters(bool trainable_only) const {
   int64_t n = 0;
   for (const Tensor& p : parameters())

@@ -20,6 +20,7 @@
 
 #include <concepts>
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -73,6 +74,15 @@ class Module : public std::enable_shared_from_this<Module> {
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_modules();
   /// Number of parameter elements (only those that require grad when trainable_only).
   int64_t num_parameters(bool trainable_only = false) const;
+  /// Calls fn on this module, then on every descendant depth first (as libtorch's apply), e.g. to initialise
+  void apply(const std::function<void(Module&)>& fn);
+  /// Calls fn with each module's dotted name (name_prefix for this one) and the module, in the same order
+  void apply(const std::function<void(const std::string&, Module&)>& fn, const std::string& name_prefix = "");
+  /// This module as a T (nullptr when it is not one), as libtorch's as<T>(): module.as<nn::LinearImpl>()
+  template <class T>
+  T* as() {
+    return dynamic_cast<T*>(this);
+  }
 
   virtual void train(bool on = true);             ///< sets training mode here and below
   void eval() { train(false); }                   ///< train(false)
