@@ -47,6 +47,8 @@ Tensor gelu(const Tensor& a, const std::string& approximate = "none");
 Tensor silu(const Tensor& a);  ///< a * sigmoid(a)
 /// Limits to [min, max]
 Tensor clamp(const Tensor& a, std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);
+Tensor clamp_min(const Tensor& a, Scalar min);     ///< clamp(a, min): at least min
+Tensor clamp_max(const Tensor& a, Scalar max);     ///< clamp(a, nullopt, max): at most max
 Tensor maximum(const Tensor& a, const Tensor& b);  ///< elementwise max (gradient split evenly on ties)
 Tensor minimum(const Tensor& a, const Tensor& b);  ///< elementwise min (gradient split evenly on ties)
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);  ///< a where cond, else b; broadcasting
@@ -94,6 +96,8 @@ Tensor logsumexp(const Tensor& a, IntArrayRef dims, bool keepdim = false);  ///<
 Tensor matmul(const Tensor& a, const Tensor& b);  ///< 1-D, 2-D and batched with broadcast batch dims
 Tensor mm(const Tensor& a, const Tensor& b);      ///< [n,k] @ [k,m]
 Tensor bmm(const Tensor& a, const Tensor& b);     ///< [b,n,k] @ [b,k,m]
+/// input @ weight^T + bias over input's last dim, as torch::nn::functional::linear (bias optional)
+Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias = {});
 
 // ---- shape and views (autograd/ops/shape.cpp) ----
 Tensor t(const Tensor& a);                                  ///< transpose of a tensor of at most 2 dims
@@ -106,9 +110,13 @@ Tensor squeeze(const Tensor& a, std::optional<int64_t> dim = std::nullopt);    /
 Tensor narrow(const Tensor& a, int64_t dim, int64_t start, int64_t length);    ///< a view of a range
 Tensor select(const Tensor& a, int64_t dim, int64_t index);                    ///< picks one index, removing dim
 Tensor cat(const tensor_list& tensors, int64_t dim = 0);                       ///< concatenates along dim
-Tensor stack(const tensor_list& tensors, int64_t dim = 0);                     ///< stacks along a new dim
-tensor_list split(const Tensor& a, int64_t split_size, int64_t dim = 0);       ///< views of split_size
-tensor_list chunk(const Tensor& a, int64_t chunks, int64_t dim = 0);           ///< near-equal views
+/// The upper triangle of the last two dims (on and above diagonal k; k > 0 moves it up), the rest zero
+Tensor triu(const Tensor& a, int64_t diagonal = 0);
+/// The lower triangle of the last two dims (on and below diagonal k), the rest zero
+Tensor tril(const Tensor& a, int64_t diagonal = 0);
+Tensor stack(const tensor_list& tensors, int64_t dim = 0);                ///< stacks along a new dim
+tensor_list split(const Tensor& a, int64_t split_size, int64_t dim = 0);  ///< views of split_size
+tensor_list chunk(const Tensor& a, int64_t chunks, int64_t dim = 0);      ///< near-equal views
 
 // ---- indexing (autograd/ops/index.cpp) ----
 Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index);  ///< picks indices along dim

@@ -28,6 +28,7 @@ using strata::dropout;              ///< random zeroing while training
 using strata::gelu;                 ///< x * Phi(x), exact or tanh
 using strata::group_norm;           ///< normalisation over groups of channels
 using strata::layer_norm;           ///< normalisation over trailing dims
+using strata::linear;               ///< input @ weight^T + bias
 using strata::log_softmax;          ///< log of softmax
 using strata::max_pool1d;           ///< max over sliding windows of [N, C, L]
 using strata::max_pool2d;           ///< max over sliding windows of [N, C, H, W]

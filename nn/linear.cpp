@@ -36,9 +36,7 @@ void LinearImpl::reset_parameters() {
 Tensor LinearImpl::forward(const Tensor& input) {
   STRATA_CHECK(input.dim() >= 1 && input.size(-1) == options.in_features(), "Linear: expected input with last dim ",
                options.in_features(), ", got shape ", input.sizes());
-  // x @ w.t() hands the kernel a column-major view of w; matmul folds x's batch dims into one product.
-  Tensor y = matmul(input, weight.t());
-  return bias.defined() ? y + bias : y;
+  return linear(input, weight, bias);
 }
 
 FlattenImpl::FlattenImpl(const FlattenOptions& opts) : Module("Flatten"), options(opts) {}

@@ -283,3 +283,24 @@ TEST(NnFunctional, NllLossPositionalFormAndCheckWithoutMessage) {
                                         nll_loss(lp, t, {.ignore_index = 2, .weight = w}), 0, 0));
   EXPECT_THROW_MSG(STRATA_CHECK(lp.dim() == 3), "Expected lp.dim() == 3 to be true, but got false");
 }
+
+// triu / tril over the last two dims (any diagonal, batched, with gradient), clamp_min / clamp_max, and
+// F::linear, as libtorch's.
+TEST(NnFunctional, TriangleClampAndLinear) {
+  Tensor m = arange(1, 13, kFloat64).reshape({3, 4});
+  EXPECT_VALUES(triu(m), {1, 2, 3, 4, 0, 6, 7, 8, 0, 0, 11, 12});
+  EXPECT_VALUES(triu(m, 1), {0, 2, 3, 4, 0, 0, 7, 8, 0, 0, 0, 12});
+  EXPECT_VALUES(tril(m), {1, 0, 0, 0, 5, 6, 0, 0, 9, 10, 11, 0});
+  EXPECT_VALUES(tril(m, -1), {0, 0, 0, 0, 5, 0, 0, 0, 9, 10, 0, 0});
+  Tensor batch = m.unsqueeze(0).expand({2, 3, 4});
+  EXPECT_TRUE(strata::testing::allclose(triu(batch)[1], triu(m), 0, 0));
+  EXPECT_THROW_MSG(triu(arange(3)), "triu: input tensor must have at least 2 dimensions");
+  EXPECT_GRADCHECK([](const tensor_list& in) { return tril(in[0], 1); }, {leaf({2, 3, 4})});
+  EXPECT_VALUES(clamp_min(tensor({-1.0, 0.5, 2.0}), 0.0), {0, 0.5, 2});
+  EXPECT_VALUES(clamp_max(tensor({-1.0, 0.5, 2.0}), 1.0), {-1, 0.5, 1});
+  Tensor x = randn({2, 5, 3}, kFloat64), w = randn({4, 3}, kFloat64), b = randn({4}, kFloat64);
+  EXPECT_TRUE(strata::testing::allclose(nn::functional::linear(x, w, b), matmul(x, w.t()) + b, 1e-14, 1e-14));
+  EXPECT_THROW_MSG(linear(x, randn({4, 2})), "linear: input of shape [2, 5, 3] does not match weight of shape [4, 2]");
+  EXPECT_GRADCHECK([](const tensor_list& in) { return linear(in[0], in[1], in[2]); },
+                   {leaf({2, 3}), leaf({4, 3}), leaf({4})});
+}

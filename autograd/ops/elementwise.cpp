@@ -583,6 +583,9 @@ Tensor silu(const Tensor& a) {
   return y;
 }
 
+Tensor clamp_min(const Tensor& a, Scalar min) { return clamp(a, min); }
+Tensor clamp_max(const Tensor& a, Scalar max) { return clamp(a, std::nullopt, max); }
+
 Tensor clamp(const Tensor& a, std::optional<Scalar> min, std::optional<Scalar> max) {
   const ScalarType compute = clamp_type(a, min, max);
   Tensor y = empty(a.sizes(), options_of(compute, a));

@@ -174,6 +174,17 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   return out;
 }
 
+// matmul with weight.t() hands the kernel a column-major view of weight; matmul folds input's batch dims.
+Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias) {
+  STRATA_CHECK(weight.dim() == 2, "linear: expected a 2-D weight [out_features, in_features], got ", weight.sizes());
+  STRATA_CHECK(input.dim() >= 1 && input.size(-1) == weight.size(1), "linear: input of shape ", input.sizes(),
+               " does not match weight of shape ", weight.sizes());
+  STRATA_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)), "linear: expected a bias of ",
+               "shape [", weight.size(0), "], got ", bias.sizes());
+  Tensor y = matmul(input, weight.t());
+  return bias.defined() ? y + bias : y;
+}
+
 Tensor Tensor::matmul(const Tensor& o) const { return strata::matmul(*this, o); }
 Tensor Tensor::mm(const Tensor& o) const { return strata::mm(*this, o); }
 Tensor Tensor::bmm(const Tensor& o) const { return strata::bmm(*this, o); }

@@ -658,4 +658,19 @@ tensor_list Tensor::split(IntArrayRef split_sizes, int64_t dim) const {
 }
 tensor_list Tensor::chunk(int64_t chunks, int64_t dim) const { return strata::chunk(*this, chunks, dim); }
 
+namespace {
+// Keeps a where column - row compares with diagonal as `keep` says, else zero: a where over a [rows, cols]
+// mask broadcast across the batch dims, so the gradient is masked the same way.
+Tensor triangle(const Tensor& a, int64_t diagonal, bool upper, const char* name) {
+  STRATA_CHECK(a.dim() >= 2, name, ": input tensor must have at least 2 dimensions, got shape ", a.sizes());
+  const TensorOptions index = TensorOptions(kLong).device(a.device());
+  Tensor offset = arange(a.size(-1), index).unsqueeze(0) - arange(a.size(-2), index).unsqueeze(1);  // col - row
+  Tensor keep = upper ? offset.ge(diagonal) : offset.le(diagonal);
+  return where(keep, a, zeros({}, a.options()));
+}
+}  // namespace
+
+Tensor triu(const Tensor& a, int64_t diagonal) { return triangle(a, diagonal, true, "triu"); }
+Tensor tril(const Tensor& a, int64_t diagonal) { return triangle(a, diagonal, false, "tril"); }
+
 }  // namespace strata
