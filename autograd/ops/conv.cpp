@@ -102,11 +102,16 @@ Tensor window_index(const Window& g, Device device) {
   return tensor(index, TensorOptions(kLong).device(device));
 }
 
-/// The windows of x [N, C, H, W] as [N, C, K, L], reading `pad_value` over the padding.
-Tensor unfold_windows(const Tensor& x, const Window& g, Scalar pad_value) {
+/// The windows of x [N, C, H, W] as [N, C, K, L], read through `table` (window_index(g)), `pad_value` over the padding.
+Tensor unfold_windows(const Tensor& x, const Window& g, const Tensor& table, Scalar pad_value) {
   const int64_t n = x.size(0), c = x.size(1), hw = g.in[0] * g.in[1];
   Tensor padded = cat({x.reshape({n, c, hw}), full({n, c, 1}, pad_value, x.options())}, 2);
-  return index_select(padded, 2, window_index(g, x.device())).reshape({n, c, g.offsets(), g.positions()});
+  return index_select(padded, 2, table).reshape({n, c, g.offsets(), g.positions()});
+}
+
+/// unfold_windows through a table built for this call.
+Tensor unfold_windows(const Tensor& x, const Window& g, Scalar pad_value) {
+  return unfold_windows(x, g, window_index(g, x.device()), pad_value);
 }
 
 /// The sum, at each input position, of what the windows in cols [N, C, K * L] hold for it: [N, C, H, W].
@@ -130,12 +135,17 @@ Tensor unbatched(const Tensor& out, const Tensor& input, int64_t dims) {
   return input.dim() == dims ? out : out.squeeze(0);
 }
 
+/// A convolution weight's rank: [out_channels, in_channels / groups, kernel...] with `dims` dims in all.
+void check_weight(const Tensor& weight, int64_t dims, const char* op) {
+  STRATA_CHECK(weight.dim() == dims, op, ": expected a ", dims, "-D weight [out_channels, in_channels / groups, ",
+               dims == 3 ? "kW" : "kH, kW", "], got ", weight.sizes());
+}
+
 /// conv2d on a batched input, with the padding before and after each spatial dim given apart ("same").
 Tensor conv2d_impl(const Tensor& input, const Tensor& weight, const Tensor& bias, Pair stride, Pair pad, Pair pad_after,
                    Pair dilation, int64_t groups, const char* op) {
   Tensor x = batched(input, 4, op);
-  STRATA_CHECK(weight.dim() == 4, op, ": expected a 4-D weight [out_channels, in_channels / groups, kH, kW], got ",
-               weight.sizes());
+  check_weight(weight, 4, op);
   STRATA_CHECK(groups > 0, op, ": groups must be positive, got ", groups);
   const int64_t n = x.size(0), c = x.size(1), o = weight.size(0);
   STRATA_CHECK(o % groups == 0, op, ": out_channels (", o, ") must be divisible by groups (", groups, ")");
@@ -167,8 +177,15 @@ std::array<Pair, 2> padding_of(PaddingMode padding, Pair kernel, Pair stride, Pa
   return {before, after};
 }
 
-/// p as an argument to an op taking IntArrayRef (alive for the call's full expression).
-IntArrayRef as_ref(const Pair& p) { return {p.data(), p.size()}; }
+/// conv1d as conv2d over a height of 1, its arguments already in 2-D form.
+Tensor conv1d_impl(const Tensor& input, const Tensor& weight, const Tensor& bias, Pair stride, Pair pad, Pair pad_after,
+                   Pair dilation, int64_t groups) {
+  const char* op = "conv1d";
+  Tensor x = batched(input, 3, op);
+  check_weight(weight, 3, op);
+  Tensor out = conv2d_impl(x.unsqueeze(2), weight.unsqueeze(2), bias, stride, pad, pad_after, dilation, groups, op);
+  return unbatched(out.squeeze(2), input, 3);
+}
 
 /// A 1-D op's arguments in 2-D form: a size-1 height in front of the length.
 Pair as_width(IntArrayRef v, int64_t height_value, const char* op, const char* what) {
@@ -222,7 +239,7 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Int
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, IntArrayRef stride, PaddingMode padding,
               IntArrayRef dilation, int64_t groups) {
   const char* op = "conv2d";
-  STRATA_CHECK(weight.dim() == 4, op, ": expected a 4-D weight, got ", weight.sizes());
+  check_weight(weight, 4, op);
   const Pair s = pair_of(stride, op, "stride"), d = pair_of(dilation, op, "dilation");
   const auto [before, after] = padding_of(padding, {weight.size(2), weight.size(3)}, s, d, op);
   return conv2d_impl(input, weight, bias, s, before, after, d, groups, op);
@@ -231,24 +248,18 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Int
 Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias, IntArrayRef stride, IntArrayRef padding,
               IntArrayRef dilation, int64_t groups) {
   const char* op = "conv1d";
-  Tensor x = batched(input, 3, op);
-  STRATA_CHECK(weight.dim() == 3, op, ": expected a 3-D weight [out_channels, in_channels / groups, kW], got ",
-               weight.sizes());
   const Pair pad = as_width(padding, 0, op, "padding");
-  Tensor out = conv2d_impl(x.unsqueeze(2), weight.unsqueeze(2), bias, as_width(stride, 1, op, "stride"), pad, pad,
-                           as_width(dilation, 1, op, "dilation"), groups, op);
-  return unbatched(out.squeeze(2), input, 3);
+  return conv1d_impl(input, weight, bias, as_width(stride, 1, op, "stride"), pad, pad,
+                     as_width(dilation, 1, op, "dilation"), groups);
 }
 
 Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias, IntArrayRef stride, PaddingMode padding,
               IntArrayRef dilation, int64_t groups) {
   const char* op = "conv1d";
-  Tensor x = batched(input, 3, op);
-  STRATA_CHECK(weight.dim() == 3, op, ": expected a 3-D weight, got ", weight.sizes());
+  check_weight(weight, 3, op);
   const Pair s = as_width(stride, 1, op, "stride"), d = as_width(dilation, 1, op, "dilation");
   const auto [before, after] = padding_of(padding, {1, weight.size(2)}, s, d, op);
-  Tensor out = conv2d_impl(x.unsqueeze(2), weight.unsqueeze(2), bias, s, before, after, d, groups, op);
-  return unbatched(out.squeeze(2), input, 3);
+  return conv1d_impl(input, weight, bias, s, before, after, d, groups);
 }
 
 // The transposed convolution is the backward of conv2d with respect to its input: each input position
@@ -291,42 +302,64 @@ Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor&
 
 // ---- pooling ----
 
+namespace {
+
+/// max_pool2d on a batched [N, C, H, W] with its arguments in 2-D form; the flat input index of each maximum
+/// only when `with_indices` (otherwise undefined), read from the same window table the values came through.
+std::tuple<Tensor, Tensor> max_pool(const Tensor& x, Pair kernel, Pair stride, Pair padding, Pair dilation,
+                                    bool ceil_mode, bool with_indices, const char* op) {
+  const Window g = pool_window({x.size(2), x.size(3)}, kernel, stride, padding, dilation, ceil_mode, op);
+  const int64_t n = x.size(0), c = x.size(1);
+  const Tensor table = window_index(g, x.device());
+  auto [values, offset] = max(unfold_windows(x, g, table, -std::numeric_limits<double>::infinity()), 2);  // [N, C, L]
+  values = values.reshape({n, c, g.out[0], g.out[1]});
+  if (!with_indices) return {values, Tensor()};
+  Tensor expanded = table.reshape({1, 1, g.offsets(), g.positions()}).expand({n, c, g.offsets(), g.positions()});
+  return {values, gather(expanded, 2, offset.unsqueeze(2)).reshape({n, c, g.out[0], g.out[1]})};
+}
+
+std::tuple<Tensor, Tensor> max_pool2d_any(const Tensor& input, IntArrayRef kernel_size, IntArrayRef stride,
+                                          IntArrayRef padding, IntArrayRef dilation, bool ceil_mode,
+                                          bool with_indices) {
+  const char* op = "max_pool2d";
+  const Pair kernel = pair_of(kernel_size, op, "kernel_size");
+  auto [values, indices] =
+      max_pool(batched(input, 4, op), kernel, stride.empty() ? kernel : pair_of(stride, op, "stride"),
+               pair_of(padding, op, "padding"), pair_of(dilation, op, "dilation"), ceil_mode, with_indices, op);
+  return {unbatched(values, input, 4), with_indices ? unbatched(indices, input, 4) : Tensor()};
+}
+
+std::tuple<Tensor, Tensor> max_pool1d_any(const Tensor& input, IntArrayRef kernel_size, IntArrayRef stride,
+                                          IntArrayRef padding, IntArrayRef dilation, bool ceil_mode,
+                                          bool with_indices) {
+  const char* op = "max_pool1d";
+  const Pair kernel = as_width(kernel_size, 1, op, "kernel_size");
+  auto [values, indices] =
+      max_pool(batched(input, 3, op).unsqueeze(2), kernel, stride.empty() ? kernel : as_width(stride, 1, op, "stride"),
+               as_width(padding, 0, op, "padding"), as_width(dilation, 1, op, "dilation"), ceil_mode, with_indices, op);
+  return {unbatched(values.squeeze(2), input, 3), with_indices ? unbatched(indices.squeeze(2), input, 3) : Tensor()};
+}
+
+}  // namespace
+
 std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, IntArrayRef kernel_size, IntArrayRef stride,
                                                    IntArrayRef padding, IntArrayRef dilation, bool ceil_mode) {
-  const char* op = "max_pool2d";
-  Tensor x = batched(input, 4, op);
-  const Pair kernel = pair_of(kernel_size, op, "kernel_size");
-  const Window g = pool_window({x.size(2), x.size(3)}, kernel, stride.empty() ? kernel : pair_of(stride, op, "stride"),
-                               pair_of(padding, op, "padding"), pair_of(dilation, op, "dilation"), ceil_mode, op);
-  const int64_t n = x.size(0), c = x.size(1);
-  auto [values, offset] = max(unfold_windows(x, g, -std::numeric_limits<double>::infinity()), 2);  // [N, C, L]
-  // The flat input index of each maximum: the window table read at (offset, position).
-  Tensor table = window_index(g, x.device()).reshape({1, 1, g.offsets(), g.positions()});
-  Tensor indices = gather(table.expand({n, c, g.offsets(), g.positions()}), 2, offset.unsqueeze(2));
-  values = unbatched(values.reshape({n, c, g.out[0], g.out[1]}), input, 4);
-  return {values, unbatched(indices.reshape({n, c, g.out[0], g.out[1]}), input, 4)};
+  return max_pool2d_any(input, kernel_size, stride, padding, dilation, ceil_mode, true);
 }
 
 Tensor max_pool2d(const Tensor& input, IntArrayRef kernel_size, IntArrayRef stride, IntArrayRef padding,
                   IntArrayRef dilation, bool ceil_mode) {
-  return std::get<0>(max_pool2d_with_indices(input, kernel_size, stride, padding, dilation, ceil_mode));
+  return std::get<0>(max_pool2d_any(input, kernel_size, stride, padding, dilation, ceil_mode, false));
 }
 
 std::tuple<Tensor, Tensor> max_pool1d_with_indices(const Tensor& input, IntArrayRef kernel_size, IntArrayRef stride,
                                                    IntArrayRef padding, IntArrayRef dilation, bool ceil_mode) {
-  const char* op = "max_pool1d";
-  Tensor x = batched(input, 3, op);
-  const Pair kernel = as_width(kernel_size, 1, op, "kernel_size");
-  const Pair step = stride.empty() ? kernel : as_width(stride, 1, op, "stride");
-  auto [values, indices] =
-      max_pool2d_with_indices(x.unsqueeze(2), as_ref(kernel), as_ref(step), as_ref(as_width(padding, 0, op, "padding")),
-                              as_ref(as_width(dilation, 1, op, "dilation")), ceil_mode);
-  return {unbatched(values.squeeze(2), input, 3), unbatched(indices.squeeze(2), input, 3)};
+  return max_pool1d_any(input, kernel_size, stride, padding, dilation, ceil_mode, true);
 }
 
 Tensor max_pool1d(const Tensor& input, IntArrayRef kernel_size, IntArrayRef stride, IntArrayRef padding,
                   IntArrayRef dilation, bool ceil_mode) {
-  return std::get<0>(max_pool1d_with_indices(input, kernel_size, stride, padding, dilation, ceil_mode));
+  return std::get<0>(max_pool1d_any(input, kernel_size, stride, padding, dilation, ceil_mode, false));
 }
 
 // Each window's sum over a divisor from the host, as torch: the window clipped to the input and its
