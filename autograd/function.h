@@ -28,6 +28,9 @@
 
 namespace strata::autograd {
 
+using strata::tensor_list;          ///< a list of tensors, as torch::autograd::tensor_list
+using variable_list = tensor_list;  ///< libtorch's other name for it
+
 class AutogradContext;
 /// Shared by every Function<T>::apply: aliases outputs that are unmodified inputs, wires edges and history.
 void finish_custom_function(Node& node, AutogradContext& ctx, const tensor_list& inputs, tensor_list& outputs,

@@ -44,7 +44,8 @@ Tensor sigmoid(const Tensor& a);                                 ///< 1 / (1 + e
 Tensor relu(const Tensor& a);                                    ///< max(a, 0)
 /// x * Phi(x); approximate = "tanh" uses the tanh formula, as torch's gelu.
 Tensor gelu(const Tensor& a, const std::string& approximate = "none");
-Tensor silu(const Tensor& a);  ///< a * sigmoid(a)
+Tensor silu(const Tensor& a);                                      ///< a * sigmoid(a)
+Tensor leaky_relu(const Tensor& a, double negative_slope = 0.01);  ///< a where a > 0, else negative_slope * a
 /// Limits to [min, max]
 Tensor clamp(const Tensor& a, std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);
 Tensor clamp_min(const Tensor& a, Scalar min);     ///< clamp(a, min): at least min
@@ -91,6 +92,10 @@ Tensor var(const Tensor& a, IntArrayRef dims = {}, bool unbiased = true, bool ke
 Tensor std(const Tensor& a, IntArrayRef dims = {}, bool unbiased = true, bool keepdim = false);  ///< standard deviation
 Tensor norm(const Tensor& a, double p = 2, IntArrayRef dims = {}, bool keepdim = false);         ///< p-norm
 Tensor logsumexp(const Tensor& a, IntArrayRef dims, bool keepdim = false);  ///< stable log(sum(exp(a)))
+Tensor all(const Tensor& a);                                     ///< whether every element is non-zero, bool 0-dim
+Tensor all(const Tensor& a, int64_t dim, bool keepdim = false);  ///< whether every element along dim is non-zero
+Tensor any(const Tensor& a);                                     ///< whether some element is non-zero, bool 0-dim
+Tensor any(const Tensor& a, int64_t dim, bool keepdim = false);  ///< whether some element along dim is non-zero
 
 // ---- linear algebra (autograd/ops/linalg.cpp) ----
 Tensor matmul(const Tensor& a, const Tensor& b);  ///< 1-D, 2-D and batched with broadcast batch dims
@@ -204,6 +209,9 @@ Tensor feature_dropout(const Tensor& input, double p, bool train, Generator* gen
 
 /// How a loss reduces over the batch.
 enum class Reduction { None, Mean, Sum };
+constexpr Reduction kNone = Reduction::None;  ///< no reduction, as torch::kNone
+constexpr Reduction kMean = Reduction::Mean;  ///< the mean, as torch::kMean
+constexpr Reduction kSum = Reduction::Sum;    ///< the sum, as torch::kSum
 /// Options of nll_loss and cross_entropy, named as in torch.nn.functional.
 struct LossOptions {
   Reduction reduction = Reduction::Mean;  ///< mean over non-ignored targets, sum, or none
@@ -220,5 +228,20 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const Tensor& wei
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const LossOptions& options = {});
 /// Mean (or sum, or none) of the squared difference.
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+/// |input - target|, reduced.
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+/// 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta, for d = input - target (beta 0: l1_loss), reduced.
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
+                      double beta = 1.0);
+/// 0.5 d^2 where |d| <= delta, else delta (|d| - 0.5 delta), for d = input - target, reduced.
+Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean, double delta = 1.0);
+/// -w (t log(p) + (1 - t) log(1 - p)) for probabilities p in [0, 1] (an error otherwise), the logs clamped
+/// at -100 as torch's; weight (optional) broadcasts to p.
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight = {},
+                            Reduction reduction = Reduction::Mean);
+/// binary_cross_entropy of sigmoid(input), computed stably from the logits; pos_weight (optional) scales
+/// the positive term, per class along the last dim.
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const Tensor& weight = {},
+                                        const Tensor& pos_weight = {}, Reduction reduction = Reduction::Mean);
 
 }  // namespace strata

@@ -4,11 +4,12 @@
 //   using namespace strata;
 //   namespace dist = strata::distributed;
 //   nn::Linear model(784, 10);
-//   data::DataLoader loader(data::FashionMNIST(), {.batch_size = 128, .shuffle = true, .seed = 42,
-//                                                  .num_replicas = dist::get_world_size(), .rank = dist::get_rank()});
+//   data::DataLoader loader(data::FashionMNIST(), data::DataLoaderOptions(128).shuffle(true).seed(42)
+//                                                     .num_replicas(dist::get_world_size())
+//                                                     .rank(dist::get_rank()));
 //   for (int64_t epoch = 0; epoch < 5; ++epoch) {
 //     loader.set_epoch(epoch);                  // a new order each epoch, the same on every rank
-//     for (data::Example& batch : loader) {     // batch.data [128, 28, 28], batch.target [128]
+//     for (data::Example<>& batch : loader) {     // batch.data [128, 28, 28], batch.target [128]
 //       Tensor loss = cross_entropy(model->forward(batch.data.flatten(1)), batch.target);
 //       loss.backward();                        // then an optimizer step
 //     }
@@ -25,27 +26,38 @@
 // in order; drop_last also drops the rank's last incomplete batch.
 
 #include <concepts>
+#include <deque>
+#include <future>
 #include <memory>
 #include <vector>
 
 #include "strata/data/dataset.h"
+#include "strata/tensor/arg.h"
 
 namespace strata::data {
 
-/// How a DataLoader batches, shuffles and shards: DataLoaderOptions{.batch_size = 64, .shuffle = true}.
-struct DataLoaderOptions {
-  int64_t batch_size = 1;    ///< examples per batch
-  bool shuffle = false;      ///< a new seeded order each epoch (see DataLoader::set_epoch)
-  bool drop_last = false;    ///< drop the last incomplete batch and the tail that does not divide among ranks
-  uint64_t seed = 0;         ///< seed of the shuffle; the same on every rank
-  int64_t num_replicas = 1;  ///< data-parallel ranks that share the dataset
-  int64_t rank = 0;          ///< this rank, in [0, num_replicas)
+/// How a DataLoader batches, shuffles and shards: DataLoaderOptions(64).shuffle(true), as libtorch's
+/// DataLoaderOptions().batch_size(64).workers(2).
+class DataLoaderOptions {
+ public:
+  DataLoaderOptions() = default;
+  DataLoaderOptions(int64_t batch_size) : batch_size_(batch_size) {}  ///< implicit, as libtorch's
+  STRATA_ARG(int64_t, batch_size) = 1;                                ///< examples per batch
+  STRATA_ARG(bool, shuffle) = false;  ///< a new seeded order each epoch (see DataLoader::set_epoch)
+  STRATA_ARG(bool,
+             drop_last) = false;   ///< drop the last incomplete batch and the tail that does not divide among ranks
+  STRATA_ARG(uint64_t, seed) = 0;  ///< seed of the shuffle; the same on every rank
+  STRATA_ARG(int64_t, num_replicas) = 1;  ///< data-parallel ranks that share the dataset
+  STRATA_ARG(int64_t, rank) = 0;          ///< this rank, in [0, num_replicas)
+  /// Threads that load the next batches while the caller trains on this one (0: load on the caller's
+  /// thread). Batches come in order either way; a dataset used with workers must allow concurrent get_batch.
+  STRATA_ARG(int64_t, workers) = 0;
 };
 
 /// The dataset indices that options.rank visits in `epoch`, in order (Note [epoch order and shards]).
 std::vector<int64_t> sample_indices(int64_t dataset_size, const DataLoaderOptions& options, int64_t epoch);
 
-/// Iterates over batches of a dataset: for (Example& batch : loader). Starts at epoch 0.
+/// Iterates over batches of a dataset: for (Example<>& batch : loader). Starts at epoch 0.
 class DataLoader {
  public:
   /// A loader over a shared dataset.
@@ -61,7 +73,7 @@ class DataLoader {
   int64_t epoch() const { return epoch_; }                          ///< the current epoch
   int64_t size() const;                                             ///< batches per epoch on this rank
   const std::vector<int64_t>& indices() const { return indices_; }  ///< this rank's indices this epoch, in order
-  Example batch(int64_t i) const;                                   ///< batch i of this epoch, in [0, size())
+  Example<> batch(int64_t i) const;                                 ///< batch i of this epoch, in [0, size())
   const Dataset& dataset() const { return *dataset_; }              ///< the dataset
   const DataLoaderOptions& options() const { return options_; }     ///< the options
 
@@ -69,15 +81,19 @@ class DataLoader {
   class Iterator {
    public:
     Iterator(const DataLoader* loader, int64_t index);                       ///< at batch `index` (size() for the end)
-    Example& operator*() { return batch_; }                                  ///< the current batch
-    Example* operator->() { return &batch_; }                                ///< the current batch
+    Example<>& operator*() { return batch_; }                                ///< the current batch
+    Example<>* operator->() { return &batch_; }                              ///< the current batch
     Iterator& operator++();                                                  ///< loads the next batch
     bool operator==(const Iterator& o) const { return index_ == o.index_; }  ///< same position
 
    private:
+    Example<> load();
+
     const DataLoader* loader_;
     int64_t index_;
-    Example batch_;
+    Example<> batch_;
+    int64_t requested_;                         // the next batch to hand to a worker
+    std::deque<std::future<Example<>>> ahead_;  // batches index_ + 1 ... requested_ - 1, loading
   };
   Iterator begin() const { return Iterator(this, 0); }     ///< at the first batch (loads it)
   Iterator end() const { return Iterator(this, size()); }  ///< past the last batch

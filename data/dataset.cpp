@@ -14,7 +14,7 @@ void check_index(int64_t index, int64_t size, const char* fn) {
 }
 
 /// The `field` of every example stacked along a new first dim; undefined when the examples have none.
-Tensor stack_field(const std::vector<Example>& examples, Tensor Example::*field, IntArrayRef indices,
+Tensor stack_field(const std::vector<Example<>>& examples, Tensor Example<>::*field, IntArrayRef indices,
                    const char* name) {
   const Tensor& first = examples[0].*field;
   for (size_t k = 1; k < examples.size(); ++k) {
@@ -66,16 +66,16 @@ TensorDataset read_mnist(const std::string& root, bool train, const char* what) 
   return TensorDataset(images, labels);
 }
 
-Example Dataset::get_batch(IntArrayRef indices) const {
+Example<> Dataset::get_batch(IntArrayRef indices) const {
   STRATA_CHECK(!indices.empty(), "Dataset::get_batch: indices is empty");
-  std::vector<Example> examples;
+  std::vector<Example<>> examples;
   examples.reserve(indices.size());
   for (int64_t index : indices) {
     check_index(index, size(), "Dataset::get_batch");
     examples.push_back(get(index));
   }
-  return {stack_field(examples, &Example::data, indices, "data"),
-          stack_field(examples, &Example::target, indices, "target")};
+  return {stack_field(examples, &Example<>::data, indices, "data"),
+          stack_field(examples, &Example<>::target, indices, "target")};
 }
 
 TensorDataset::TensorDataset(Tensor data, Tensor targets) : data_(std::move(data)), targets_(std::move(targets)) {
@@ -90,12 +90,12 @@ TensorDataset::TensorDataset(Tensor data, Tensor targets) : data_(std::move(data
 
 int64_t TensorDataset::size() const { return data_.size(0); }
 
-Example TensorDataset::get(int64_t index) const {
+Example<> TensorDataset::get(int64_t index) const {
   check_index(index, size(), "TensorDataset::get");
   return {data_[index], targets_.defined() ? targets_[index] : Tensor()};
 }
 
-Example TensorDataset::get_batch(IntArrayRef indices) const {
+Example<> TensorDataset::get_batch(IntArrayRef indices) const {
   STRATA_CHECK(!indices.empty(), "TensorDataset::get_batch: indices is empty");
   for (int64_t index : indices) check_index(index, size(), "TensorDataset::get_batch");
   const Tensor index = tensor(indices.vec());

@@ -4,8 +4,8 @@
 //   using namespace strata;
 //   data::FashionMNIST train;                                    // /usr/share/datasets/fashion-mnist
 //   data::FashionMNIST test(data::FashionMNIST::kDefaultRoot, data::FashionMNIST::Mode::kTest);
-//   data::Example first = train.get(0);                          // data [28, 28] float32, target 9 (ankle boot)
-//   data::Example batch = train.get_batch({0, 1, 2});            // data [3, 28, 28], target [3]
+//   data::Example<> first = train.get(0);                          // data [28, 28] float32, target 9 (ankle boot)
+//   data::Example<> batch = train.get_batch({0, 1, 2});            // data [3, 28, 28], target [3]
 //
 //   data::TensorDataset xy(randn({100, 8}), randint(0, 2, {100}));
 //
@@ -18,20 +18,24 @@
 
 namespace strata::data {
 
-/// One example or a batch of them: batches stack examples along a new first dim.
+/// One example or a batch of them, as torch::data::Example<>: batches stack examples along a new first dim.
+/// Datasets and loaders use Example<> (two tensors); other types make a plain pair.
+template <class Data = Tensor, class Target = Tensor>
 struct Example {
-  Tensor data;    ///< the input
-  Tensor target;  ///< the label; undefined for data without targets
+  using DataType = Data;      ///< the type of data
+  using TargetType = Target;  ///< the type of target
+  Data data;                  ///< the input
+  Target target;              ///< the label; undefined for data without targets
 };
 
 /// An indexable collection of examples, as libtorch's torch::data::datasets::Dataset.
 class Dataset {
  public:
   virtual ~Dataset() = default;
-  virtual int64_t size() const = 0;              ///< number of examples
-  virtual Example get(int64_t index) const = 0;  ///< example `index`, in [0, size())
+  virtual int64_t size() const = 0;                ///< number of examples
+  virtual Example<> get(int64_t index) const = 0;  ///< example `index`, in [0, size())
   /// The examples at `indices`, stacked along a new first dim. The default calls get() for each index.
-  virtual Example get_batch(IntArrayRef indices) const;
+  virtual Example<> get_batch(IntArrayRef indices) const;
 };
 
 /// Examples from tensors in memory: example i is (data[i], targets[i]).
@@ -39,11 +43,11 @@ class TensorDataset : public Dataset {
  public:
   /// data is [N, ...]; targets is [N, ...] or undefined (then every example's target is undefined).
   explicit TensorDataset(Tensor data, Tensor targets = {});
-  int64_t size() const override;                          ///< N
-  Example get(int64_t index) const override;              ///< views of data[index] and targets[index]
-  Example get_batch(IntArrayRef indices) const override;  ///< index_select on both tensors at once
-  const Tensor& data() const { return data_; }            ///< all inputs, [N, ...]
-  const Tensor& targets() const { return targets_; }      ///< all targets, [N, ...] or undefined
+  int64_t size() const override;                            ///< N
+  Example<> get(int64_t index) const override;              ///< views of data[index] and targets[index]
+  Example<> get_batch(IntArrayRef indices) const override;  ///< index_select on both tensors at once
+  const Tensor& data() const { return data_; }              ///< all inputs, [N, ...]
+  const Tensor& targets() const { return targets_; }        ///< all targets, [N, ...] or undefined
 
  private:
   Tensor data_, targets_;

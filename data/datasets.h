@@ -14,7 +14,7 @@
 //   }
 //
 // Differences from libtorch, where its behaviour would be surprising: batches are always stacked
-// (Stack<> is accepted and changes nothing; libtorch yields a std::vector<Example> without it), and
+// (Stack<> is accepted and changes nothing; libtorch yields a std::vector<Example<>> without it), and
 // RandomSampler's order comes from a seed drawn from the default generator when the loader is made
 // and a new epoch on every pass, so manual_seed fixes every epoch's order on every run.
 
@@ -45,7 +45,7 @@ class Normalize {
                  stddev_.size());
   }
   /// The example with its data normalised
-  Example apply(Example example) const {
+  Example<> apply(Example<> example) const {
     if (mean_.size() == 1) {
       example.data = (example.data - mean_[0]) / stddev_[0];
       return example;
@@ -66,10 +66,10 @@ class Normalize {
 
 /// Stacks a batch's examples along a new first dim, as torch::data::transforms::Stack<> (strata's loaders
 /// always stack, so it leaves every example as it is).
-template <class Target = Example>
+template <class Target = Example<>>
 class Stack {
  public:
-  Example apply(Example example) const { return example; }  ///< the example itself
+  Example<> apply(Example<> example) const { return example; }  ///< the example itself
 };
 
 }  // namespace transforms
@@ -102,7 +102,7 @@ class MNIST : public DatasetBase<MNIST> {
   enum class Mode { kTrain, kTest };  ///< which split
   /// Reads `root`'s {train,t10k}-{images-idx3,labels-idx1}-ubyte (gzip-compressed or plain)
   explicit MNIST(const std::string& root, Mode mode = Mode::kTrain);
-  Example get(size_t index) const;                         ///< image [1, 28, 28] and label of example `index`
+  Example<> get(size_t index) const;                       ///< image [1, 28, 28] and label of example `index`
   std::optional<size_t> size() const;                      ///< number of examples
   bool is_train() const { return mode_ == Mode::kTrain; }  ///< whether this is the training split
   const Tensor& images() const { return images_; }         ///< all images, [N, 1, 28, 28]
@@ -118,10 +118,10 @@ template <class Source, class Transform>
 class MapDataset : public DatasetBase<MapDataset<Source, Transform>> {
  public:
   MapDataset(Source dataset, Transform transform) : dataset_(std::move(dataset)), transform_(std::move(transform)) {}
-  Example get(size_t index) const { return transform_.apply(dataset_.get(index)); }  ///< the transformed example
-  std::optional<size_t> size() const { return dataset_.size(); }                     ///< the source's size
-  const Source& dataset() const { return dataset_; }                                 ///< the source dataset
-  const Transform& transform() const { return transform_; }                          ///< the transform
+  Example<> get(size_t index) const { return transform_.apply(dataset_.get(index)); }  ///< the transformed example
+  std::optional<size_t> size() const { return dataset_.size(); }                       ///< the source's size
+  const Source& dataset() const { return dataset_; }                                   ///< the source dataset
+  const Transform& transform() const { return transform_; }                            ///< the transform
 
  private:
   Source dataset_;
@@ -184,35 +184,37 @@ class DatasetAdapter : public Dataset {
  public:
   explicit DatasetAdapter(D dataset) : dataset_(std::move(dataset)) {}  ///< takes the dataset
   int64_t size() const override;                                        ///< dataset.size(), which must be known
-  Example get(int64_t index) const override { return dataset_.get(static_cast<size_t>(index)); }  ///< example
+  Example<> get(int64_t index) const override { return dataset_.get(static_cast<size_t>(index)); }  ///< example
 
  private:
   D dataset_;
 };
 
-/// The options a sampler implies (order and shard), with batch_size and the random seed.
-DataLoaderOptions loader_options(const samplers::SequentialSampler& sampler, size_t batch_size);
-DataLoaderOptions loader_options(const samplers::RandomSampler& sampler, size_t batch_size);  ///< seeded, shuffled
+/// options (batch size, drop_last, workers) with the order and shard a sampler implies, and the random seed.
+DataLoaderOptions loader_options(const samplers::SequentialSampler& sampler, const DataLoaderOptions& options);
+/// The same, seeded and shuffled
+DataLoaderOptions loader_options(const samplers::RandomSampler& sampler, const DataLoaderOptions& options);
+/// The same, one rank's share
 DataLoaderOptions loader_options(const samplers::DistributedSequentialSampler& sampler,
-                                 size_t batch_size);  ///< one rank's share
-DataLoaderOptions loader_options(const samplers::DistributedRandomSampler& sampler,
-                                 size_t batch_size);  ///< one rank's share, shuffled
+                                 const DataLoaderOptions& options);
+/// The same, one rank's share, shuffled
+DataLoaderOptions loader_options(const samplers::DistributedRandomSampler& sampler, const DataLoaderOptions& options);
 
-/// A loader over `dataset` with `sampler`, batch_size examples per batch, as torch::data::make_data_loader.
+/// A loader over `dataset` with `sampler`, as torch::data::make_data_loader: options is a batch size or
+/// DataLoaderOptions (batch_size, drop_last, workers; the sampler decides order and shard).
 template <class D, class Sampler>
-std::unique_ptr<StatelessDataLoader> make_data_loader(D dataset, Sampler sampler, size_t batch_size) {
-  STRATA_CHECK(batch_size > 0, "make_data_loader: batch_size must be positive");
+std::unique_ptr<StatelessDataLoader> make_data_loader(D dataset, Sampler sampler, const DataLoaderOptions& options) {
   auto adapter = std::make_shared<const DatasetAdapter<D>>(std::move(dataset));
-  return std::make_unique<StatelessDataLoader>(adapter, loader_options(sampler, batch_size));
+  return std::make_unique<StatelessDataLoader>(adapter, loader_options(sampler, options));
 }
 
 /// A loader whose Sampler (RandomSampler unless named, as libtorch's) covers the whole dataset.
 template <class Sampler = samplers::RandomSampler, class D>
-std::unique_ptr<StatelessDataLoader> make_data_loader(D dataset, size_t batch_size) {
+std::unique_ptr<StatelessDataLoader> make_data_loader(D dataset, const DataLoaderOptions& options) {
   const std::optional<size_t> size = dataset.size();
   STRATA_CHECK(size.has_value(), "make_data_loader: the dataset's size is unknown; give a sampler");
   Sampler sampler(*size);
-  return make_data_loader(std::move(dataset), std::move(sampler), batch_size);
+  return make_data_loader(std::move(dataset), std::move(sampler), options);
 }
 
 template <class D>

@@ -8,14 +8,15 @@
 //   nn::Sequential model(nn::Linear(784, 256), nn::ReLU(), nn::Linear(256, 10));   // the same on every rank
 //   nn::DistributedDataParallel ddp(model);          // copies rank 0's parameters and buffers everywhere
 //   optim::SGD opt(model->parameters(), optim::SGDOptions(0.1));
-//   data::DataLoader loader(data::FashionMNIST(), {.batch_size = 64, .shuffle = true,
-//                                                  .num_replicas = dist::get_world_size(), .rank = dist::get_rank()});
+//   data::DataLoader loader(data::FashionMNIST(), data::DataLoaderOptions(64).shuffle(true)
+//                                                     .num_replicas(dist::get_world_size())
+//                                                     .rank(dist::get_rank()));
 //   for (auto& [x, y] : loader) {                    // this rank's shard
 //     opt.zero_grad();
 //     cross_entropy(model(x.flatten(1)), y).backward();   // grad() holds the average over the ranks on return
 //     opt.step();
 //   }
-//   data::Example a = loader.batch(0), b = loader.batch(1);
+//   data::Example<> a = loader.batch(0), b = loader.batch(1);
 //   {
 //     auto guard = ddp.no_sync();                    // gradient accumulation: local only ...
 //     cross_entropy(model(a.data.flatten(1)), a.target).backward();

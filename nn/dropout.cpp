@@ -4,23 +4,39 @@
 
 namespace strata::nn {
 
-DropoutImpl::DropoutImpl(double probability) : Module("Dropout"), p(probability) {
-  STRATA_CHECK(p >= 0 && p <= 1, "Dropout: probability has to be between 0 and 1, but got ", p);
+namespace {
+
+void print(std::ostream& os, const char* name, const DropoutOptions& o) {
+  os << name << "(p=" << o.p() << (o.inplace() ? ", inplace=true)" : ")");
+}
+}  // namespace
+
+DropoutImpl::DropoutImpl(const DropoutOptions& opts) : Module("Dropout"), options(opts) {
+  STRATA_CHECK(options.p() >= 0 && options.p() <= 1, "Dropout: probability has to be between 0 and 1, but got ",
+               options.p());
 }
 
-Tensor DropoutImpl::forward(const Tensor& input) { return dropout(input, p, is_training()); }
+Tensor DropoutImpl::forward(const Tensor& input) {
+  return impl::maybe_inplace(input, dropout(input, options.p(), is_training()), options.inplace());
+}
 
-void DropoutImpl::pretty_print(std::ostream& os) const { os << "Dropout(p=" << p << ")"; }
+void DropoutImpl::pretty_print(std::ostream& os) const { print(os, "Dropout", options); }
 
-Dropout2dImpl::Dropout2dImpl(double probability) : Module("Dropout2d"), p(probability) {
-  STRATA_CHECK(p >= 0 && p <= 1, "Dropout2d: probability has to be between 0 and 1, but got ", p);
+Dropout2dImpl::Dropout2dImpl(const Dropout2dOptions& opts) : Module("Dropout2d"), options(opts) {
+  STRATA_CHECK(options.p() >= 0 && options.p() <= 1, "Dropout2d: probability has to be between 0 and 1, but got ",
+               options.p());
 }
 
 Tensor Dropout2dImpl::forward(const Tensor& input) {
-  return functional::dropout2d(input, functional::Dropout2dFuncOptions().p(p).training(is_training()));
+  const auto f = functional::Dropout2dFuncOptions().p(options.p()).training(is_training());
+  return impl::maybe_inplace(input, functional::dropout2d(input, f), options.inplace());
 }
 
-void Dropout2dImpl::pretty_print(std::ostream& os) const { os << "Dropout2d(p=" << p << ")"; }
+void Dropout2dImpl::pretty_print(std::ostream& os) const { print(os, "Dropout2d", options); }
+
+Tensor functional::dropout(const Tensor& input, const DropoutFuncOptions& options) {
+  return strata::dropout(input, options.p(), options.training());
+}
 
 // An unbatched [C, H, W] is one sample: feature_dropout's channel dim is dim 1.
 Tensor functional::dropout2d(const Tensor& input, const Dropout2dFuncOptions& options) {

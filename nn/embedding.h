@@ -6,8 +6,10 @@
 //   Tensor h = wte(tokens);                        // int64 tokens [B, T] -> [B, T, 768]
 //   std::cout << *wte;   // Embedding(num_embeddings=50257, embedding_dim=768)
 //   nn::Embedding glove = nn::Embedding::from_pretrained(randn({1000, 50}));   // frozen: no gradient
+//   nn::Embedding words(nn::EmbeddingOptions(1000, 32).padding_idx(0));        // row 0: zeros, no gradient
 
 #include <cstdint>
+#include <optional>
 #include <ostream>
 
 #include "strata/nn/module.h"
@@ -15,24 +17,45 @@
 
 namespace strata::nn {
 
+/// Embedding's options: EmbeddingOptions(10000, 64).padding_idx(0). (libtorch's max_norm, norm_type,
+/// scale_grad_by_freq and sparse are not offered.)
+class EmbeddingOptions {
+ public:
+  EmbeddingOptions(int64_t num_embeddings, int64_t embedding_dim)
+      : num_embeddings_(num_embeddings), embedding_dim_(embedding_dim) {}  ///< the table's size
+  STRATA_ARG(int64_t, num_embeddings);                                     ///< rows of the table
+  STRATA_ARG(int64_t, embedding_dim);                                      ///< size of each vector
+  /// A row that starts as zeros and gets no gradient (negative: counted from the end), as torch's
+  STRATA_ARG(std::optional<int64_t>, padding_idx) = std::nullopt;
+};
+
 /// Row i of `weight` for each int64 index i.
 class EmbeddingImpl : public Module {
  public:
-  EmbeddingImpl(int64_t num_embeddings, int64_t embedding_dim);  ///< a table of num_embeddings vectors
-  /// The trainable parameters an Embedding made from the same arguments has, without making it.
-  static int64_t count_parameters(int64_t num_embeddings, int64_t embedding_dim);
-  void reset_parameters();  ///< draws weight from N(0, 1) again
+  explicit EmbeddingImpl(const EmbeddingOptions& options);  ///< from options
+  /// A table of num_embeddings vectors
+  EmbeddingImpl(int64_t num_embeddings, int64_t embedding_dim)
+      : EmbeddingImpl(EmbeddingOptions(num_embeddings, embedding_dim)) {}
+  /// The trainable parameters an Embedding made from the same options has, without making it.
+  static int64_t count_parameters(const EmbeddingOptions& options);
+  /// The same from the sizes.
+  static int64_t count_parameters(int64_t num_embeddings, int64_t embedding_dim) {
+    return count_parameters(EmbeddingOptions(num_embeddings, embedding_dim));
+  }
+  void reset_parameters();  ///< draws weight from N(0, 1) again (the padding row zeros)
   /// int64 indices [...] in [0, num_embeddings) -> [..., embedding_dim]; other dtypes or indices throw.
   Tensor forward(const Tensor& indices);
   void pretty_print(std::ostream& os) const override;  ///< "Embedding(num_embeddings=10, embedding_dim=3)"
 
-  Tensor weight;  ///< [num_embeddings, embedding_dim]
+  EmbeddingOptions options;  ///< what it was made with (padding_idx made non-negative)
+  Tensor weight;             ///< [num_embeddings, embedding_dim]
 };
 
 /// Embedding::from_pretrained's options, as libtorch's EmbeddingFromPretrainedOptions.
 class EmbeddingFromPretrainedOptions {
  public:
   STRATA_ARG(bool, freeze) = true;  ///< whether the table stays fixed (its weight does not require grad)
+  STRATA_ARG(std::optional<int64_t>, padding_idx) = std::nullopt;  ///< a row that gets no gradient
 };
 
 /// The handle to an EmbeddingImpl (what STRATA_MODULE(Embedding) declares), with libtorch's from_pretrained.

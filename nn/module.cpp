@@ -15,7 +15,7 @@ std::string join(const std::string& prefix, const std::string& name) {
   return prefix.empty() ? name : prefix + "." + name;
 }
 
-const Tensor* find(const NamedTensors& list, const std::string& name) {
+const Tensor* find(const std::vector<std::pair<std::string, Tensor>>& list, const std::string& name) {
   for (const auto& [n, t] : list)
     if (n == name) return &t;
   return nullptr;
@@ -74,11 +74,11 @@ std::vector<std::pair<std::string, const Module*>> Module::walk(bool recurse) co
 
 NamedTensors Module::collect(bool recurse, bool buffers) const {
   NamedTensors out;
-  for (const auto& [prefix, m] : walk(recurse))
-    for (const auto& [name, t] : buffers ? m->buffers_ : m->parameters_) out.emplace_back(join(prefix, name), t);
   // A module shared by two parents (tied weights) lists its tensors once, under the first name.
   std::set<const TensorImpl*> seen;
-  std::erase_if(out, [&](const auto& item) { return !seen.insert(item.second.impl_ptr().get()).second; });
+  for (const auto& [prefix, m] : walk(recurse))
+    for (const auto& [name, t] : buffers ? m->buffers_ : m->parameters_)
+      if (seen.insert(t.impl_ptr().get()).second) out.insert(join(prefix, name), t);
   return out;
 }
 
@@ -191,7 +191,7 @@ void Module::load_state_dict(const StateDict& dict, bool strict) {
 
 void Module::check_state_dict(const StateDict& dict, bool strict) const {
   NamedTensors own = named_parameters();
-  for (auto& item : named_buffers()) own.push_back(std::move(item));
+  for (auto& [name, t] : named_buffers()) own.insert(name, t);
   std::vector<std::string> missing;
   for (const auto& [name, t] : own) {
     auto it = dict.find(name);
@@ -215,7 +215,7 @@ void Module::check_state_dict(const StateDict& dict, bool strict) const {
     STRATA_CHECK(missing.empty(), name_, "::load_state_dict: missing keys: ", list(missing));
     std::vector<std::string> unexpected;
     for (const auto& [name, t] : dict)
-      if (!find(own, name)) unexpected.push_back(name);
+      if (!own.contains(name)) unexpected.push_back(name);
     STRATA_CHECK(unexpected.empty(), name_, "::load_state_dict: unexpected keys: ", list(unexpected));
   }
 }
@@ -253,6 +253,13 @@ std::optional<Device> parameters_device(const Module& module, const char* op) {
                  first_name, " on ", first.device(), ", ", name, " on ", p.device(),
                  "); move the whole module with Module::to(device)");
   return first.device();
+}
+
+Tensor impl::maybe_inplace(const Tensor& input, const Tensor& result, bool inplace) {
+  if (!inplace) return result;
+  Tensor out = input;
+  out.copy_(result);
+  return out;
 }
 
 }  // namespace strata::nn

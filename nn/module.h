@@ -29,12 +29,13 @@
 #include <utility>
 #include <vector>
 
+#include "strata/nn/ordered_dict.h"
 #include "strata/tensor/tensor.h"
 
 namespace strata::nn {
 
-/// Tensors with their dotted names, in registration order.
-using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+/// Tensors with their dotted names, in registration order, found by name: named_parameters() returns one.
+using NamedTensors = OrderedDict<std::string, Tensor>;
 /// Name to tensor, what checkpoints hold (parameters and buffers of a module, or optimizer state).
 using StateDict = std::map<std::string, Tensor>;
 
@@ -115,11 +116,12 @@ class Module : public std::enable_shared_from_this<Module> {
   void check_new_name(const std::string& name, const char* what) const;
   std::vector<std::pair<std::string, const Module*>> walk(bool recurse) const;
   NamedTensors collect(bool recurse, bool buffers) const;
+  using Entries = std::vector<std::pair<std::string, Tensor>>;
 
   std::string name_;
   bool training_ = true;
-  NamedTensors parameters_;
-  NamedTensors buffers_;
+  Entries parameters_;
+  Entries buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
 };
 
@@ -163,6 +165,12 @@ class ModuleHolder {
  private:
   std::shared_ptr<Impl> impl_;
 };
+
+namespace impl {
+/// For layers with libtorch's inplace option: result, written into input (by copy_, so autograd's in-place
+/// rules apply) when inplace.
+Tensor maybe_inplace(const Tensor& input, const Tensor& result, bool inplace);
+}  // namespace impl
 
 }  // namespace strata::nn
 

@@ -11,36 +11,36 @@
 namespace strata::nn {
 
 // weight and bias of normalized_shape with elementwise_affine, as the constructor below registers them.
-int64_t LayerNormImpl::count_parameters(const std::vector<int64_t>& normalized_shape, double, bool elementwise_affine) {
+int64_t LayerNormImpl::count_parameters(const LayerNormOptions& options) {
   int64_t n = 1;
-  for (int64_t d : normalized_shape) n *= d;
-  return elementwise_affine ? 2 * n : 0;
+  for (int64_t d : options.normalized_shape()) n *= d;
+  return options.elementwise_affine() ? 2 * n : 0;
 }
 
-LayerNormImpl::LayerNormImpl(std::vector<int64_t> shape, double epsilon, bool affine)
-    : Module("LayerNorm"), normalized_shape(std::move(shape)), eps(epsilon), elementwise_affine(affine) {
-  STRATA_CHECK(!normalized_shape.empty() &&
-                   std::all_of(normalized_shape.begin(), normalized_shape.end(), [](int64_t d) { return d > 0; }),
-               "LayerNorm: normalized_shape must be a non-empty list of positive sizes, got ",
-               IntArrayRef(normalized_shape));
-  STRATA_CHECK(eps >= 0, "LayerNorm: eps must be non-negative, got ", eps);
-  if (!elementwise_affine) return;
-  weight = register_parameter("weight", strata::empty(normalized_shape));
-  bias = register_parameter("bias", strata::empty(normalized_shape));
+LayerNormImpl::LayerNormImpl(const LayerNormOptions& opts) : Module("LayerNorm"), options(opts) {
+  const std::vector<int64_t>& shape = options.normalized_shape();
+  STRATA_CHECK(!shape.empty() && std::all_of(shape.begin(), shape.end(), [](int64_t d) { return d > 0; }),
+               "LayerNorm: normalized_shape must be a non-empty list of positive sizes, got ", IntArrayRef(shape));
+  STRATA_CHECK(options.eps() >= 0, "LayerNorm: eps must be non-negative, got ", options.eps());
+  if (!options.elementwise_affine()) return;
+  weight = register_parameter("weight", strata::empty(shape));
+  bias = register_parameter("bias", strata::empty(shape));
   reset_parameters();
 }
 
 void LayerNormImpl::reset_parameters() {
-  if (!elementwise_affine) return;
+  if (!options.elementwise_affine()) return;
   init::ones_(weight);
   init::zeros_(bias);
 }
 
-Tensor LayerNormImpl::forward(const Tensor& input) { return layer_norm(input, normalized_shape, weight, bias, eps); }
+Tensor LayerNormImpl::forward(const Tensor& input) {
+  return layer_norm(input, options.normalized_shape(), weight, bias, options.eps());
+}
 
 void LayerNormImpl::pretty_print(std::ostream& os) const {
-  os << "LayerNorm(" << IntArrayRef(normalized_shape) << ", eps=" << eps
-     << ", elementwise_affine=" << (elementwise_affine ? "true" : "false") << ")";
+  os << "LayerNorm(" << IntArrayRef(options.normalized_shape()) << ", eps=" << options.eps()
+     << ", elementwise_affine=" << (options.elementwise_affine() ? "true" : "false") << ")";
 }
 
 BatchNormImplBase::BatchNormImplBase(std::string type_name, const BatchNormOptions& opts)

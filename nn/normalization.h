@@ -4,7 +4,7 @@
 // GroupNorm over groups of channels of each sample, and RMSNorm.
 //
 //   nn::LayerNorm ln(256);                                   // normalises the last dim of size 256
-//   nn::LayerNorm ln2(std::vector<int64_t>{8, 8}, 1e-6);      // the last two dims, eps 1e-6
+//   nn::LayerNorm ln2(nn::LayerNormOptions({8, 8}).eps(1e-6));   // the last two dims, eps 1e-6
 //   Tensor x = randn({64, 256});
 //   Tensor y = ln(x);                                        // x [..., 256] -> same shape
 //   std::cout << *ln;   // LayerNorm([256], eps=1e-05, elementwise_affine=true)
@@ -26,17 +26,32 @@
 
 namespace strata::nn {
 
+/// LayerNorm's options: LayerNormOptions({256}).eps(1e-6).elementwise_affine(false).
+class LayerNormOptions {
+ public:
+  LayerNormOptions(std::vector<int64_t> normalized_shape) : normalized_shape_(std::move(normalized_shape)) {}  ///< dims
+  STRATA_ARG(std::vector<int64_t>, normalized_shape);  ///< the trailing dims normalised over
+  STRATA_ARG(double, eps) = 1e-5;                      ///< added to the variance
+  STRATA_ARG(bool, elementwise_affine) = true;         ///< whether weight and bias exist
+};
+
 /// (x - mean) / sqrt(var + eps) over the trailing normalized_shape dims, then * weight + bias.
 class LayerNormImpl : public Module {
  public:
+  explicit LayerNormImpl(const LayerNormOptions& options);  ///< from options
   /// Normalises the trailing dims `normalized_shape`; elementwise_affine adds a learned weight and bias.
-  explicit LayerNormImpl(std::vector<int64_t> normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
+  explicit LayerNormImpl(std::vector<int64_t> normalized_shape, double eps = 1e-5, bool elementwise_affine = true)
+      : LayerNormImpl(LayerNormOptions(std::move(normalized_shape)).eps(eps).elementwise_affine(elementwise_affine)) {}
   /// Normalises the last dim, of size `normalized_size` (as torch.nn.LayerNorm(256)).
   explicit LayerNormImpl(int64_t normalized_size, double eps = 1e-5, bool elementwise_affine = true)
       : LayerNormImpl(std::vector<int64_t>{normalized_size}, eps, elementwise_affine) {}
-  /// The trainable parameters a LayerNorm made from the same arguments has, without making it.
+  /// The trainable parameters a LayerNorm made from the same options has, without making it.
+  static int64_t count_parameters(const LayerNormOptions& options);
+  /// The same from the dims and flags.
   static int64_t count_parameters(const std::vector<int64_t>& normalized_shape, double eps = 1e-5,
-                                  bool elementwise_affine = true);
+                                  bool elementwise_affine = true) {
+    return count_parameters(LayerNormOptions(normalized_shape).eps(eps).elementwise_affine(elementwise_affine));
+  }
   /// The same for a LayerNorm over the last dim.
   static int64_t count_parameters(int64_t normalized_size, double eps = 1e-5, bool elementwise_affine = true) {
     return count_parameters(std::vector<int64_t>{normalized_size}, eps, elementwise_affine);
@@ -45,11 +60,9 @@ class LayerNormImpl : public Module {
   Tensor forward(const Tensor& input);                 ///< [..., *normalized_shape] -> same shape
   void pretty_print(std::ostream& os) const override;  ///< "LayerNorm([256], eps=1e-05, elementwise_affine=true)"
 
-  std::vector<int64_t> normalized_shape;  ///< the trailing dims normalised over
-  double eps;                             ///< added to the variance
-  bool elementwise_affine;                ///< whether weight and bias exist
-  Tensor weight;                          ///< normalized_shape, undefined without elementwise_affine
-  Tensor bias;                            ///< normalized_shape, undefined without elementwise_affine
+  LayerNormOptions options;  ///< what it was made with
+  Tensor weight;             ///< normalized_shape, undefined without elementwise_affine
+  Tensor bias;               ///< normalized_shape, undefined without elementwise_affine
 };
 STRATA_MODULE(LayerNorm);
 

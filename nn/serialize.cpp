@@ -9,6 +9,7 @@ namespace {
 
 constexpr std::string_view kModelPrefix = "model.";
 constexpr std::string_view kOptimizerPrefix = "optimizer.";
+constexpr std::string_view kTensorKey = "tensor";
 
 // Runs a load_state_dict call and puts the entry point, the file and the part of the checkpoint in front of
 // its error, so that the message names the file as well as the key.
@@ -28,6 +29,23 @@ void save(const Module& module, const std::string& path) { save_file(module.stat
 void load(Module& module, const std::string& path) {
   const StateDict dict = load_file(path);
   naming_the_file("load", path, "", [&] { module.load_state_dict(dict); });
+}
+
+void save(const optim::Optimizer& optimizer, const std::string& path) { save_file(optimizer.state_dict(), path); }
+
+void load(optim::Optimizer& optimizer, const std::string& path) {
+  const StateDict dict = load_file(path);
+  naming_the_file("load", path, "", [&] { optimizer.load_state_dict(dict); });
+}
+
+void save(const Tensor& tensor, const std::string& path) { save_file({{std::string(kTensorKey), tensor}}, path); }
+
+void load(Tensor& tensor, const std::string& path) {
+  StateDict dict = load_file(path);
+  STRATA_CHECK(dict.size() == 1 && dict.begin()->first == kTensorKey, "load: '", path, "' holds ", dict.size(),
+               " tensors", dict.empty() ? "" : " (the first named '" + dict.begin()->first + "')",
+               ", not the one tensor named '", kTensorKey, "' that save(tensor, path) writes");
+  tensor = dict.begin()->second;
 }
 
 void save_checkpoint(const std::string& path, const Module& module, const optim::Optimizer* optimizer,

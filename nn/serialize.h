@@ -5,6 +5,11 @@
 //   optim::SGD opt(model->parameters(), optim::SGDOptions(0.1));
 //   nn::save(*model, "model.safetensors");
 //   nn::load(*model, "model.safetensors");          // names and shapes must match the module's
+//   strata::save(model, "model.safetensors");       // torch::save's forms: a module holder,
+//   strata::save(opt, "optimizer.safetensors");     // an optimizer's state
+//   Tensor t = randn({2, 3}), u;
+//   strata::save(t, "t.safetensors");               // and a tensor (the file's one tensor, "tensor")
+//   strata::load(u, "t.safetensors");               // u is now a tensor equal to t
 //
 //   int epoch = 3;                                   // the last epoch trained
 //   nn::save_checkpoint("ckpt.safetensors", *model, &opt, {{"epoch", std::to_string(epoch)}});
@@ -27,6 +32,24 @@ void save(const Module& module, const std::string& path);
 /// Copies the tensors of `path` into the module's parameters and buffers; a missing or unexpected name or a
 /// shape mismatch throws, naming the file and the key, before anything is written.
 void load(Module& module, const std::string& path);
+/// save of the module a holder holds, as torch::save(model, path).
+template <class Impl>
+void save(const ModuleHolder<Impl>& module, const std::string& path) {
+  save(*module, path);
+}
+/// load into the module a holder holds, as torch::load(model, path).
+template <class Impl>
+void load(ModuleHolder<Impl>& module, const std::string& path) {
+  load(*module, path);
+}
+/// Writes optimizer.state_dict() to `path`.
+void save(const optim::Optimizer& optimizer, const std::string& path);
+/// Restores an optimizer's state saved by save(optimizer, path) into an optimizer made the same way.
+void load(optim::Optimizer& optimizer, const std::string& path);
+/// Writes one tensor to `path`, as the file's only tensor, named "tensor".
+void save(const Tensor& tensor, const std::string& path);
+/// Sets `tensor` to the one tensor a file holds (on the CPU); a file with other or more tensors throws.
+void load(Tensor& tensor, const std::string& path);
 
 /// Writes a training checkpoint: `module` under "model.", `optimizer`'s state (when given) under "optimizer."
 /// and `metadata` (e.g. the epoch) as the file's metadata.
@@ -38,3 +61,8 @@ std::map<std::string, std::string> load_checkpoint(const std::string& path, Modu
                                                    optim::Optimizer* optimizer = nullptr);
 
 }  // namespace strata::nn
+
+namespace strata {
+using nn::load;  ///< torch::load's name: strata::load(model, path)
+using nn::save;  ///< torch::save's name: strata::save(model, path)
+}  // namespace strata

@@ -29,11 +29,11 @@ namespace strata::optim {
 template <bool kDecoupled>
 class BasicAdamOptions : public OptimizerOptions {
  public:
-  using betas_t = std::tuple<double, double>;               ///< (beta1, beta2), as libtorch
-  explicit BasicAdamOptions(double lr = 1e-3) : lr_(lr) {}  ///< options with learning rate lr
-  STRATA_ARG(double, lr);                                   ///< learning rate
-  STRATA_ARG(betas_t, betas) = {0.9, 0.999};                ///< decay rates of the running averages m and v
-  STRATA_ARG(double, eps) = 1e-8;                           ///< added to the denominator
+  using betas_t = std::tuple<double, double>;      ///< (beta1, beta2), as libtorch
+  BasicAdamOptions(double lr = 1e-3) : lr_(lr) {}  ///< options with learning rate lr (implicit, as libtorch)
+  STRATA_ARG(double, lr);                          ///< learning rate
+  STRATA_ARG(betas_t, betas) = {0.9, 0.999};       ///< decay rates of the running averages m and v
+  STRATA_ARG(double, eps) = 1e-8;                  ///< added to the denominator
   /// Adam: L2 penalty added to the gradient (default 0); AdamW: decoupled decay of p (default 1e-2).
   STRATA_ARG(double, weight_decay) = kDecoupled ? 1e-2 : 0;
   STRATA_ARG(bool, amsgrad) = false;  ///< divide by the running maximum of v (AMSGrad)

@@ -55,7 +55,10 @@ class LRScheduler {
   int64_t last_epoch_ = 0;
 };
 
-/// lr = base_lr * gamma^floor(epoch / step_size): decays by gamma every step_size epochs (torch's StepLR).
+/// lr = base_lr * gamma^floor(epoch / step_size): decays by gamma every step_size epochs, as Python torch's
+/// StepLR. libtorch's C++ StepLR (1.13 and 2.x) counts its step() calls from 0 and decays on the call that
+/// finds the count a multiple of step_size, so its first decay comes one step() call later (with step_size 2,
+/// Python and strata decay at the 2nd call, libtorch at the 3rd); strata keeps Python's schedule.
 class StepLR : public LRScheduler {
  public:
   StepLR(Optimizer& optimizer, int64_t step_size, double gamma = 0.1);  ///< step_size > 0

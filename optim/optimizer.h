@@ -3,7 +3,7 @@
 // groups with their own hyperparameters, per-parameter state, and a state dict that resumes bit-exactly.
 //
 //   nn::Linear model(784, 10);
-//   data::DataLoader loader(data::FashionMNIST(), {.batch_size = 64, .shuffle = true});
+//   data::DataLoader loader(data::FashionMNIST(), data::DataLoaderOptions(64).shuffle(true));
 //   optim::AdamW opt(model->parameters(), optim::AdamWOptions(1e-3));
 //   for (auto& [x, y] : loader) {
 //     opt.zero_grad();

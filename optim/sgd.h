@@ -22,12 +22,12 @@ namespace strata::optim {
 /// SGD's hyperparameters; the learning rate has no default.
 class SGDOptions : public OptimizerOptions {
  public:
-  explicit SGDOptions(double lr) : lr_(lr) {}  ///< options with learning rate lr
-  STRATA_ARG(double, lr);                      ///< learning rate
-  STRATA_ARG(double, momentum) = 0;            ///< momentum factor (0: none)
-  STRATA_ARG(double, dampening) = 0;           ///< scales the gradient's share of the momentum buffer by 1 - dampening
-  STRATA_ARG(double, weight_decay) = 0;        ///< L2 penalty added to the gradient
-  STRATA_ARG(bool, nesterov) = false;          ///< Nesterov momentum (needs momentum > 0 and dampening 0)
+  SGDOptions(double lr) : lr_(lr) {}     ///< options with learning rate lr (implicit, as libtorch: SGD(params, 0.1))
+  STRATA_ARG(double, lr);                ///< learning rate
+  STRATA_ARG(double, momentum) = 0;      ///< momentum factor (0: none)
+  STRATA_ARG(double, dampening) = 0;     ///< scales the gradient's share of the momentum buffer by 1 - dampening
+  STRATA_ARG(double, weight_decay) = 0;  ///< L2 penalty added to the gradient
+  STRATA_ARG(bool, nesterov) = false;    ///< Nesterov momentum (needs momentum > 0 and dampening 0)
 
  public:
   std::unique_ptr<OptimizerOptions> clone() const override { return std::make_unique<SGDOptions>(*this); }

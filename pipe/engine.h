@@ -9,12 +9,12 @@
 //       .loss_fn = pipe::cross_entropy_loss, .seed_layers = true});
 //   auto sgd = std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions(0.1));
 //   pipe::PipelineEngine engine(model, grid, sgd, {.micro_batches = 4});
-//   data::DataLoader loader(data::FashionMNIST(), {.batch_size = 32, .shuffle = true, .drop_last = true,
-//       .num_replicas = grid.get_data_parallel_world_size(), .rank = grid.get_data_parallel_id()});
+//   data::DataLoader loader(data::FashionMNIST(), data::DataLoaderOptions(32).shuffle(true).drop_last(true)
+//       .num_replicas(grid.get_data_parallel_world_size()).rank(grid.get_data_parallel_id()));
 //   int64_t next = 0;                                     // the loader's next batch
 //   double loss = engine.train_batch([&]() -> std::optional<pipe::MicroBatch> {
 //     if (next == loader.size()) return std::nullopt;
-//     data::Example b = loader.batch(next++);
+//     data::Example<> b = loader.batch(next++);
 //     return pipe::MicroBatch{{b.data}, {b.target}};     // inputs for stage 0, labels for the last stage
 //   });                                                   // the same loss on every rank
 //

@@ -49,16 +49,18 @@ TensorOptions like(const Tensor& t, const std::optional<TensorOptions>& options)
   return options ? options->merged_with(t.dtype(), t.device()) : t.options();
 }
 
-// options with the dtype libtorch infers from a factory's numbers when none was given: Bool for
-// bools (full only), Long when every number is an integer, else the default Float.
-TensorOptions infer_dtype(TensorOptions options, std::initializer_list<Scalar> values) {
+// options with the dtype libtorch infers from a factory's numbers when none was given: Bool when
+// every number is a bool, Long when every number is an integer, else (and for no numbers) the default.
+template <class Values>
+TensorOptions infer_dtype(TensorOptions options, const Values& values) {
   if (options.has_dtype()) return options;
+  if (std::size(values) == 0) return options.dtype(get_default_dtype());
   bool all_bool = true, all_integral = true;
   for (const Scalar& v : values) {
     all_bool &= v.isBoolean();
     all_integral &= !v.isFloatingPoint();
   }
-  return options.dtype(all_bool ? kBool : all_integral ? kLong : kFloat);
+  return options.dtype(all_bool ? kBool : all_integral ? kLong : get_default_dtype());
 }
 
 // A tensor of options' dtype (Float when unset) filled with value. The kernels fill from a double: an
@@ -82,7 +84,7 @@ Tensor empty(IntArrayRef sizes, TensorOptions options) {
 }
 
 Tensor full(IntArrayRef sizes, Scalar value, TensorOptions options) {
-  return filled(sizes, value, infer_dtype(options, {value}), "full");
+  return filled(sizes, value, infer_dtype(options, std::initializer_list<Scalar>{value}), "full");
 }
 Tensor zeros(IntArrayRef sizes, TensorOptions options) { return filled(sizes, 0, options, "zeros"); }
 Tensor ones(IntArrayRef sizes, TensorOptions options) { return filled(sizes, 1, options, "ones"); }
@@ -91,7 +93,7 @@ Tensor arange(Scalar end, TensorOptions options) { return arange(0, end, 1, opti
 Tensor arange(Scalar start, Scalar end, TensorOptions options) { return arange(start, end, 1, options); }
 
 Tensor arange(Scalar start_value, Scalar end_value, Scalar step_value, TensorOptions options) {
-  options = infer_dtype(options, {start_value, end_value, step_value});
+  options = infer_dtype(options, std::initializer_list<Scalar>{start_value, end_value, step_value});
   const double start = start_value.to<double>(), end = end_value.to<double>(), step = step_value.to<double>();
   STRATA_CHECK(step != 0, "arange: step must be nonzero");
   STRATA_CHECK(std::isfinite(start) && std::isfinite(end), "arange: unsupported range: ", start, " -> ", end);
@@ -135,6 +137,24 @@ Tensor randn(IntArrayRef sizes, TensorOptions options, Generator* gen) {
   Generator& g = gen ? *gen : default_generator();
   kernels_for(options.device()).normal(t, 0, 1, g.seed(), g.advance(t.numel()));
   return finish(t, options);
+}
+
+Tensor& Tensor::uniform_(double from, double to, Generator* gen) {
+  STRATA_CHECK(is_floating_point(), "uniform_: expected a floating point tensor, got ", dtype());
+  STRATA_CHECK(from <= to, "uniform_: expected from <= to, got from=", from, " to=", to);
+  Tensor r = allocate(sizes(), dtype(), device());
+  Generator& g = gen ? *gen : default_generator();
+  kernels_for(device()).uniform(r, from, to, g.seed(), g.advance(r.numel()));
+  return copy_(r);  // copy_ applies the in-place rules (views, leaves that require grad)
+}
+
+Tensor& Tensor::normal_(double mean, double std, Generator* gen) {
+  STRATA_CHECK(is_floating_point(), "normal_: expected a floating point tensor, got ", dtype());
+  STRATA_CHECK(std >= 0, "normal_: expected std >= 0, got ", std);
+  Tensor r = allocate(sizes(), dtype(), device());
+  Generator& g = gen ? *gen : default_generator();
+  kernels_for(device()).normal(r, mean, std, g.seed(), g.advance(r.numel()));
+  return copy_(r);
 }
 
 Tensor randint(int64_t low, int64_t high, IntArrayRef sizes, TensorOptions options, Generator* gen) {
@@ -195,25 +215,45 @@ Tensor from_blob(void* data, IntArrayRef sizes, IntArrayRef strides, TensorOptio
   return finish(Tensor(std::move(impl)), options);
 }
 
+TensorData::TensorData(std::initializer_list<TensorData> rows) {
+  sizes_.push_back(static_cast<int64_t>(rows.size()));
+  if (rows.size() == 0) return;
+  const DimVector& row_sizes = rows.begin()->sizes();
+  for (const int64_t s : row_sizes) sizes_.push_back(s);
+  int64_t i = 0;
+  for (const TensorData& row : rows) {
+    STRATA_CHECK(row.sizes() == row_sizes, "tensor: expected every row of a nested list to have shape ", row_sizes,
+                 " (as row 0), but row ", i, " has shape ", row.sizes());
+    values_.insert(values_.end(), row.values().begin(), row.values().end());
+    ++i;
+  }
+}
+
 namespace {
-template <class T, class V>
-Tensor from_values(const V& values, TensorOptions options) {
-  const auto n = static_cast<int64_t>(values.size());
+// The numbers as T in a host buffer, converted by the copy kernel into options' dtype and device.
+template <class T>
+Tensor from_values(const TensorData& data, TensorOptions options) {
+  const auto n = static_cast<int64_t>(data.values().size());
   std::unique_ptr<T[]> buf(new T[n]);  // not std::vector: vector<bool> has no data()
-  std::copy(values.begin(), values.end(), buf.get());
-  Tensor src = from_blob(buf.get(), {n}, TensorOptions(scalar_type_of<T>()));
+  for (int64_t i = 0; i < n; ++i) buf[i] = data.values()[i].to<T>();
+  Tensor src = from_blob(buf.get(), data.sizes(), TensorOptions(scalar_type_of<T>()));
   Tensor t = allocate(src.sizes(), options.dtype(), options.device());
   kernels_for(options.device()).copy(src, t);
   return finish(t, options);
 }
 }  // namespace
 
-Tensor tensor(std::initializer_list<double> v, TensorOptions o) { return from_values<double>(v, o); }
-Tensor tensor(const std::vector<double>& v, TensorOptions o) { return from_values<double>(v, o); }
-Tensor tensor(std::initializer_list<int64_t> v, TensorOptions o) { return from_values<int64_t>(v, o); }
-Tensor tensor(const std::vector<int64_t>& v, TensorOptions o) { return from_values<int64_t>(v, o); }
-Tensor tensor(std::initializer_list<int> v, TensorOptions o) { return from_values<int64_t>(v, o); }
-Tensor tensor(std::initializer_list<bool> v, TensorOptions o) { return from_values<bool>(v, o); }
+Tensor tensor(const TensorData& data, TensorOptions options) {
+  // Integers travel as int64 so that none goes through a double; floating values as double.
+  const std::vector<Scalar> witness =
+      data.values().empty() && data.element() ? std::vector<Scalar>{*data.element()} : std::vector<Scalar>{};
+  const std::vector<Scalar>& kinds = witness.empty() ? data.values() : witness;
+  const ScalarType kind = infer_dtype(TensorOptions(), kinds).dtype();
+  options = infer_dtype(options, kinds);
+  if (kind == kBool) return from_values<bool>(data, options);
+  if (kind == kLong) return from_values<int64_t>(data, options);
+  return from_values<double>(data, options);
+}
 
 Tensor scalar_tensor(double value, TensorOptions options) { return filled({}, value, options, "scalar_tensor"); }
 

@@ -103,18 +103,38 @@ Tensor from_blob(void* data, IntArrayRef sizes, TensorOptions options = {},
 /// Wraps caller-owned memory with explicit strides.
 Tensor from_blob(void* data, IntArrayRef sizes, IntArrayRef strides, TensorOptions options = {},
                  std::function<void(void*)> deleter = nullptr);
-/// 1-D float tensor (float32 unless options say otherwise) holding values.
-Tensor tensor(std::initializer_list<double> values, TensorOptions options = {});
-/// 1-D float tensor from a vector.
-Tensor tensor(const std::vector<double>& values, TensorOptions options = {});
-/// 1-D int64 tensor holding values.
-Tensor tensor(std::initializer_list<int64_t> values, TensorOptions options = kLong);
-/// 1-D int64 tensor from a vector.
-Tensor tensor(const std::vector<int64_t>& values, TensorOptions options = kLong);
-/// 1-D int64 tensor (int literals), as torch::tensor({1, 2, 3}).
-Tensor tensor(std::initializer_list<int> values, TensorOptions options = kLong);
-/// 1-D bool tensor.
-Tensor tensor(std::initializer_list<bool> values, TensorOptions options = kBool);
+/// The values tensor() is given, as libtorch's TensorDataContainer: a number (0-dim), a braced list or a
+/// vector of numbers (1-D), or a braced list of equally shaped such lists ({{1, 2}, {3, 4}} is 2 x 2).
+class TensorData {
+ public:
+  /// One number: a 0-dim tensor.
+  template <class T>
+  requires std::is_arithmetic_v<T> TensorData(T value) : values_{Scalar(value)} {}
+  /// A list of numbers of one type: 1-D.
+  template <class T>
+  requires std::is_arithmetic_v<T> TensorData(std::initializer_list<T> values)
+      : sizes_{static_cast<int64_t>(values.size())}, values_(values.begin(), values.end()), element_{T{}} {}
+  /// A vector of numbers: 1-D.
+  template <class T>
+  requires std::is_arithmetic_v<T> TensorData(const std::vector<T>& values)
+      : sizes_{static_cast<int64_t>(values.size())}, values_(values.begin(), values.end()), element_{T{}} {}
+  /// Nested lists, each of the same shape: one more dim than they have.
+  TensorData(std::initializer_list<TensorData> rows);
+
+  const DimVector& sizes() const { return sizes_; }              ///< the shape
+  const std::vector<Scalar>& values() const { return values_; }  ///< the numbers in row-major order
+  /// A number of a typed list's element type (so an empty std::vector<int64_t> still means Long)
+  const std::optional<Scalar>& element() const { return element_; }
+
+ private:
+  DimVector sizes_;
+  std::vector<Scalar> values_;
+  std::optional<Scalar> element_;
+};
+
+/// A tensor holding `data`, as torch::tensor: without a dtype in options, Bool when every number is a bool,
+/// Long when every number is an integer, else the default dtype (Float): tensor({{1.0, 2.0}, {3.0, 4.0}}).
+Tensor tensor(const TensorData& data, TensorOptions options = {});
 /// 0-dim float32 tensor.
 Tensor scalar_tensor(double value, TensorOptions options = {});
 

@@ -95,6 +95,11 @@ constexpr size_t element_size(ScalarType t) {
 }
 /// True for float32, float64, float16 and bfloat16.
 constexpr bool is_floating_point(ScalarType t) { return t == kFloat || t == kDouble || t == kHalf || t == kBFloat16; }
+/// The dtype factories give floating values when no dtype is named (Float until set_default_dtype), as
+/// torch::get_default_dtype; integer operands of true division and of floating Scalars promote to it.
+ScalarType get_default_dtype();
+/// Sets get_default_dtype() for the whole process; a floating dtype only, as torch.set_default_dtype.
+void set_default_dtype(ScalarType t);
 /// True for the 16-bit floats (Half, BFloat16), which compute in float32.
 constexpr bool is_reduced_floating_point(ScalarType t) { return t == kHalf || t == kBFloat16; }
 /// The dtype both a and b convert to without loss in libtorch's lattice, as at::promote_types:

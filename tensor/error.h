@@ -5,6 +5,7 @@
 //   STRATA_CHECK(a.dim() == 2, "mm: expected a 2-D tensor, got shape ", a.sizes());
 //   // throws strata::Error("mm: expected a 2-D tensor, got shape [3] (main.cpp:2)")
 //   STRATA_CHECK(a.numel() == 4);   // throws "Expected a.numel() == 4 to be true, but got false (main.cpp:4)
+//   std::string name = strata::str("sample-", 3, ".pt");   // "sample-3.pt", as c10::str
 
 #include <sstream>
 #include <stdexcept>
@@ -18,14 +19,19 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// The arguments streamed into one string, as c10::str: str("sample-", 3, ".pt") is "sample-3.pt".
+template <class... Args>
+std::string str(const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+
 namespace detail {
 /// Formats the message parts and the source location into a strata::Error and throws it.
 template <class... Args>
 [[noreturn]] void throw_error(const char* file, int line, const Args&... args) {
-  std::ostringstream os;
-  (os << ... << args);
-  os << " (" << file << ":" << line << ")";
-  throw Error(os.str());
+  throw Error(str(args..., " (", file, ":", line, ")"));
 }
 /// throw_error with the message parts, or, when there are none, one naming the failed condition (as TORCH_CHECK).
 template <class... Args>

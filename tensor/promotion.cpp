@@ -4,7 +4,8 @@
 // kind (bool, integral, floating: how it was constructed, not its value) only raises the
 // category, to the default dtype of that category: an integral Scalar keeps an int64 tensor
 // int64 and turns a bool tensor into int64 (`long_t + 1` is Long, `bool_t + 1` is Long); a
-// floating Scalar turns an integer or bool tensor into float32 (`long_t * 2.5` is Float) and
+// floating Scalar turns an integer or bool tensor into the default dtype (`long_t * 2.5` is Float
+// unless set_default_dtype named another) and
 // leaves a floating tensor's dtype alone (`float32_t * 2.0` stays float32). The ops' scalar
 // overloads pass result_type(Tensor, Scalar) down explicitly, and read the number exactly in
 // that dtype (Scalar::to<T>), so int64 math with an integral Scalar never goes through a double:
@@ -12,6 +13,8 @@
 // integral bounds.
 
 #include "strata/tensor/promotion.h"
+
+#include <atomic>
 
 namespace strata {
 
@@ -22,7 +25,19 @@ int category(ScalarType t) { return t == kBool ? 0 : (t == kLong ? 1 : 2); }
 ScalarType result_type(ScalarType t, const Scalar& b) {
   const int kind = b.isFloatingPoint() ? 2 : b.isIntegral() ? 1 : 0;
   if (kind <= category(t)) return t;
-  return kind == 2 ? kFloat : kLong;
+  return kind == 2 ? get_default_dtype() : kLong;
+}
+
+namespace {
+std::atomic<ScalarType> default_dtype{kFloat};
+}  // namespace
+
+ScalarType get_default_dtype() { return default_dtype.load(std::memory_order_relaxed); }
+
+void set_default_dtype(ScalarType t) {
+  STRATA_CHECK(is_floating_point(t), "set_default_dtype: only floating point dtypes are supported as the default, got ",
+               t);
+  default_dtype.store(t, std::memory_order_relaxed);
 }
 
 ScalarType result_type(const Tensor& a, const Scalar& b) { return result_type(a.dtype(), b); }

@@ -40,6 +40,11 @@ class Scalar {
   T to() const {
     return isFloatingPoint() ? static_cast<T>(d_) : static_cast<T>(i_);
   }
+  double toDouble() const { return to<double>(); }  ///< to<double>(), as c10::Scalar
+  float toFloat() const { return to<float>(); }     ///< to<float>()
+  int64_t toLong() const { return to<int64_t>(); }  ///< to<int64_t>()
+  int toInt() const { return to<int>(); }           ///< to<int>()
+  bool toBool() const { return to<bool>(); }        ///< to<bool>()
   /// The dtype a 1-element tensor made from this value gets: Bool, Long or Double.
   ScalarType type() const { return isFloatingPoint() ? kDouble : isIntegral() ? kLong : kBool; }
   /// True when the value equals the integer v exactly.

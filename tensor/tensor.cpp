@@ -70,6 +70,12 @@ Tensor make_view(const Tensor& base, IntArrayRef sizes, IntArrayRef strides, int
   return Tensor(std::move(impl));
 }
 
+Scalar Tensor::item() const {
+  if (is_floating_point()) return item<double>();
+  if (dtype() == kBool) return item<bool>();
+  return item<int64_t>();
+}
+
 namespace {
 
 // Prints dims recursively, eliding the middle of long dims as PyTorch does.

@@ -27,6 +27,7 @@ namespace autograd {
 struct Node;
 }
 class Tensor;
+class Generator;
 using tensor_list = std::vector<Tensor>;  ///< a list of tensors, as in libtorch
 
 /// Memory shared by a tensor and all its views; freed with the last of them.
@@ -87,9 +88,9 @@ class TensorOptions {
     o.requires_grad_ = r;
     return o;
   }
-  ScalarType dtype() const { return dtype_.value_or(kFloat); }  ///< element type (default float32)
-  bool has_dtype() const { return dtype_.has_value(); }         ///< whether dtype was set explicitly
-  bool has_device() const { return has_device_; }               ///< whether device was set explicitly
+  ScalarType dtype() const { return dtype_.value_or(get_default_dtype()); }  ///< element type (default: Float)
+  bool has_dtype() const { return dtype_.has_value(); }                      ///< whether dtype was set explicitly
+  bool has_device() const { return has_device_; }                            ///< whether device was set explicitly
   /// These options with the dtype and device of `like` filling what was not set, as *_like factories do.
   TensorOptions merged_with(ScalarType like_dtype, Device like_device) const {
     auto o = *this;
@@ -151,6 +152,8 @@ class Tensor {
   T* data_ptr() const;  ///< typed address of the first element; checks the dtype
   template <class T>
   T item() const;  ///< the value of a one-element tensor, converted to T
+  /// The value of a one-element tensor as a Scalar (floating dtypes a double, integers int64, bool a bool).
+  Scalar item() const;
   /// The shared state
   TensorImpl& impl() const {
     STRATA_CHECK(impl_, "tensor is undefined");
@@ -269,6 +272,10 @@ class Tensor {
   const { return std(IntArrayRef(), unbiased); }
   Tensor norm(double p = 2, IntArrayRef dims = {}, bool keepdim = false) const;  ///< p-norm (all dims when empty)
   Tensor logsumexp(IntArrayRef dims, bool keepdim = false) const;  ///< log(sum(exp(this))) computed stably
+  Tensor all() const;                                              ///< whether every element is non-zero
+  Tensor all(int64_t dim, bool keepdim = false) const;             ///< whether every element along dim is non-zero
+  Tensor any() const;                                              ///< whether some element is non-zero
+  Tensor any(int64_t dim, bool keepdim = false) const;             ///< whether some element along dim is non-zero
 
   // ---- linear algebra (autograd/ops/linalg.cpp; transposes and permute: shape.cpp) ----
   Tensor matmul(const Tensor& o) const;            ///< numpy-style matmul
@@ -322,6 +329,10 @@ class Tensor {
   Tensor& zero_();                                                                      ///< fills with 0
   Tensor& fill_(Scalar value);                                                          ///< fills with value
   Tensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);  ///< clamps in place
+  /// Fills with uniform [from, to) draws from gen (the default generator when null), as torch's uniform_.
+  Tensor& uniform_(double from = 0, double to = 1, Generator* gen = nullptr);
+  /// Fills with Normal(mean, std) draws from gen (the default generator when null), as torch's normal_.
+  Tensor& normal_(double mean = 0, double std = 1, Generator* gen = nullptr);
 
   Tensor& operator+=(const Tensor& o) { return add_(o); }  ///< add_
   Tensor& operator+=(Scalar o) { return add_(o); }         ///< add_

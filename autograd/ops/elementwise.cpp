@@ -22,7 +22,7 @@ using autograd::SavedVariable;
 namespace {
 
 // Float ops (exp, log, ...) on integer or bool tensors compute in float32, as torch.
-ScalarType float_type(const Tensor& t) { return t.is_floating_point() ? t.dtype() : kFloat; }
+ScalarType float_type(const Tensor& t) { return t.is_floating_point() ? t.dtype() : get_default_dtype(); }
 
 // torch's canCast: no floating into integer or bool, no number into bool.
 bool can_cast(ScalarType from, ScalarType to) {
@@ -225,7 +225,7 @@ Tensor mul_impl(const Tensor& a, const Tensor& b, ScalarType compute) {
 }
 
 Tensor div_impl(const Tensor& a, const Tensor& b, ScalarType compute) {
-  if (!is_floating_point(compute)) compute = kFloat;  // true division
+  if (!is_floating_point(compute)) compute = get_default_dtype();  // true division
   Tensor out = binary_kernel(BinaryOp::Div, a, b, compute, compute, "div");
   if (auto node = autograd::record("DivBackward0", a, b, out)) set_div_backward(*node, a, b, a, b);
   return out;
@@ -322,7 +322,7 @@ Tensor& mul_inplace(Tensor& self, const Tensor& other, ScalarType compute) {
 }
 
 Tensor& div_inplace(Tensor& self, const Tensor& other, ScalarType compute) {
-  if (!is_floating_point(compute)) compute = kFloat;
+  if (!is_floating_point(compute)) compute = get_default_dtype();
   check_inplace_operands(self, other, compute, "div_");
   auto node = autograd::record("DivBackward0", {self, other}, {});
   const InplaceOperands saved(node.get(), self, other);
@@ -413,7 +413,7 @@ Tensor mul(const Tensor& a, Scalar b) {
 Tensor div(const Tensor& a, const Tensor& b) { return div_impl(a, b, result_type(a, b)); }
 
 Tensor div(const Tensor& a, Scalar b) {
-  const ScalarType c = is_floating_point(result_type(a, b)) ? result_type(a, b) : kFloat;  // true division
+  const ScalarType c = is_floating_point(result_type(a, b)) ? result_type(a, b) : get_default_dtype();  // true division
   return div_impl(a, wrap(b, c, a), c);
 }
 
@@ -568,6 +568,11 @@ Tensor gelu(const Tensor& a, const std::string& approximate) {
 }
 
 // silu(x) = x * s, s = sigmoid(x); d/dx = s * (1 + x * (1 - s)).
+Tensor leaky_relu(const Tensor& a, double negative_slope) {
+  STRATA_CHECK(a.is_floating_point(), "leaky_relu: expected a floating point tensor, got ", a.dtype());
+  return where(a.gt(0.0), a, a * negative_slope);  // at 0 the slope side, as torch's backward
+}
+
 Tensor silu(const Tensor& a) {
   Tensor y;
   {
@@ -830,7 +835,7 @@ Tensor& Tensor::mul_(Scalar o) {
 }
 Tensor& Tensor::div_(const Tensor& o) { return div_inplace(*this, o, result_type(*this, o)); }
 Tensor& Tensor::div_(Scalar o) {
-  const ScalarType c = strata::is_floating_point(result_type(*this, o)) ? result_type(*this, o) : kFloat;
+  const ScalarType c = strata::is_floating_point(result_type(*this, o)) ? result_type(*this, o) : get_default_dtype();
   return div_inplace(*this, wrap(o, c, *this), c);
 }
 

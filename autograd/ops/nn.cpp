@@ -356,4 +356,48 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
   return reduce_loss(diff * diff, reduction);
 }
 
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  return reduce_loss(abs(input - target), reduction);
+}
+
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, double beta) {
+  STRATA_CHECK(beta >= 0, "smooth_l1_loss: beta must be non-negative, got ", beta);
+  if (beta == 0) return l1_loss(input, target, reduction);
+  Tensor d = abs(input - target);
+  return reduce_loss(where(d.lt(beta), d * d * (0.5 / beta), d - 0.5 * beta), reduction);
+}
+
+Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction, double delta) {
+  STRATA_CHECK(delta > 0, "huber_loss: delta must be positive, got ", delta);
+  Tensor d = abs(input - target);
+  return reduce_loss(where(d.le(delta), d * d * 0.5, (d - 0.5 * delta) * delta), reduction);
+}
+
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight, Reduction reduction) {
+  STRATA_CHECK(input.sizes() == target.sizes(), "binary_cross_entropy: target of shape ", target.sizes(),
+               " does not match input of shape ", input.sizes());
+  STRATA_CHECK(input.is_floating_point(), "binary_cross_entropy: expected floating point input, got ", input.dtype());
+  {
+    NoGradGuard no_grad;
+    STRATA_CHECK(logical_and(input.ge(0.0), input.le(1.0)).all().item<bool>(),
+                 "binary_cross_entropy: all elements of input should be between 0 and 1");
+  }
+  // torch clamps each log at -100 so that p = 0 or 1 gives a finite loss and gradient.
+  Tensor loss = -(target * clamp_min(log(input), -100) + (1 - target) * clamp_min(log(1 - input), -100));
+  if (weight.defined()) loss = loss * weight;
+  return reduce_loss(loss, reduction);
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const Tensor& weight,
+                                        const Tensor& pos_weight, Reduction reduction) {
+  STRATA_CHECK(input.sizes() == target.sizes(), "binary_cross_entropy_with_logits: target of shape ", target.sizes(),
+               " does not match input of shape ", input.sizes());
+  // -log(sigmoid(x)) = softplus(-x) = relu(-x) + log(1 + exp(-|x|)), which never overflows.
+  Tensor log_sig_neg = relu(-input) + log(1 + exp(-abs(input)));  // -log(sigmoid(x))
+  Tensor loss = pos_weight.defined() ? (1 - target) * input + (1 + (pos_weight - 1) * target) * log_sig_neg
+                                     : (1 - target) * input + log_sig_neg;
+  if (weight.defined()) loss = loss * weight;
+  return reduce_loss(loss, reduction);
+}
+
 }  // namespace strata

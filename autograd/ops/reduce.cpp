@@ -333,7 +333,7 @@ Tensor norm(const Tensor& a, double p, IntArrayRef dims, bool keepdim) {
 }
 
 Tensor logsumexp(const Tensor& a, IntArrayRef dims, bool keepdim) {
-  Tensor x = a.is_floating_point() ? a : a.to(kFloat);
+  Tensor x = a.is_floating_point() ? a : a.to(get_default_dtype());
   const ReducePlan p = plan_reduce(x, dims, keepdim, "logsumexp");
   // The log of an empty sum is -inf, as in libtorch; the sum keeps the (empty) gradient path to x.
   if (p.count == 0) return sum(x, dims, keepdim) - std::numeric_limits<double>::infinity();
@@ -350,6 +350,12 @@ Tensor logsumexp(const Tensor& a, IntArrayRef dims, bool keepdim) {
 }
 
 // ---- Tensor methods ----
+
+// Note [all and any]: counts of (non-)zeros, so bool reductions need no kernel of their own.
+Tensor all(const Tensor& a) { return a.eq(0).sum().eq(0); }
+Tensor all(const Tensor& a, int64_t dim, bool keepdim) { return a.eq(0).sum(dim, keepdim).eq(0); }
+Tensor any(const Tensor& a) { return a.ne(0).sum().ne(0); }
+Tensor any(const Tensor& a, int64_t dim, bool keepdim) { return a.ne(0).sum(dim, keepdim).ne(0); }
 
 Tensor Tensor::sum(std::optional<ScalarType> dtype) const { return strata::sum(dtype ? to(*dtype) : *this); }
 Tensor Tensor::sum(IntArrayRef dims, bool keepdim) const { return strata::sum(*this, dims, keepdim); }
@@ -369,6 +375,10 @@ Tensor Tensor::var(IntArrayRef dims, bool unbiased, bool keepdim) const {
 Tensor Tensor::std(IntArrayRef dims, bool unbiased, bool keepdim) const {
   return strata::std(*this, dims, unbiased, keepdim);
 }
+Tensor Tensor::all() const { return strata::all(*this); }
+Tensor Tensor::all(int64_t dim, bool keepdim) const { return strata::all(*this, dim, keepdim); }
+Tensor Tensor::any() const { return strata::any(*this); }
+Tensor Tensor::any(int64_t dim, bool keepdim) const { return strata::any(*this, dim, keepdim); }
 Tensor Tensor::norm(double p, IntArrayRef dims, bool keepdim) const { return strata::norm(*this, p, dims, keepdim); }
 Tensor Tensor::logsumexp(IntArrayRef dims, bool keepdim) const { return strata::logsumexp(*this, dims, keepdim); }
 

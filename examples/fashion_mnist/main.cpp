@@ -146,7 +146,7 @@ Evaluation evaluate(nn::Sequential& model, data::DataLoader& test, Device device
   NoGradGuard no_grad;
   model->eval();
   double loss = 0, correct = 0, count = 0;
-  for (data::Example& batch : test) {
+  for (data::Example<>& batch : test) {
     const Tensor target = batch.target.to(device);
     Tensor logits = model(batch.data.to(device));
     loss += cross_entropy(logits, target, {.reduction = Reduction::Sum}).item<double>();
@@ -178,10 +178,13 @@ int main(int argc, char** argv) {
     const data::FashionMNIST test_set(args.data, data::FashionMNIST::Mode::kTest);
     const int64_t n = args.limit > 0 ? std::min(args.limit, full_train.size()) : full_train.size();
     const data::TensorDataset train_set(full_train.data().narrow(0, 0, n), full_train.targets().narrow(0, 0, n));
-    const data::DataLoaderOptions shard{.batch_size = args.batch_size / world, .num_replicas = world, .rank = rank};
-    data::DataLoader train(
-        train_set,
-        {.batch_size = shard.batch_size, .shuffle = true, .seed = args.seed, .num_replicas = world, .rank = rank});
+    const auto shard = data::DataLoaderOptions().batch_size(args.batch_size / world).num_replicas(world).rank(rank);
+    data::DataLoader train(train_set, data::DataLoaderOptions()
+                                          .batch_size(shard.batch_size())
+                                          .shuffle(true)
+                                          .seed(args.seed)
+                                          .num_replicas(world)
+                                          .rank(rank));
     data::DataLoader test(test_set, shard);
 
     const Device device = args.device == "cuda" ? cuda::device() : Device(kCPU);
@@ -220,7 +223,7 @@ int main(int argc, char** argv) {
       const auto start = std::chrono::steady_clock::now();
       double loss_sum = 0;
       int64_t batches = 0;
-      for (data::Example& batch : train) {
+      for (data::Example<>& batch : train) {
         Tensor loss = cross_entropy(model(batch.data.to(device)), batch.target.to(device));
         optimizer.zero_grad();
         loss.backward();

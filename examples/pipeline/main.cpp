@@ -129,7 +129,7 @@ std::vector<int64_t> even_offsets(int64_t n, int64_t parts) {
 
 // The micro-batches of one train_batch or eval_batch: rows offsets[k] to offsets[k + 1] of `batch` are
 // micro-batch k. The first stage feeds their images to the model, the last stage their labels to the loss.
-pipe::DataIterator micro_batches(const data::Example& batch, std::vector<int64_t> offsets) {
+pipe::DataIterator micro_batches(const data::Example<>& batch, std::vector<int64_t> offsets) {
   return [batch, offsets = std::move(offsets), k = size_t{0}]() mutable -> std::optional<pipe::MicroBatch> {
     if (k + 1 >= offsets.size()) return std::nullopt;
     const int64_t start = offsets[k], length = offsets[k + 1] - start;
@@ -143,7 +143,7 @@ pipe::DataIterator micro_batches(const data::Example& batch, std::vector<int64_t
 // stage fed in.
 struct Data {
   data::DataLoader train;  // full batches only (drop_last), so every micro-batch of training has one shape
-  data::Example test;      // the replica's shard of the test set, whole
+  data::Example<> test;    // the replica's shard of the test set, whole
 };
 
 Data load_data(const Args& args, const pipe::PipelineParallelGrid& grid) {
@@ -152,15 +152,16 @@ Data load_data(const Args& args, const pipe::PipelineParallelGrid& grid) {
   const data::FashionMNIST test_set(args.data, data::FashionMNIST::Mode::kTest);
   const int64_t n = args.limit > 0 ? std::min(args.limit, full_train.size()) : full_train.size();
   const data::TensorDataset train_set(full_train.data().narrow(0, 0, n), full_train.targets().narrow(0, 0, n));
-  data::DataLoader train(train_set, {.batch_size = args.batch_size / replicas,
-                                     .shuffle = true,
-                                     .drop_last = true,
-                                     .seed = args.seed,
-                                     .num_replicas = replicas,
-                                     .rank = replica});
+  data::DataLoader train(train_set, data::DataLoaderOptions(args.batch_size / replicas)
+                                        .shuffle(true)
+                                        .drop_last(true)
+                                        .seed(args.seed)
+                                        .num_replicas(replicas)
+                                        .rank(replica));
   if (train.size() == 0)
     throw UsageError(std::to_string(n) + " training examples make no full batch of " + std::to_string(args.batch_size));
-  const auto test_indices = data::sample_indices(test_set.size(), {.num_replicas = replicas, .rank = replica}, 0);
+  const auto test_indices =
+      data::sample_indices(test_set.size(), data::DataLoaderOptions().num_replicas(replicas).rank(replica), 0);
   if (static_cast<int64_t>(test_indices.size()) < args.micro_batches)
     throw UsageError("the test set's shard of " + std::to_string(test_indices.size()) + " images cannot fill " +
                      std::to_string(args.micro_batches) + " micro-batches");
@@ -176,7 +177,7 @@ struct Evaluation {
 // on. A shard rarely divides into micro-batches of one size, so it is cut into calls x M micro-batches whose
 // sizes differ by at most one, and the engine runs with dynamic_shapes: the activation shape may then change
 // between micro-batches instead of being an error. Training batches are all full, so there it never changes.
-Evaluation evaluate(pipe::PipelineEngine& engine, const data::Example& shard, int64_t replica_batch) {
+Evaluation evaluate(pipe::PipelineEngine& engine, const data::Example<>& shard, int64_t replica_batch) {
   const int m = engine.options().micro_batches;
   const int64_t n = shard.target.size(0);
   const int64_t calls = std::max<int64_t>(1, n / replica_batch);
@@ -282,7 +283,7 @@ void train(const Args& args, const pipe::PipelineParallelGrid& grid, const std::
     if (rank == 0) bar.emplace(epoch, args.epochs, batches);
     double loss_sum = 0;
     for (int64_t i = 0; i < batches; ++i) {
-      loss_sum += engine.train_batch(micro_batches(loads ? data.train.batch(i) : data::Example{}, cuts));
+      loss_sum += engine.train_batch(micro_batches(loads ? data.train.batch(i) : data::Example<>{}, cuts));
       schedule.step();
       time.add(engine.timings());
       if (bar) bar->update(i + 1, loss_sum / static_cast<double>(i + 1), (i + 1) * args.batch_size);

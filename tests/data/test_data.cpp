@@ -183,17 +183,17 @@ TEST(FashionMNIST, LoadsTheInstalledFiles) {
 
 // ---- datasets ----
 
-/// Example i is data [i, i] with target i: a dataset that only implements get().
+/// Example<> i is data [i, i] with target i: a dataset that only implements get().
 struct Counting : Dataset {
   int64_t size() const override { return 5; }
-  Example get(int64_t index) const override {
+  Example<> get(int64_t index) const override {
     return {full({2}, static_cast<double>(index)), index == 4 ? Tensor() : scalar_tensor(index, kLong)};
   }
 };
 
 TEST(Dataset, DefaultGetBatchStacksExamples) {
   Counting counting;
-  Example batch = counting.get_batch({3, 1, 3});
+  Example<> batch = counting.get_batch({3, 1, 3});
   EXPECT_EQ(batch.data.sizes(), IntArrayRef({3, 2}));
   EXPECT_VALUES(batch.data, {3, 3, 1, 1, 3, 3});
   EXPECT_EQ(batch.target.dtype(), kLong);
@@ -208,7 +208,7 @@ TEST(Dataset, TensorDatasetIndexesBothTensors) {
   EXPECT_EQ(ds.size(), 6);
   EXPECT_VALUES(ds.get(2).data, {4, 5});
   EXPECT_VALUES(ds.get(2).target, {20});
-  Example batch = ds.get_batch({5, 0});
+  Example<> batch = ds.get_batch({5, 0});
   EXPECT_VALUES(batch.data, {10, 11, 0, 1});
   EXPECT_VALUES(batch.target, {50, 0});
   EXPECT_FALSE(TensorDataset(zeros({3, 2})).get_batch({1}).target.defined());
@@ -224,7 +224,7 @@ TEST(Dataset, TensorDatasetIndexesBothTensors) {
 /// The data of every batch of one epoch of `loader`, each as a list of values.
 std::vector<std::vector<double>> epoch_batches(const DataLoader& loader) {
   std::vector<std::vector<double>> out;
-  for (Example& batch : loader) {
+  for (Example<>& batch : loader) {
     EXPECT_EQ(batch.target.sizes(), IntArrayRef(batch.data.size(0)));
     EXPECT_ALLCLOSE(batch.target.to(kFloat32), batch.data * 10);
     out.push_back(values(batch.data));
@@ -235,22 +235,23 @@ std::vector<std::vector<double>> epoch_batches(const DataLoader& loader) {
 TensorDataset ten() { return TensorDataset(arange(10, kFloat32), arange(10, kLong) * 10); }
 
 TEST(DataLoader, BatchesInOrderWithAndWithoutDropLast) {
-  DataLoader loader(ten(), {.batch_size = 4});
+  DataLoader loader(ten(), DataLoaderOptions().batch_size(4));
   EXPECT_EQ(loader.size(), 3);
   using Batches = std::vector<std::vector<double>>;
   EXPECT_EQ(epoch_batches(loader), (Batches{{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9}}));
-  DataLoader dropping(ten(), {.batch_size = 4, .drop_last = true});
+  DataLoader dropping(ten(), DataLoaderOptions().batch_size(4).drop_last(true));
   EXPECT_EQ(dropping.size(), 2);
   EXPECT_EQ(epoch_batches(dropping), (Batches{{0, 1, 2, 3}, {4, 5, 6, 7}}));
-  EXPECT_EQ(epoch_batches(DataLoader(ten(), {.batch_size = 20, .drop_last = true})), Batches{});
-  EXPECT_EQ(epoch_batches(DataLoader(ten(), {.batch_size = 10})), (Batches{{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}}));
+  EXPECT_EQ(epoch_batches(DataLoader(ten(), DataLoaderOptions().batch_size(20).drop_last(true))), Batches{});
+  EXPECT_EQ(epoch_batches(DataLoader(ten(), DataLoaderOptions().batch_size(10))),
+            (Batches{{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}}));
   // A dataset without a batch getter of its own is stacked example by example.
-  DataLoader counting(std::make_shared<Counting>(), {.batch_size = 2, .drop_last = true});
+  DataLoader counting(std::make_shared<Counting>(), DataLoaderOptions().batch_size(2).drop_last(true));
   EXPECT_VALUES(counting.batch(1).data, {2, 2, 3, 3});
 }
 
 TEST(DataLoader, ShuffleIsSeededPerEpoch) {
-  const DataLoaderOptions options{.batch_size = 3, .shuffle = true, .seed = 7};
+  const auto options = DataLoaderOptions().batch_size(3).shuffle(true).seed(7);
   DataLoader a(ten(), options), b(ten(), options);
   const auto epoch0 = epoch_batches(a);
   EXPECT_EQ(epoch_batches(b), epoch0);
@@ -262,9 +263,10 @@ TEST(DataLoader, ShuffleIsSeededPerEpoch) {
   EXPECT_NE(epoch_batches(a), epoch0);
   a.set_epoch(0);
   EXPECT_EQ(epoch_batches(a), epoch0);
-  EXPECT_NE(sample_indices(10, {.shuffle = true, .seed = 8}, 0), a.indices());
+  EXPECT_NE(sample_indices(10, DataLoaderOptions().shuffle(true).seed(8), 0), a.indices());
   // Pins the stream: an order that changes silently would change every seeded run.
-  EXPECT_EQ(sample_indices(10, {.shuffle = true, .seed = 7}, 0), (std::vector<int64_t>{1, 9, 5, 8, 3, 6, 2, 4, 7, 0}));
+  EXPECT_EQ(sample_indices(10, DataLoaderOptions().shuffle(true).seed(7), 0),
+            (std::vector<int64_t>{1, 9, 5, 8, 3, 6, 2, 4, 7, 0}));
   // Without shuffle, every epoch is in order.
   EXPECT_EQ(sample_indices(5, {}, 3), (std::vector<int64_t>{0, 1, 2, 3, 4}));
 }
@@ -276,14 +278,14 @@ TEST(DataLoader, ShardsAreEqualDisjointAndCoverEachEpoch) {
         for (int64_t epoch : {0, 1}) {
           SCOPED_TRACE(::testing::Message()
                        << "n=" << n << " replicas=" << replicas << " drop_last=" << drop_last << " epoch=" << epoch);
-          const DataLoaderOptions one{.shuffle = true, .drop_last = drop_last, .seed = 3};
+          const auto one = DataLoaderOptions().shuffle(true).drop_last(drop_last).seed(3);
           const std::vector<int64_t> order = sample_indices(n, one, epoch);
           const int64_t per_rank = drop_last ? n / replicas : (n + replicas - 1) / replicas;
           std::multiset<int64_t> seen;
           for (int64_t rank = 0; rank < replicas; ++rank) {
             DataLoaderOptions o = one;
-            o.num_replicas = replicas;
-            o.rank = rank;
+            o.num_replicas(replicas);
+            o.rank(rank);
             const std::vector<int64_t> shard = sample_indices(n, o, epoch);
             ASSERT_EQ(static_cast<int64_t>(shard.size()), per_rank);
             // Every rank cuts the same epoch order (Note [epoch order and shards]).
@@ -304,7 +306,7 @@ TEST(DataLoader, ShardsAreEqualDisjointAndCoverEachEpoch) {
 TEST(DataLoader, RanksGetEqualBatchCounts) {
   std::vector<double> all;
   for (int64_t rank = 0; rank < 3; ++rank) {
-    DataLoader loader(ten(), {.batch_size = 2, .shuffle = true, .seed = 1, .num_replicas = 3, .rank = rank});
+    DataLoader loader(ten(), DataLoaderOptions().batch_size(2).shuffle(true).seed(1).num_replicas(3).rank(rank));
     EXPECT_EQ(loader.size(), 2);  // 4 examples each: 10 padded to 12
     for (const auto& batch : epoch_batches(loader)) all.insert(all.end(), batch.begin(), batch.end());
   }
@@ -312,24 +314,28 @@ TEST(DataLoader, RanksGetEqualBatchCounts) {
 }
 
 TEST(DataLoader, ChecksItsArguments) {
-  EXPECT_THROW_MSG(DataLoader(ten(), {.batch_size = 0}), "DataLoader: batch_size must be positive, got 0");
-  EXPECT_THROW_MSG(DataLoader(ten(), {.num_replicas = 0}), "DataLoader: num_replicas must be positive, got 0");
-  EXPECT_THROW_MSG(DataLoader(ten(), {.num_replicas = 2, .rank = 2}),
+  EXPECT_THROW_MSG(DataLoader(ten(), DataLoaderOptions().batch_size(0)),
+                   "DataLoader: batch_size must be positive, got 0");
+  EXPECT_THROW_MSG(DataLoader(ten(), DataLoaderOptions().num_replicas(0)),
+                   "DataLoader: num_replicas must be positive, got 0");
+  EXPECT_THROW_MSG(DataLoader(ten(), DataLoaderOptions().num_replicas(2).rank(2)),
                    "DataLoader: rank 2 is out of range for num_replicas 2");
-  EXPECT_THROW_MSG(DataLoader(ten(), {.rank = -1}), "DataLoader: rank -1 is out of range for num_replicas 1");
+  EXPECT_THROW_MSG(DataLoader(ten(), DataLoaderOptions().rank(-1)),
+                   "DataLoader: rank -1 is out of range for num_replicas 1");
   EXPECT_THROW_MSG(DataLoader(std::shared_ptr<const Dataset>()), "DataLoader: the dataset is null");
-  DataLoader loader(ten(), {.batch_size = 4});
+  DataLoader loader(ten(), DataLoaderOptions().batch_size(4));
   EXPECT_THROW_MSG(loader.set_epoch(-1), "DataLoader::set_epoch: epoch must be non-negative, got -1");
   EXPECT_THROW_MSG(loader.batch(3), "DataLoader::batch: batch 3 is out of range for 3 batches");
   EXPECT_THROW_MSG(sample_indices(-1, {}, 0), "sample_indices: dataset_size must be non-negative, got -1");
-  EXPECT_THROW_MSG(sample_indices(4, {.batch_size = -2}, 0), "sample_indices: batch_size must be positive, got -2");
+  EXPECT_THROW_MSG(sample_indices(4, DataLoaderOptions().batch_size(-2), 0),
+                   "sample_indices: batch_size must be positive, got -2");
 }
 
 TEST(DataLoader, GathersFashionMNISTBatches) {
   const FashionMNIST& train = installed(FashionMNIST::Mode::kTrain);
-  DataLoader loader(train, {.batch_size = 128, .shuffle = true, .seed = 5});
+  DataLoader loader(train, DataLoaderOptions().batch_size(128).shuffle(true).seed(5));
   EXPECT_EQ(loader.size(), 469);
-  Example batch = loader.batch(0);
+  Example<> batch = loader.batch(0);
   EXPECT_EQ(batch.data.sizes(), IntArrayRef({128, 28, 28}));
   EXPECT_EQ(batch.target.sizes(), IntArrayRef({128}));
   const int64_t first = loader.indices()[0];

@@ -12,11 +12,11 @@
 namespace strata::data {
 namespace {
 
-/// Example i is data [2, 3] filled with i, target i: a libtorch-style dataset of n examples.
+/// Example<> i is data [2, 3] filled with i, target i: a libtorch-style dataset of n examples.
 class Counting : public datasets::DatasetBase<Counting> {
  public:
   explicit Counting(size_t n) : n_(n) {}
-  Example get(size_t index) const {
+  Example<> get(size_t index) const {
     return {full({2, 3}, static_cast<double>(index)), scalar_tensor(static_cast<int64_t>(index), kLong)};
   }
   std::optional<size_t> size() const { return n_; }
@@ -29,7 +29,7 @@ TEST(Datasets, MnistReadsTheFilesWithAChannelDim) {
   datasets::MNIST test(FashionMNIST::kDefaultRoot, datasets::MNIST::Mode::kTest);
   EXPECT_FALSE(test.is_train());
   EXPECT_EQ(test.size().value(), 10000u);
-  Example first = test.get(0);
+  Example<> first = test.get(0);
   EXPECT_EQ(first.data.sizes(), IntArrayRef({1, 28, 28}));
   EXPECT_EQ(first.target.item<int64_t>(), 9);
   const FashionMNIST same(FashionMNIST::kDefaultRoot, FashionMNIST::Mode::kTest);

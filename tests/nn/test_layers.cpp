@@ -265,7 +265,7 @@ TEST(NnLayers, LossClassWeightsAreABuffer) {
   ASSERT_EQ(weighted->named_buffers().size(), 1u);
   EXPECT_EQ(weighted->named_buffers()[0].first, "weight");
   weighted->to(kFloat64);
-  EXPECT_EQ(weighted->options.weight.dtype(), kFloat64);  // the options see the converted buffer
+  EXPECT_EQ(weighted->options.weight().dtype(), kFloat64);  // the options see the converted buffer
   Tensor logits = tensor({0.0, 0.0, 0.0, 0.0, 0.0, 0.0}, kFloat64).reshape({2, 3});
   // Uniform logits: each sample's loss is log 3, and the weighted mean stays log 3.
   EXPECT_VALUES(weighted(logits, tensor({0, 2})), {std::log(3.0)});
