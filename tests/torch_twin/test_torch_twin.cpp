@@ -1,0 +1,185 @@
+// strata's convolution, pooling, normalisation and loss ops next to libtorch's (Debian's libtorch-dev)
+// on the same float64 inputs: outputs, and the gradients of every input for one random upstream
+// gradient, agree to 1e-10 relative. Built only when CMake finds libtorch.
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "strata/strata.h"
+
+namespace {
+
+using StrataFn = std::function<strata::Tensor(const strata::tensor_list&)>;
+using TorchFn = std::function<torch::Tensor(const std::vector<torch::Tensor>&)>;
+
+torch::Tensor to_torch(const strata::Tensor& t) {
+  strata::Tensor c = t.detach().contiguous();
+  const std::vector<int64_t> sizes(c.sizes().begin(), c.sizes().end());
+  return torch::from_blob(c.data_ptr<double>(), sizes, torch::kDouble).clone();
+}
+
+// The largest |a - b| over the largest |b| (at least 1), so values near zero compare absolutely.
+double relative_difference(const strata::Tensor& a, const torch::Tensor& b) {
+  EXPECT_EQ(std::vector<int64_t>(a.sizes().begin(), a.sizes().end()), b.sizes().vec());
+  torch::Tensor diff = (to_torch(a) - b).abs().max();
+  return diff.item<double>() / std::max(1.0, b.abs().max().item<double>());
+}
+
+// Runs both functions on copies of the same inputs, compares the outputs, backpropagates one random
+// upstream gradient through both and compares the gradient of every input.
+void expect_twins(const StrataFn& mine, const TorchFn& theirs, const std::vector<strata::Tensor>& inputs,
+                  double tolerance = 1e-10) {
+  strata::tensor_list s_in;
+  std::vector<torch::Tensor> t_in;
+  for (const strata::Tensor& x : inputs) {
+    s_in.push_back(x.detach().clone().requires_grad_(true));
+    t_in.push_back(to_torch(x).requires_grad_(true));
+  }
+  strata::Tensor s_out = mine(s_in);
+  torch::Tensor t_out = theirs(t_in);
+  EXPECT_LT(relative_difference(s_out, t_out), tolerance) << "output";
+  strata::Tensor upstream = strata::randn(s_out.sizes(), strata::kDouble);
+  s_out.backward(upstream);
+  t_out.backward(to_torch(upstream));
+  for (size_t i = 0; i < inputs.size(); ++i)
+    EXPECT_LT(relative_difference(s_in[i].grad(), t_in[i].grad()), tolerance) << "gradient of input " << i;
+}
+
+strata::Tensor randn(std::vector<int64_t> sizes) { return strata::randn(sizes, strata::kDouble); }
+
+TEST(TorchTwin, Conv2dStridedPaddedDilatedGrouped) {
+  strata::manual_seed(1);
+  expect_twins(
+      [](const strata::tensor_list& x) {
+        return strata::conv2d(x[0], x[1], x[2], {2, 1}, {1, 2}, {1, 2}, 2);
+      },
+      [](const std::vector<torch::Tensor>& x) {
+        return torch::conv2d(x[0], x[1], x[2], {2, 1}, {1, 2}, {1, 2}, 2);
+      },
+      {randn({2, 4, 9, 8}), randn({6, 2, 3, 3}), randn({6})});
+  expect_twins([](const strata::tensor_list& x) { return strata::conv2d(x[0].transpose(2, 3), x[1]); },
+               [](const std::vector<torch::Tensor>& x) { return torch::conv2d(x[0].transpose(2, 3), x[1]); },
+               {randn({1, 3, 5, 7}), randn({2, 3, 2, 4})});  // non-contiguous input, no bias
+}
+
+TEST(TorchTwin, Conv1dAndSamePadding) {
+  strata::manual_seed(2);
+  expect_twins([](const strata::tensor_list& x) { return strata::conv1d(x[0], x[1], x[2], 1, strata::kSame, 2); },
+               [](const std::vector<torch::Tensor>& x) { return torch::conv1d(x[0], x[1], x[2], 1, "same", 2); },
+               {randn({2, 3, 11}), randn({4, 3, 4}), randn({4})});
+}
+
+TEST(TorchTwin, ConvTranspose2d) {
+  strata::manual_seed(3);
+  expect_twins(
+      [](const strata::tensor_list& x) {
+        return strata::conv_transpose2d(x[0], x[1], x[2], 2, 1, 1, 2, {1, 2});
+      },
+      [](const std::vector<torch::Tensor>& x) {
+        return torch::conv_transpose2d(x[0], x[1], x[2], 2, 1, 1, 2, {1, 2});
+      },
+      {randn({2, 4, 5, 4}), randn({4, 3, 3, 2}), randn({6})});
+}
+
+TEST(TorchTwin, Pooling) {
+  strata::manual_seed(4);
+  expect_twins(
+      [](const strata::tensor_list& x) {
+        return strata::max_pool2d(x[0], {3, 2}, {2, 2}, {1, 0}, {1, 2}, true);
+      },
+      [](const std::vector<torch::Tensor>& x) {
+        return torch::max_pool2d(x[0], {3, 2}, {2, 2}, {1, 0}, {1, 2}, true);
+      },
+      {randn({2, 3, 9, 10})});
+  expect_twins([](const strata::tensor_list& x) { return strata::max_pool1d(x[0], 3, 2, 1); },
+               [](const std::vector<torch::Tensor>& x) { return torch::max_pool1d(x[0], 3, 2, 1); },
+               {randn({2, 3, 10})});
+  expect_twins([](const strata::tensor_list& x) { return strata::avg_pool2d(x[0], 3, 2, 1, true, false); },
+               [](const std::vector<torch::Tensor>& x) { return torch::avg_pool2d(x[0], 3, 2, 1, true, false); },
+               {randn({2, 3, 8, 9})});
+  expect_twins([](const strata::tensor_list& x) { return strata::avg_pool2d(x[0], 2, 2, 0, false, true, 3); },
+               [](const std::vector<torch::Tensor>& x) { return torch::avg_pool2d(x[0], 2, 2, 0, false, true, 3); },
+               {randn({1, 2, 6, 6})});
+  expect_twins(
+      [](const strata::tensor_list& x) {
+        return strata::adaptive_avg_pool2d(x[0], {3, 4});
+      },
+      [](const std::vector<torch::Tensor>& x) {
+        return torch::adaptive_avg_pool2d(x[0], {3, 4});
+      },
+      {randn({2, 3, 7, 10})});
+}
+
+TEST(TorchTwin, BatchNormTrainingUpdatesTheSameRunningStatistics) {
+  strata::manual_seed(5);
+  strata::Tensor mean0 = randn({3}), var0 = strata::rand({3}, strata::kDouble) + 0.5;
+  strata::Tensor s_mean = mean0.clone(), s_var = var0.clone();
+  torch::Tensor t_mean = to_torch(mean0), t_var = to_torch(var0);
+  expect_twins(
+      [&](const strata::tensor_list& x) {
+        return strata::batch_norm(x[0], x[1], x[2], s_mean, s_var, true, 0.3, 1e-4);
+      },
+      [&](const std::vector<torch::Tensor>& x) {
+        return torch::batch_norm(x[0], x[1], x[2], t_mean, t_var, true, 0.3, 1e-4, false);
+      },
+      {randn({4, 3, 5, 2}), randn({3}), randn({3})});
+  EXPECT_LT(relative_difference(s_mean, t_mean), 1e-12);
+  EXPECT_LT(relative_difference(s_var, t_var), 1e-12);  // the unbiased variance, as torch
+  expect_twins([&](const strata::tensor_list& x) { return strata::batch_norm(x[0], x[1], {}, s_mean, s_var, false); },
+               [&](const std::vector<torch::Tensor>& x) {
+                 return torch::batch_norm(x[0], x[1], {}, t_mean, t_var, false, 0.1, 1e-5, false);
+               },
+               {randn({4, 3}), randn({3})});
+}
+
+TEST(TorchTwin, GroupNorm) {
+  strata::manual_seed(6);
+  expect_twins([](const strata::tensor_list& x) { return strata::group_norm(x[0], 2, x[1], x[2], 1e-3); },
+               [](const std::vector<torch::Tensor>& x) { return torch::group_norm(x[0], 2, x[1], x[2], 1e-3); },
+               {randn({3, 4, 5}), randn({4}), randn({4})});
+}
+
+TEST(TorchTwin, Losses) {
+  strata::manual_seed(7);
+  strata::Tensor target = randn({4, 5}), probs = strata::rand({4, 5}, strata::kDouble);
+  torch::Tensor t_target = to_torch(target), t_probs = to_torch(probs);
+  expect_twins([&](const strata::tensor_list& x) { return strata::smooth_l1_loss(x[0], target, strata::kSum, 0.5); },
+               [&](const std::vector<torch::Tensor>& x) {
+                 return torch::smooth_l1_loss(x[0], t_target, at::Reduction::Sum, 0.5);
+               },
+               {randn({4, 5})});
+  expect_twins(
+      [&](const strata::tensor_list& x) { return strata::huber_loss(x[0], target, strata::kNone, 0.7); },
+      [&](const std::vector<torch::Tensor>& x) { return torch::huber_loss(x[0], t_target, at::Reduction::None, 0.7); },
+      {randn({4, 5})});
+  expect_twins([&](const strata::tensor_list& x) { return strata::l1_loss(x[0], target); },
+               [&](const std::vector<torch::Tensor>& x) { return torch::l1_loss(x[0], t_target); }, {randn({4, 5})});
+  // libtorch does not differentiate the binary cross entropies with respect to their weights (strata does), so
+  // the weights are constants here.
+  strata::Tensor weight = randn({5}), pos_weight = strata::rand({5}, strata::kDouble) + 0.5;
+  torch::Tensor t_weight = to_torch(weight), t_pos_weight = to_torch(pos_weight);
+  expect_twins(
+      [&](const strata::tensor_list& x) { return strata::binary_cross_entropy(x[0].sigmoid(), probs, weight); },
+      [&](const std::vector<torch::Tensor>& x) {
+        return torch::binary_cross_entropy(x[0].sigmoid(), t_probs, t_weight);
+      },
+      {randn({4, 5})});
+  expect_twins(
+      [&](const strata::tensor_list& x) {
+        return strata::binary_cross_entropy_with_logits(x[0] * 10, probs, weight, pos_weight, strata::kSum);
+      },
+      [&](const std::vector<torch::Tensor>& x) {
+        return torch::binary_cross_entropy_with_logits(x[0] * 10, t_probs, t_weight, t_pos_weight, at::Reduction::Sum);
+      },
+      {randn({4, 5})});
+  expect_twins([](const strata::tensor_list& x) { return strata::leaky_relu(x[0], 0.3); },
+               [](const std::vector<torch::Tensor>& x) { return torch::leaky_relu(x[0], 0.3); }, {randn({3, 4})});
+}
+
+}  // namespace
