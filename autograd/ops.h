@@ -10,6 +10,7 @@
 //   Tensor loss = cross_entropy(matmul(h, w2) + b2, labels, {.label_smoothing = 0.1});
 //   loss.backward();
 
+#include <concepts>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -96,6 +97,28 @@ Tensor all(const Tensor& a);                                     ///< whether ev
 Tensor all(const Tensor& a, int64_t dim, bool keepdim = false);  ///< whether every element along dim is non-zero
 Tensor any(const Tensor& a);                                     ///< whether some element is non-zero, bool 0-dim
 Tensor any(const Tensor& a, int64_t dim, bool keepdim = false);  ///< whether some element along dim is non-zero
+
+// ---- sorting and sampling (autograd/ops/sort.cpp): NaN sorts as the largest value, equal elements keep their
+// input order (every sort is stable, on every device), and values are differentiable ----
+/// Values sorted along dim (ascending unless descending) and the int64 indices they came from
+std::tuple<Tensor, Tensor> sort(const Tensor& a, int64_t dim = -1, bool descending = false);
+/// sort with libtorch's `stable` flag (every strata sort is stable)
+std::tuple<Tensor, Tensor> sort(const Tensor& a, std::optional<bool> stable, int64_t dim = -1, bool descending = false);
+Tensor argsort(const Tensor& a, int64_t dim = -1, bool descending = false);  ///< the indices of sort
+/// argsort with libtorch's `stable` flag (every strata sort is stable); only a real bool picks this, so
+/// argsort(x, 1) sorts along dim 1 where libtorch's overloads are ambiguous
+template <class B>
+requires std::same_as<B, bool> Tensor argsort(const Tensor& a, B stable, int64_t dim = -1, bool descending = false) {
+  return argsort(a, dim, descending);
+}
+Tensor msort(const Tensor& a);  ///< values sorted along dim 0
+/// The k largest (or smallest) values along dim, in order, and their indices; of equal values the earliest are kept
+std::tuple<Tensor, Tensor> topk(const Tensor& a, int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true);
+/// The k-th smallest value along dim (k counts from 1) and its index
+std::tuple<Tensor, Tensor> kthvalue(const Tensor& a, int64_t k, int64_t dim = -1, bool keepdim = false);
+/// num_samples int64 category indices drawn per row of the weights a ([C] or [N, C]: non-negative, finite, a
+/// positive sum), with or without replacement, from gen (default: the default generator)
+Tensor multinomial(const Tensor& a, int64_t num_samples, bool replacement = false, Generator* gen = nullptr);
 
 // ---- linear algebra (autograd/ops/linalg.cpp) ----
 Tensor matmul(const Tensor& a, const Tensor& b);  ///< 1-D, 2-D and batched with broadcast batch dims

@@ -180,6 +180,31 @@ inline int64_t check_arg_reduce_operands(ReduceKind op, const Tensor& in, int64_
   return dim;
 }
 
+/// sort's checks: in's dtype for values and Long for indices, both of in's sizes with dim set to k at most in's
+/// size there. Returns dim wrapped.
+inline int64_t check_sort_operands(const Tensor& in, int64_t dim, const Tensor& values, const Tensor& indices) {
+  check_one_device("sort", {&in, &values, &indices});
+  dim = wrap_dim(dim, in.dim(), "sort");
+  STRATA_CHECK(values.dtype() == in.dtype() && indices.dtype() == kLong, "sort: expected ", in.dtype(),
+               " values and Long indices, got ", values.dtype(), " and ", indices.dtype());
+  bool shaped = values.sizes() == indices.sizes() && values.dim() == in.dim();
+  for (int64_t d = 0; shaped && d < in.dim(); ++d)
+    shaped = d == dim ? values.size(d) <= in.size(d) : values.size(d) == in.size(d);
+  STRATA_CHECK(shaped, "sort: expected values and indices of ", in.sizes(), " with at most ", in.size(dim),
+               " elements along dim ", dim, ", got ", values.sizes(), " and ", indices.sizes());
+  return dim;
+}
+
+/// multinomial's checks: floating probs [N, C] and Long out [N, S].
+inline void check_multinomial_operands(const Tensor& probs, const Tensor& out) {
+  check_one_device("multinomial", {&probs, &out});
+  STRATA_CHECK(probs.is_floating_point() && out.dtype() == kLong,
+               "multinomial: expected floating point weights and a Long output, got ", probs.dtype(), " and ",
+               out.dtype());
+  STRATA_CHECK(probs.dim() == 2 && out.dim() == 2 && probs.size(0) == out.size(0),
+               "multinomial: expected weights [N, C] and an output [N, S], got ", probs.sizes(), " and ", out.sizes());
+}
+
 /// matmul's checks: 3-D a [B, M, K] and c [B, K, N] multiply into a contiguous out [B, M, N] of their dtype.
 inline void check_matmul_operands(const Tensor& a, const Tensor& c, const Tensor& out) {
   check_one_device("matmul", {&a, &c, &out});

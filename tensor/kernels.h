@@ -133,12 +133,21 @@ class Kernels {
   virtual void gather(const Tensor& in, int64_t dim, const Tensor& index, const Tensor& out) const = 0;
   /// out[..index[..i..]..] += src[..i..] along dim; index has src's sizes, checked against out.size(dim).
   virtual void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) const = 0;
+  /// Sorts each slice of `in` along dim and writes its first k = values.size(dim) elements (the k smallest, or
+  /// largest when descending) and their int64 indices along dim; values and indices have in's sizes with dim set
+  /// to k. NaN sorts as the largest value; equal elements keep their input order (Note [sort order], cpu/sort.cpp).
+  virtual void sort(const Tensor& in, int64_t dim, bool descending, const Tensor& values,
+                    const Tensor& indices) const = 0;
   /// out[i] = start + i * step.
   virtual void arange(const Tensor& out, double start, double step) const = 0;
   /// Uniform [lo, hi) floats or integers from the counter-based stream (seed, offset + i).
   virtual void uniform(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset) const = 0;
   /// Normal(mean, std) floats from the counter-based stream (seed, offset + i).
   virtual void normal(const Tensor& out, double mean, double std, uint64_t seed, uint64_t offset) const = 0;
+  /// For each row n of the non-negative weights probs [N, C] (positive row sums), out.size(1) int64 categories drawn
+  /// with replacement into out [N, S]: sample s is the first category whose running sum of weights exceeds u times
+  /// the row's sum, u uniform in [0, 1) from the stream (seed, offset + n * S + s).
+  virtual void multinomial(const Tensor& probs, const Tensor& out, uint64_t seed, uint64_t offset) const = 0;
 };
 
 /// A tensor sharing base's storage with the given geometry and no autograd state (for view ops and kernels).

@@ -27,7 +27,7 @@ namespace autograd {
 struct Node;
 }
 class Tensor;
-class Generator;
+class Generator;                          // tensor/creation.h
 using tensor_list = std::vector<Tensor>;  ///< a list of tensors, as in libtorch
 
 /// Memory shared by a tensor and all its views; freed with the last of them.
@@ -276,6 +276,24 @@ class Tensor {
   Tensor all(int64_t dim, bool keepdim = false) const;             ///< whether every element along dim is non-zero
   Tensor any() const;                                              ///< whether some element is non-zero
   Tensor any(int64_t dim, bool keepdim = false) const;             ///< whether some element along dim is non-zero
+
+  // ---- sorting and sampling (autograd/ops/sort.cpp) ----
+  /// Values sorted along dim and their int64 indices
+  std::tuple<Tensor, Tensor> sort(int64_t dim = -1, bool descending = false) const;
+  /// sort with libtorch's `stable` flag (every sort is stable)
+  std::tuple<Tensor, Tensor> sort(std::optional<bool> stable, int64_t dim = -1, bool descending = false) const;
+  Tensor argsort(int64_t dim = -1, bool descending = false) const;  ///< the indices of sort
+  /// argsort with libtorch's `stable` flag; only a real bool picks this (x.argsort(1) sorts along dim 1).
+  template <class B>
+  requires std::same_as<B, bool> Tensor argsort(B stable, int64_t dim = -1, bool descending = false)
+  const { return argsort(dim, descending); }
+  Tensor msort() const;  ///< values sorted along dim 0
+  /// The k largest (or smallest) values along dim and their indices
+  std::tuple<Tensor, Tensor> topk(int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true) const;
+  /// The k-th smallest value along dim (k from 1) and its index
+  std::tuple<Tensor, Tensor> kthvalue(int64_t k, int64_t dim = -1, bool keepdim = false) const;
+  /// Category indices drawn from these weights ([C] or [N, C])
+  Tensor multinomial(int64_t num_samples, bool replacement = false, Generator* gen = nullptr) const;
 
   // ---- linear algebra (autograd/ops/linalg.cpp; transposes and permute: shape.cpp) ----
   Tensor matmul(const Tensor& o) const;            ///< numpy-style matmul

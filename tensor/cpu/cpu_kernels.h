@@ -2,7 +2,7 @@
 // Internal to tensor/cpu: the CPU kernel table. Each family file defines its members:
 // kernels.cpp (memory, table), elementwise.cpp (copy, fill, binary, where, arange), unary.cpp,
 // reduce.cpp (reduce, arg_reduce), gemm.cpp (matmul), index.cpp (gather, scatter_add),
-// random.cpp (uniform, normal).
+// sort.cpp (sort), random.cpp (uniform, normal, multinomial).
 
 #include "strata/tensor/kernels.h"
 
@@ -24,9 +24,11 @@ class CpuKernels final : public Kernels {
   void matmul(const Tensor& a, const Tensor& c, const Tensor& out) const override;
   void gather(const Tensor& in, int64_t dim, const Tensor& index, const Tensor& out) const override;
   void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) const override;
+  void sort(const Tensor& in, int64_t dim, bool descending, const Tensor& values, const Tensor& indices) const override;
   void arange(const Tensor& out, double start, double step) const override;
   void uniform(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset) const override;
   void normal(const Tensor& out, double mean, double std, uint64_t seed, uint64_t offset) const override;
+  void multinomial(const Tensor& probs, const Tensor& out, uint64_t seed, uint64_t offset) const override;
 };
 
 /// binary's GeluBackward and GeluTanhBackward (unary.cpp, beside gelu): out = grad * gelu'(x), floating types.

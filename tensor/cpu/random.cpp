@@ -13,6 +13,9 @@
 //   normal         with b = 24 bits for float32 and 53 for float64, in T's precision:
 //                  u1 = ((bits(0, c) >> (64 - b)) + 1) * 2^-b in (0, 1], u2 = (bits(1, c) >> (64 - b)) * 2^-b,
 //                  value = mean + std * sqrt(-2 log u1) * cos(2 pi u2)
+//   multinomial    u = (bits(0, c) >> 11) * 2^-53 with c = offset + n * S + s for sample s of row n; the sample
+//                  is the first category whose running sum of weights (in double) exceeds u * (the row's
+//                  sum); should rounding leave none, the last category of positive weight (pick_category)
 // (The transcendental functions run vectorised through Eigen, so the last bit of a normal
 // value may differ from another libm's; the stream of uniforms is exact everywhere.)
 
@@ -20,6 +23,7 @@
 
 #include <cmath>
 #include <type_traits>
+#include <vector>
 
 #include "strata/tensor/cpu/cpu_kernels.h"
 #include "strata/tensor/cpu/loops.h"
@@ -31,7 +35,9 @@ namespace strata::cpu {
 namespace {
 
 using random_stream::kTwoPi;
+using random_stream::pick_category;
 using random_stream::Stream;
+using random_stream::unit_double;
 
 constexpr int64_t kRandomBlock = 256;
 
@@ -101,6 +107,31 @@ void CpuKernels::normal(const Tensor& out, double mean, double stddev, uint64_t 
         Eigen::Map<Array> z(dst, n);
         z = static_cast<T>(mean) + static_cast<T>(stddev) * (T(-2) * Eigen::Map<const Array>(u1, n).log()).sqrt() *
                                        Eigen::Map<const Array>(u2, n).cos();
+      });
+    }
+  });
+}
+
+void CpuKernels::multinomial(const Tensor& probs, const Tensor& out, uint64_t seed, uint64_t offset) const {
+  check_multinomial_operands(probs, out);
+  const int64_t rows = out.size(0), samples = out.size(1), categories = probs.size(1);
+  if (out.numel() == 0) return;
+  STRATA_CHECK(categories > 0, "multinomial: expected at least one category, got weights of shape ", probs.sizes());
+  const Stream bits(seed, 0);
+  visit_dtype(probs.dtype(), [&]<class T>() {
+    if constexpr (std::is_floating_point_v<T>) {
+      const T* p = probs.data_ptr<T>();
+      int64_t* o = out.data_ptr<int64_t>();
+      const int64_t p_row = probs.stride(0), p_col = probs.stride(1), o_row = out.stride(0), o_col = out.stride(1);
+      parallel_for(rows, use_threads(rows * (categories + samples)), [&](int64_t n) {
+        std::vector<double> cumulative(categories);
+        double running = 0;
+        for (int64_t c = 0; c < categories; ++c)
+          cumulative[c] = running += static_cast<double>(p[n * p_row + c * p_col]);
+        for (int64_t s = 0; s < samples; ++s) {
+          const double u = unit_double(bits(offset + static_cast<uint64_t>(n * samples + s)));
+          o[n * o_row + s * o_col] = pick_category(cumulative.data(), categories, u);
+        }
       });
     }
   });

@@ -3,8 +3,8 @@
 // current stream of each device, and the CUDA and cuBLAS status checkers. Each family file
 // defines its members: runtime.cpp (device API, streams, allocator, cuBLAS handles, the table),
 // copy.cu (copy, fill, arange), elementwise.cu (unary, binary, add_scaled, where), reduce.cu
-// (reduce, arg_reduce), index.cu (gather, scatter_add), random.cu (uniform, normal) and gemm.cpp
-// (matmul through cuBLAS).
+// (reduce, arg_reduce), index.cu (gather, scatter_add), sort.cu (sort), random.cu (uniform,
+// normal, multinomial) and gemm.cpp (matmul through cuBLAS).
 //
 // Note [CUDA streams]: every kernel, copy and allocation of device d is queued on
 // current_stream(d), one non-blocking stream per device, so work on one device runs in issue
@@ -81,9 +81,11 @@ class CudaKernels final : public Kernels {
   void matmul(const Tensor& a, const Tensor& c, const Tensor& out) const override;
   void gather(const Tensor& in, int64_t dim, const Tensor& index, const Tensor& out) const override;
   void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) const override;
+  void sort(const Tensor& in, int64_t dim, bool descending, const Tensor& values, const Tensor& indices) const override;
   void arange(const Tensor& out, double start, double step) const override;
   void uniform(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset) const override;
   void normal(const Tensor& out, double mean, double std, uint64_t seed, uint64_t offset) const override;
+  void multinomial(const Tensor& probs, const Tensor& out, uint64_t seed, uint64_t offset) const override;
 };
 
 }  // namespace strata::cuda

@@ -11,11 +11,19 @@
 // Half and BFloat16, which the CPU does not draw, are defined here as the float32 draw rounded
 // to the 16-bit type: a uniform that rounding carried up to hi becomes the largest 16-bit value
 // below hi (so the range stays [lo, hi)), a normal is computed in float32 and rounded.
+//
+// multinomial sums each row's weights in double by a block scan, whose additions group otherwise
+// than the CPU's left-to-right sum: a sample differs from the CPU's only when u * total falls
+// within rounding of a boundary between two categories.
 
+#include <cub/block/block_scan.cuh>
+
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <type_traits>
 
+#include "strata/tensor/creation.h"
 #include "strata/tensor/cuda/device.cuh"
 #include "strata/tensor/random_stream.h"
 
@@ -24,7 +32,9 @@ namespace strata::cuda {
 namespace {
 
 using random_stream::kTwoPi;
+using random_stream::pick_category;
 using random_stream::Stream;
+using random_stream::unit_double;
 
 /// Random bits kept per draw: 24 for float32 (and the 16-bit floats, drawn as float32), 53 for float64.
 template <class T>
@@ -89,6 +99,41 @@ __global__ void __launch_bounds__(kThreads)
       z = mean + stddev * sqrtf(-2.0f * logf(u1)) * cosf(u2);
     *p = convert<T>(z);
   });
+}
+
+/// The running sums, in double, of each row of `probs` (rows of `categories` weights, row_step and col_step
+/// bytes apart) into cumulative [rows, categories]: a block per row, kThreads weights at a time.
+template <class T>
+__global__ void __launch_bounds__(kThreads) cumulative_kernel(const char* probs, int64_t rows, int64_t categories,
+                                                              int64_t row_step, int64_t col_step, double* cumulative) {
+  using Scan = cub::BlockScan<double, kThreads>;
+  __shared__ typename Scan::TempStorage scan_storage;
+  for (int64_t n = blockIdx.x; n < rows; n += gridDim.x) {
+    double running = 0;
+    for (int64_t first = 0; first < categories; first += kThreads) {
+      const int64_t c = first + threadIdx.x;
+      const double w =
+          c < categories ? convert<double>(*reinterpret_cast<const T*>(probs + n * row_step + c * col_step)) : 0.0;
+      double sum, chunk;
+      Scan(scan_storage).InclusiveSum(w, sum, chunk);
+      if (c < categories) cumulative[n * categories + c] = running + sum;
+      running += chunk;
+      __syncthreads();  // scan_storage is reused by the next chunk
+    }
+  }
+}
+
+/// Sample i = n * samples + s of out [rows, samples] (element strides out_row, out_col): the category that the
+/// stream's value offset + i picks from row n of cumulative (pick_category, as on the CPU).
+__global__ void __launch_bounds__(kThreads)
+    sample_kernel(const double* cumulative, int64_t categories, int64_t samples, int64_t count, Stream bits,
+                  uint64_t offset, int64_t* out, int64_t out_row, int64_t out_col) {
+  const int64_t grid = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += grid) {
+    const int64_t n = i / samples, s = i % samples;
+    const double u = unit_double(bits(offset + static_cast<uint64_t>(i)));
+    out[n * out_row + s * out_col] = pick_category(cumulative + n * categories, categories, u);
+  }
 }
 
 // ---- launchers ----
@@ -193,6 +238,31 @@ void CudaKernels::normal(const Tensor& out, double mean, double stddev, uint64_t
       });
     }
   });
+}
+
+void CudaKernels::multinomial(const Tensor& probs, const Tensor& out, uint64_t seed, uint64_t offset) const {
+  check_multinomial_operands(probs, out);
+  const int64_t rows = out.size(0), samples = out.size(1), categories = probs.size(1);
+  if (out.numel() == 0) return;
+  STRATA_CHECK(categories > 0, "multinomial: expected at least one category, got weights of shape ", probs.sizes());
+  const Device device = out.device();
+  DeviceGuard guard(device.index);
+  const cudaStream_t stream = current_stream(device.index);
+  Tensor cumulative = empty({rows, categories}, TensorOptions(kDouble).device(device));
+  visit_cuda_dtype(probs.dtype(), [&]<class T>() {
+    if constexpr (is_floating_v<T>) {
+      constexpr auto kSize = static_cast<int64_t>(sizeof(T));
+      const auto blocks = static_cast<unsigned>(std::min<int64_t>(rows, 65535));
+      cumulative_kernel<T><<<blocks, kThreads, 0, stream>>>(static_cast<const char*>(probs.data_ptr()), rows,
+                                                            categories, probs.stride(0) * kSize,
+                                                            probs.stride(1) * kSize, cumulative.data_ptr<double>());
+      STRATA_CUDA_LAUNCH_CHECK();
+    }
+  });
+  sample_kernel<<<blocks_for(out.numel()), kThreads, 0, stream>>>(
+      cumulative.data_ptr<double>(), categories, samples, out.numel(), Stream(seed, 0), offset, out.data_ptr<int64_t>(),
+      out.stride(0), out.stride(1));
+  STRATA_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace strata::cuda
