@@ -36,6 +36,7 @@
 #include "strata/nn/module.h"
 #include "strata/nn/normalization.h"
 #include "strata/nn/pooling.h"
+#include "strata/nn/rnn.h"
 #include "strata/nn/safetensors.h"
 #include "strata/nn/serialize.h"
 #include "strata/nn/sync_batch_norm.h"

@@ -175,6 +175,45 @@ Tensor dropout(const Tensor& a, double p = 0.5, bool train = true, Generator* ge
 /// int64 class indices to a one-hot int64 tensor with a trailing dim of num_classes (-1: max + 1).
 Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);
 
+// ---- recurrent cells and stacks (autograd/ops/rnn.cpp), as ATen's functions; cells step [batch, features] ----
+/// LSTM's pointwise step from gate pre-activations input_gates + hidden_gates [B, 4H] (i, f, g, o) and cx [B, H]:
+/// (h', c') with c' = sigmoid(f) * cx + sigmoid(i) * tanh(g), h' = sigmoid(o) * tanh(c'); one node, one kernel
+std::tuple<Tensor, Tensor> fused_lstm_cell(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& cx);
+/// GRU's pointwise step from input_gates = x W_ih^T + b_ih and hidden_gates = hx W_hh^T + b_hh [B, 3H] (r, z, n):
+/// h' = (1 - z) * n + z * hx with n = tanh(i_n + r * h_n); one node, one kernel
+Tensor fused_gru_cell(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& hx);
+/// One LSTM step of input [B, I] from hx = {h, c} [B, H] with w_ih [4H, I], w_hh [4H, H] (torch::lstm_cell): (h', c')
+std::tuple<Tensor, Tensor> lstm_cell(const Tensor& input, const tensor_list& hx, const Tensor& w_ih, const Tensor& w_hh,
+                                     const Tensor& b_ih = {}, const Tensor& b_hh = {});
+/// One GRU step of input [B, I] from hx [B, H] with w_ih [3H, I], w_hh [3H, H] (torch::gru_cell)
+Tensor gru_cell(const Tensor& input, const Tensor& hx, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih = {},
+                const Tensor& b_hh = {});
+/// tanh(input W_ih^T + b_ih + hx W_hh^T + b_hh) (torch::rnn_tanh_cell)
+Tensor rnn_tanh_cell(const Tensor& input, const Tensor& hx, const Tensor& w_ih, const Tensor& w_hh,
+                     const Tensor& b_ih = {}, const Tensor& b_hh = {});
+/// relu(input W_ih^T + b_ih + hx W_hh^T + b_hh) (torch::rnn_relu_cell)
+Tensor rnn_relu_cell(const Tensor& input, const Tensor& hx, const Tensor& w_ih, const Tensor& w_hh,
+                     const Tensor& b_ih = {}, const Tensor& b_hh = {});
+// Stacks of layers over input [seq, batch, features] ([batch, seq, features] with batch_first) from states
+// [num_layers * directions, batch, features], as ATen's: params are w_ih, w_hh (then b_ih, b_hh with has_biases;
+// LSTM: then w_hr for projections) for each layer and direction, the reverse direction second; dropout applies
+// to every layer's output but the last's when train. Outputs are [seq, batch, directions * h features].
+/// LSTM stack from hx = {h_0, c_0} (torch::lstm): (output, h_n, c_n)
+std::tuple<Tensor, Tensor, Tensor> lstm(const Tensor& input, const tensor_list& hx, const tensor_list& params,
+                                        bool has_biases, int64_t num_layers, double dropout, bool train,
+                                        bool bidirectional, bool batch_first);
+/// GRU stack from h_0 = hx (torch::gru): (output, h_n)
+std::tuple<Tensor, Tensor> gru(const Tensor& input, const Tensor& hx, const tensor_list& params, bool has_biases,
+                               int64_t num_layers, double dropout, bool train, bool bidirectional, bool batch_first);
+/// Elman RNN stack with tanh from h_0 = hx (torch::rnn_tanh): (output, h_n)
+std::tuple<Tensor, Tensor> rnn_tanh(const Tensor& input, const Tensor& hx, const tensor_list& params, bool has_biases,
+                                    int64_t num_layers, double dropout, bool train, bool bidirectional,
+                                    bool batch_first);
+/// Elman RNN stack with relu from h_0 = hx (torch::rnn_relu): (output, h_n)
+std::tuple<Tensor, Tensor> rnn_relu(const Tensor& input, const Tensor& hx, const tensor_list& params, bool has_biases,
+                                    int64_t num_layers, double dropout, bool train, bool bidirectional,
+                                    bool batch_first);
+
 // ---- sliding windows (autograd/ops/conv.cpp): inputs [N, C, H, W] or unbatched [C, H, W]; a size
 // argument is one value for every spatial dim or one per dim; an empty stride means the kernel size ----
 namespace enumtype {

@@ -218,4 +218,25 @@ inline void check_matmul_operands(const Tensor& a, const Tensor& c, const Tensor
                ", got ", a.dtype(), " and ", c.dtype());
 }
 
+/// The rnn cell entries' checks (lstm_cell, gru_cell and their backwards): the `gate_operands` [B, gates * H] and
+/// the `state_operands` [B, H] on one device, of one floating dtype, contiguous. Returns H.
+inline int64_t check_rnn_cell_operands(const char* op, int64_t gates,
+                                       std::initializer_list<const Tensor*> gate_operands,
+                                       std::initializer_list<const Tensor*> state_operands) {
+  const Tensor& first = **state_operands.begin();
+  STRATA_CHECK(first.dim() == 2, op, ": expected a state [batch, hidden_size], got shape ", first.sizes());
+  const int64_t batch = first.size(0), hidden = first.size(1);
+  auto check = [&](const Tensor& t, int64_t width) {
+    check_one_device(op, {&first, &t});
+    STRATA_CHECK(t.dim() == 2 && t.size(0) == batch && t.size(1) == width, op, ": expected an operand of shape [",
+                 batch, ", ", width, "], got ", t.sizes());
+    STRATA_CHECK(t.dtype() == first.dtype() && is_floating_point(t.dtype()), op,
+                 ": expected floating operands of one dtype, got ", first.dtype(), " and ", t.dtype());
+    STRATA_CHECK(t.is_contiguous(), op, ": expected contiguous operands");
+  };
+  for (const Tensor* t : gate_operands) check(*t, gates * hidden);
+  for (const Tensor* t : state_operands) check(*t, hidden);
+  return hidden;
+}
+
 }  // namespace strata

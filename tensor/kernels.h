@@ -1,6 +1,6 @@
 #pragma once
-// The kernel table: the small set of primitives every device implements. Ops above it
-// (autograd/ops/*) are written once, for every device, in terms of these.
+// The kernel table: the small set of primitives every device implements, and the fused recurrent
+// cells. Ops above it (autograd/ops/*) are written once, for every device, in terms of these.
 //
 //   Tensor a = randn({2, 3}), b = randn({2, 3});
 //   Tensor out = empty(a.sizes(), a.options());
@@ -148,6 +148,25 @@ class Kernels {
   /// with replacement into out [N, S]: sample s is the first category whose running sum of weights exceeds u times
   /// the row's sum, u uniform in [0, 1) from the stream (seed, offset + n * S + s).
   virtual void multinomial(const Tensor& probs, const Tensor& out, uint64_t seed, uint64_t offset) const = 0;
+  /// LSTM's pointwise step (fused_lstm_cell): with gates = input_gates + hidden_gates [B, 4H] in the order i, f,
+  /// g, o, cy = sigmoid(f) cx + sigmoid(i) tanh(g) and hy = sigmoid(o) tanh(cy), all [B, H]. Every operand of
+  /// the rnn cell entries is contiguous and floating, of one dtype (check_rnn_cell_operands).
+  virtual void lstm_cell(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& cx, const Tensor& hy,
+                         const Tensor& cy) const = 0;
+  /// lstm_cell's gradient from grad_hy and grad_cy, the gates recomputed: grad_gates [B, 4H] (of either gate
+  /// operand) and grad_cx [B, H].
+  virtual void lstm_cell_backward(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& cx,
+                                  const Tensor& grad_hy, const Tensor& grad_cy, const Tensor& grad_gates,
+                                  const Tensor& grad_cx) const = 0;
+  /// GRU's pointwise step (fused_gru_cell) from input_gates = W_i x + b_i and hidden_gates = W_h hx + b_h [B, 3H]
+  /// in the order r, z, n: n = tanh(i_n + r h_n), hy = (1 - z) n + z hx [B, H].
+  virtual void gru_cell(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& hx,
+                        const Tensor& hy) const = 0;
+  /// gru_cell's gradient from grad_hy, the gates recomputed: grad_input_gates and grad_hidden_gates [B, 3H] (equal
+  /// but in the n gate, where the second carries the factor r) and grad_hx [B, H].
+  virtual void gru_cell_backward(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& hx,
+                                 const Tensor& grad_hy, const Tensor& grad_input_gates, const Tensor& grad_hidden_gates,
+                                 const Tensor& grad_hx) const = 0;
 };
 
 /// A tensor sharing base's storage with the given geometry and no autograd state (for view ops and kernels).

@@ -2,7 +2,7 @@
 // Internal to tensor/cpu: the CPU kernel table. Each family file defines its members:
 // kernels.cpp (memory, table), elementwise.cpp (copy, fill, binary, where, arange), unary.cpp,
 // reduce.cpp (reduce, arg_reduce), gemm.cpp (matmul), index.cpp (gather, scatter_add),
-// sort.cpp (sort), random.cpp (uniform, normal, multinomial).
+// sort.cpp (sort), random.cpp (uniform, normal, multinomial), rnn.cpp (the fused recurrent cells).
 
 #include "strata/tensor/kernels.h"
 
@@ -29,6 +29,16 @@ class CpuKernels final : public Kernels {
   void uniform(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset) const override;
   void normal(const Tensor& out, double mean, double std, uint64_t seed, uint64_t offset) const override;
   void multinomial(const Tensor& probs, const Tensor& out, uint64_t seed, uint64_t offset) const override;
+  void lstm_cell(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& cx, const Tensor& hy,
+                 const Tensor& cy) const override;
+  void lstm_cell_backward(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& cx,
+                          const Tensor& grad_hy, const Tensor& grad_cy, const Tensor& grad_gates,
+                          const Tensor& grad_cx) const override;
+  void gru_cell(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& hx,
+                const Tensor& hy) const override;
+  void gru_cell_backward(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& hx, const Tensor& grad_hy,
+                         const Tensor& grad_input_gates, const Tensor& grad_hidden_gates,
+                         const Tensor& grad_hx) const override;
 };
 
 /// binary's GeluBackward and GeluTanhBackward (unary.cpp, beside gelu): out = grad * gelu'(x), floating types.

@@ -6,3 +6,14 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <Eigen/Core>
+
+namespace strata::cpu {
+
+/// n contiguous elements of T as a writable Eigen array, for the SIMD expressions of the kernels.
+template <class T>
+using ArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+/// n contiguous elements of T as a read-only Eigen array.
+template <class T>
+using ConstArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+}  // namespace strata::cpu

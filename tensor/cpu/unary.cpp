@@ -14,11 +14,6 @@ namespace strata::cpu {
 
 namespace {
 
-template <class T>
-using ArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
-template <class T>
-using ConstArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
-
 /// out = f(in) with simple per-element code the compiler vectorises.
 template <class Out, class T, class F>
 void unary_loop(const Tensor& in, const Tensor& out, const F& f) {

@@ -4,7 +4,7 @@
 // defines its members: runtime.cpp (device API, streams, allocator, cuBLAS handles, the table),
 // copy.cu (copy, fill, arange), elementwise.cu (unary, binary, add_scaled, where), reduce.cu
 // (reduce, arg_reduce), index.cu (gather, scatter_add), sort.cu (sort), random.cu (uniform,
-// normal, multinomial) and gemm.cpp (matmul through cuBLAS).
+// normal, multinomial), rnn.cu (the fused recurrent cells) and gemm.cpp (matmul through cuBLAS).
 //
 // Note [CUDA streams]: every kernel, copy and allocation of device d is queued on
 // current_stream(d), one non-blocking stream per device, so work on one device runs in issue
@@ -86,6 +86,16 @@ class CudaKernels final : public Kernels {
   void uniform(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset) const override;
   void normal(const Tensor& out, double mean, double std, uint64_t seed, uint64_t offset) const override;
   void multinomial(const Tensor& probs, const Tensor& out, uint64_t seed, uint64_t offset) const override;
+  void lstm_cell(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& cx, const Tensor& hy,
+                 const Tensor& cy) const override;
+  void lstm_cell_backward(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& cx,
+                          const Tensor& grad_hy, const Tensor& grad_cy, const Tensor& grad_gates,
+                          const Tensor& grad_cx) const override;
+  void gru_cell(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& hx,
+                const Tensor& hy) const override;
+  void gru_cell_backward(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& hx, const Tensor& grad_hy,
+                         const Tensor& grad_input_gates, const Tensor& grad_hidden_gates,
+                         const Tensor& grad_hx) const override;
 };
 
 }  // namespace strata::cuda
