@@ -95,7 +95,7 @@ void decode(const unsigned char* src, T* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i, src += sizeof(S)) {
     Bits<S> bits = 0;
     for (size_t k = 0; k < sizeof(S); ++k) bits = static_cast<Bits<S>>((uint64_t{bits} << 8) | src[k]);
-    dst[i] = static_cast<T>(std::bit_cast<S>(bits));
+    dst[i] = element_cast<T>(std::bit_cast<S>(bits));
   }
 }
 

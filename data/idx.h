@@ -19,7 +19,8 @@ namespace strata::data {
 
 /// Reads an IDX file (gzip-compressed or plain) into a contiguous CPU tensor of its shape.
 /// Element types 0x08 (ubyte), 0x09 (byte), 0x0B (short) and 0x0C (int) become int64, 0x0D (float)
-/// float32 and 0x0E (double) float64, unless `dtype` names another type to convert to. Throws
+/// float32 and 0x0E (double) float64, unless `dtype` names another type to convert to (kUInt8 keeps ubyte
+/// images at one byte per element, as torchvision's MNIST holds them). Throws
 /// strata::Error naming the file for a missing file, a bad magic number or type code, sizes that
 /// overflow, and data shorter or longer than the header declares.
 Tensor read_idx(const std::string& path, std::optional<ScalarType> dtype = std::nullopt);

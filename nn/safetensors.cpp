@@ -37,11 +37,11 @@ struct DtypeName {
   ScalarType type;
   const char* name;
 };
-constexpr DtypeName kDtypes[] = {{kBool, "BOOL"}, {kHalf, "F16"},   {kBFloat16, "BF16"},
-                                 {kFloat, "F32"}, {kDouble, "F64"}, {kLong, "I64"}};
+constexpr DtypeName kDtypes[] = {{kBool, "BOOL"},     {kByte, "U8"}, {kChar, "I8"},   {kShort, "I16"},  {kHalf, "F16"},
+                                 {kBFloat16, "BF16"}, {kInt, "I32"}, {kFloat, "F32"}, {kDouble, "F64"}, {kLong, "I64"}};
 // The other safetensors dtypes, named as such when a file holds one.
-constexpr const char* kForeignDtypes[] = {"U8",      "I8",  "F8_E5M2", "F8_E4M3", "F8_E8M0", "F4",  "F6_E2M3",
-                                          "F6_E3M2", "I16", "U16",     "I32",     "U32",     "U64", "C64"};
+constexpr const char* kForeignDtypes[] = {"F8_E5M2", "F8_E4M3", "F8_E8M0", "F4",  "F6_E2M3",
+                                          "F6_E3M2", "U16",     "U32",     "U64", "C64"};
 
 size_t dtype_rank(ScalarType t) {
   for (size_t i = 0; i < std::size(kDtypes); ++i)
@@ -195,7 +195,7 @@ ScalarType parse_dtype(const Json& v, const Where& where) {
   for (const auto& d : kDtypes)
     if (name == d.name) return d.type;
   STRATA_CHECK(std::ranges::find(kForeignDtypes, name) == std::end(kForeignDtypes), where, "dtype ", name,
-               " is not supported by strata (it holds BOOL, I64, F16, BF16, F32 and F64)");
+               " is not supported by strata (it holds BOOL, U8, I8, I16, I32, I64, F16, BF16, F32 and F64)");
   detail::throw_error(__FILE__, __LINE__, where, "unknown dtype '", name, "'");
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "strata/tensor/kernels.h"
+#include "strata/tensor/promotion.h"
 
 namespace strata {
 
@@ -71,6 +72,7 @@ Tensor filled(IntArrayRef sizes, const Scalar& value, const TensorOptions& optio
   STRATA_CHECK(!value.isIntegral() || is_floating_point(options.dtype()) ||
                    (v >= -0x1p63 && v < 0x1p63 && static_cast<int64_t>(v) == value.to<int64_t>()),
                op, ": ", value, " is not exactly representable in the kernels' double fill value");
+  check_fill_value(value, options.dtype(), op);
   Tensor t = allocate(sizes, options.dtype(), options.device());
   kernels_for(options.device()).fill(t, v);
   return finish(t, options);

@@ -14,8 +14,9 @@
 
 namespace strata {
 
-/// Element type of a tensor.
-enum class ScalarType : int8_t { Bool, Long, Float, Double, Half, BFloat16 };
+/// Element type of a tensor. The integer types after BFloat16 came later; the codes already in use
+/// (sent between processes) keep their values.
+enum class ScalarType : int8_t { Bool, Long, Float, Double, Half, BFloat16, Byte, Char, Short, Int };
 
 constexpr ScalarType kBool = ScalarType::Bool;          ///< bool, one byte
 constexpr ScalarType kLong = ScalarType::Long;          ///< int64_t
@@ -27,8 +28,16 @@ constexpr ScalarType kFloat64 = ScalarType::Double;     ///< double
 constexpr ScalarType kHalf = ScalarType::Half;          ///< IEEE binary16 (strata::Half)
 constexpr ScalarType kFloat16 = ScalarType::Half;       ///< IEEE binary16 (strata::Half)
 constexpr ScalarType kBFloat16 = ScalarType::BFloat16;  ///< bfloat16 (strata::BFloat16)
-/// The number of ScalarTypes, whose values are 0 to kNumScalarTypes - 1 (BFloat16 stays the last one).
-constexpr int kNumScalarTypes = static_cast<int>(ScalarType::BFloat16) + 1;
+constexpr ScalarType kByte = ScalarType::Byte;          ///< uint8_t
+constexpr ScalarType kUInt8 = ScalarType::Byte;         ///< uint8_t
+constexpr ScalarType kChar = ScalarType::Char;          ///< int8_t
+constexpr ScalarType kInt8 = ScalarType::Char;          ///< int8_t
+constexpr ScalarType kShort = ScalarType::Short;        ///< int16_t
+constexpr ScalarType kInt16 = ScalarType::Short;        ///< int16_t
+constexpr ScalarType kInt = ScalarType::Int;            ///< int32_t
+constexpr ScalarType kInt32 = ScalarType::Int;          ///< int32_t
+/// The number of ScalarTypes, whose values are 0 to kNumScalarTypes - 1 (Int stays the last one).
+constexpr int kNumScalarTypes = static_cast<int>(ScalarType::Int) + 1;
 
 /// IEEE 754 binary16 as stored bits, as c10::Half: converts to and from float, rounding to nearest even.
 /// Arithmetic on Half tensors runs on CUDA in float32; on the CPU they are copied and converted only.
@@ -83,18 +92,29 @@ struct BFloat16 {
 constexpr size_t element_size(ScalarType t) {
   switch (t) {
     case kBool:
+    case kByte:
+    case kChar:
       return 1;
+    case kShort:
     case kHalf:
     case kBFloat16:
       return 2;
+    case kInt:
     case kFloat:
       return 4;
-    default:
+    case kLong:
+    case kDouble:
       return 8;
   }
+  return 8;
 }
 /// True for float32, float64, float16 and bfloat16.
 constexpr bool is_floating_point(ScalarType t) { return t == kFloat || t == kDouble || t == kHalf || t == kBFloat16; }
+/// True for the integer types (uint8, int8, int16, int32, int64), with bool only when include_bool, as
+/// c10::isIntegralType.
+constexpr bool is_integral(ScalarType t, bool include_bool) {
+  return t == kByte || t == kChar || t == kShort || t == kInt || t == kLong || (include_bool && t == kBool);
+}
 /// The dtype factories give floating values when no dtype is named (Float until set_default_dtype), as
 /// torch::get_default_dtype; integer operands of true division and of floating Scalars promote to it.
 ScalarType get_default_dtype();
@@ -102,42 +122,94 @@ ScalarType get_default_dtype();
 void set_default_dtype(ScalarType t);
 /// True for the 16-bit floats (Half, BFloat16), which compute in float32.
 constexpr bool is_reduced_floating_point(ScalarType t) { return t == kHalf || t == kBFloat16; }
-/// The dtype both a and b convert to without loss in libtorch's lattice, as at::promote_types:
-/// Bool < Long < the floats; Half with BFloat16 gives Float.
+/// The dtype both a and b convert to in libtorch's lattice, as at::promote_types: Bool < Byte, Char <
+/// Short < Int < Long < Half, BFloat16 < Float < Double; Byte with Char gives Short, Half with BFloat16 Float.
 constexpr ScalarType promote_types(ScalarType a, ScalarType b) {
   if (a == b) return a;
   auto rank = [](ScalarType t) {
-    return t == kBool ? 0 : t == kLong ? 1 : is_reduced_floating_point(t) ? 2 : t == kFloat ? 3 : 4;
+    switch (t) {
+      case kBool:
+        return 0;
+      case kByte:
+      case kChar:
+        return 1;
+      case kShort:
+        return 2;
+      case kInt:
+        return 3;
+      case kLong:
+        return 4;
+      case kHalf:
+      case kBFloat16:
+        return 5;
+      case kFloat:
+        return 6;
+      case kDouble:
+        return 7;
+    }
+    return 7;
   };
-  if (rank(a) == 2 && rank(b) == 2) return kFloat;
-  return rank(a) >= rank(b) ? a : b;
+  if (rank(a) == rank(b)) return rank(a) == 1 ? kShort : kFloat;  // {Byte, Char} or {Half, BFloat16}
+  return rank(a) > rank(b) ? a : b;
 }
-/// libtorch's name for the type: "Bool", "Long", "Float", "Double", "Half", "BFloat16".
+/// libtorch's name for the type: "Bool", "Byte", "Char", "Short", "Int", "Long", "Float", "Double", "Half",
+/// "BFloat16".
 const char* to_string(ScalarType t);
 /// Prints to_string(t).
 std::ostream& operator<<(std::ostream& os, ScalarType t);
 
-/// The ScalarType of a C++ element type: bool, int64_t, float, double, Half or BFloat16.
+/// The ScalarType of a C++ element type: bool, uint8_t, int8_t, int16_t, int32_t, int64_t, float, double, Half
+/// or BFloat16.
 template <class T>
 constexpr ScalarType scalar_type_of() {
   if constexpr (std::is_same_v<T, bool>) return kBool;
+  if constexpr (std::is_same_v<T, uint8_t>) return kByte;
+  if constexpr (std::is_same_v<T, int8_t>) return kChar;
+  if constexpr (std::is_same_v<T, int16_t>) return kShort;
+  if constexpr (std::is_same_v<T, int32_t>) return kInt;
   if constexpr (std::is_same_v<T, int64_t>) return kLong;
   if constexpr (std::is_same_v<T, float>) return kFloat;
   if constexpr (std::is_same_v<T, double>) return kDouble;
   if constexpr (std::is_same_v<T, Half>) return kHalf;
   if constexpr (std::is_same_v<T, BFloat16>) return kBFloat16;
-  static_assert(std::is_same_v<T, bool> || std::is_same_v<T, int64_t> || std::is_same_v<T, float> ||
-                    std::is_same_v<T, double> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>,
+  static_assert(std::is_same_v<T, bool> || std::is_same_v<T, uint8_t> || std::is_same_v<T, int8_t> ||
+                    std::is_same_v<T, int16_t> || std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t> ||
+                    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Half> ||
+                    std::is_same_v<T, BFloat16>,
                 "scalar_type_of: no ScalarType holds this C++ type");
 }
 
+/// x as a To, the way every copy and fill in strata converts (CPU and CUDA alike): static_cast, except that a
+/// floating x goes through int64_t into the integer types narrower than 64 bits, so a value out of their range
+/// wraps (two's complement) after truncation, as libtorch converts to uint8 on every device (it leaves int8,
+/// int16 and int32 to the hardware). NaN, infinities and values beyond int64 stay undefined, as in C++.
+template <class To, class From>
+constexpr To element_cast(From x) {
+  if constexpr (std::is_same_v<From, Half> || std::is_same_v<From, BFloat16>)
+    return element_cast<To>(static_cast<float>(x));
+  else if constexpr (std::is_floating_point_v<From> && std::is_integral_v<To> && !std::is_same_v<To, bool> &&
+                     sizeof(To) < sizeof(int64_t))
+    return static_cast<To>(static_cast<int64_t>(x));
+  else
+    return static_cast<To>(x);
+}
+
 /// Calls f.template operator()<T>() with T the C++ type of `t`, for code that does arithmetic on the
-/// host: bool, int64_t, float or double. Half and BFloat16 throw (CPU tensors of those are converted only).
+/// host: bool, uint8_t, int8_t, int16_t, int32_t, int64_t, float or double. Half and BFloat16 throw (CPU
+/// tensors of those are converted only).
 template <class F>
 decltype(auto) visit_dtype(ScalarType t, F&& f) {
   switch (t) {
     case kBool:
       return f.template operator()<bool>();
+    case kByte:
+      return f.template operator()<uint8_t>();
+    case kChar:
+      return f.template operator()<int8_t>();
+    case kShort:
+      return f.template operator()<int16_t>();
+    case kInt:
+      return f.template operator()<int32_t>();
     case kLong:
       return f.template operator()<int64_t>();
     case kFloat:

@@ -147,7 +147,7 @@ inline DimVector check_reduce_operands(ReduceKind op, const Tensor& in, IntArray
   const char* name = to_string(op);
   check_one_device(name, {&in, &out});
   const bool sum_like = op == ReduceKind::Sum || op == ReduceKind::Prod;
-  const ScalarType out_dtype = sum_like && in.dtype() == kBool ? kLong : in.dtype();
+  const ScalarType out_dtype = sum_like && is_integral(in.dtype(), true) ? kLong : in.dtype();
   STRATA_CHECK(out.dtype() == out_dtype, name, ": expected a ", out_dtype, " output, got ", out.dtype());
   STRATA_CHECK(out.dim() == in.dim(), name, ": expected an output with ", in.dim(), " dims, got shape ", out.sizes());
   DimVector out_strides(out.strides());

@@ -2,8 +2,8 @@
 // Tensors with dims decide the dtype (the highest among them); a 0-dim tensor only raises it
 // when its category is higher (then its own dtype wins). A Scalar is a "wrapped number" whose
 // kind (bool, integral, floating: how it was constructed, not its value) only raises the
-// category, to the default dtype of that category: an integral Scalar keeps an int64 tensor
-// int64 and turns a bool tensor into int64 (`long_t + 1` is Long, `bool_t + 1` is Long); a
+// category, to the default dtype of that category: an integral Scalar keeps any integer tensor's
+// dtype and turns a bool tensor into int64 (`int_t + 1` is Int, `bool_t + 1` is Long); a
 // floating Scalar turns an integer or bool tensor into the default dtype (`long_t * 2.5` is Float
 // unless set_default_dtype named another) and
 // leaves a floating tensor's dtype alone (`float32_t * 2.0` stays float32). The ops' scalar
@@ -15,11 +15,12 @@
 #include "strata/tensor/promotion.h"
 
 #include <atomic>
+#include <limits>
 
 namespace strata {
 
 namespace {
-int category(ScalarType t) { return t == kBool ? 0 : (t == kLong ? 1 : 2); }
+int category(ScalarType t) { return t == kBool ? 0 : (is_integral(t, false) ? 1 : 2); }
 }  // namespace
 
 ScalarType result_type(ScalarType t, const Scalar& b) {
@@ -41,6 +42,23 @@ void set_default_dtype(ScalarType t) {
 }
 
 ScalarType result_type(const Tensor& a, const Scalar& b) { return result_type(a.dtype(), b); }
+
+void check_fill_value(const Scalar& s, ScalarType t, const char* op) {
+  if (!is_integral(t, false)) return;
+  visit_dtype(t, [&]<class T>() {
+    using L = std::numeric_limits<T>;
+    bool fits;
+    if (s.isFloatingPoint()) {
+      const double d = s.toDouble();
+      fits = d >= static_cast<double>(L::lowest()) && d <= static_cast<double>(L::max());  // NaN fails
+    } else {
+      const int64_t v = s.toLong();
+      fits = v <= static_cast<int64_t>(L::max()) && (v >= static_cast<int64_t>(L::lowest()) ||
+                                                     (std::is_unsigned_v<T> && v >= -static_cast<int64_t>(L::max())));
+    }
+    STRATA_CHECK(fits, op, ": value ", s, " cannot be converted to type ", t, " without overflow");
+  });
+}
 
 ScalarType result_type(const Tensor& a, const Tensor& b) {
   const ScalarType ta = a.dtype(), tb = b.dtype();

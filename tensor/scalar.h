@@ -35,10 +35,10 @@ class Scalar {
   bool isFloatingPoint() const { return kind_ == Kind::Floating; }  ///< made from float or double
   bool isIntegral() const { return kind_ == Kind::Integral; }       ///< made from an integer type (not bool)
   bool isBoolean() const { return kind_ == Kind::Bool; }            ///< made from bool
-  /// The value converted to T (bool, int64_t, float, double, ...), as static_cast would.
+  /// The value converted to T (bool, int32_t, int64_t, float, double, ...), as element_cast (dtype.h) would.
   template <class T>
   T to() const {
-    return isFloatingPoint() ? static_cast<T>(d_) : static_cast<T>(i_);
+    return isFloatingPoint() ? element_cast<T>(d_) : static_cast<T>(i_);
   }
   double toDouble() const { return to<double>(); }  ///< to<double>(), as c10::Scalar
   float toFloat() const { return to<float>(); }     ///< to<float>()

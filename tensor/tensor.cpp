@@ -21,6 +21,14 @@ const char* to_string(ScalarType t) {
       return "Half";
     case kBFloat16:
       return "BFloat16";
+    case kByte:
+      return "Byte";
+    case kChar:
+      return "Char";
+    case kShort:
+      return "Short";
+    case kInt:
+      return "Int";
   }
   return "Unknown";
 }
@@ -78,6 +86,21 @@ Scalar Tensor::item() const {
 
 namespace {
 
+// Prints the element at storage offset off: bools as True/False, 16-bit floats and 1-byte integers as numbers.
+void print_element(std::ostream& os, const Tensor& t, int64_t off) {
+  visit_all_dtypes(t.dtype(), [&]<class T>() {
+    const T v = static_cast<const T*>(t.impl().storage->data)[off];
+    if constexpr (std::is_same_v<T, bool>)
+      os << (v ? "True" : "False");
+    else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
+      os << static_cast<float>(v);
+    else if constexpr (sizeof(T) == 1)
+      os << static_cast<int>(v);
+    else
+      os << v;
+  });
+}
+
 // Prints dims recursively, eliding the middle of long dims as PyTorch does.
 void print_dim(std::ostream& os, const Tensor& t, int64_t d, int64_t offset, bool summarize, int indent) {
   const int64_t n = t.size(d);
@@ -95,15 +118,7 @@ void print_dim(std::ostream& os, const Tensor& t, int64_t d, int64_t offset, boo
     }
     const int64_t off = offset + i * t.stride(d);
     if (d + 1 == t.dim()) {
-      visit_all_dtypes(t.dtype(), [&]<class T>() {
-        const T v = static_cast<const T*>(t.impl().storage->data)[off];
-        if constexpr (std::is_same_v<T, bool>)
-          os << (v ? "True" : "False");
-        else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
-          os << static_cast<float>(v);
-        else
-          os << v;
-      });
+      print_element(os, t, off);
     } else {
       print_dim(os, t, d + 1, off, summarize, indent + 1);
     }
@@ -132,13 +147,7 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   }
   os << "tensor(";
   if (t.dim() == 0) {
-    visit_all_dtypes(t.dtype(), [&]<class T>() {
-      const T v = static_cast<const T*>(t.impl().storage->data)[t.storage_offset()];
-      if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
-        os << static_cast<float>(v);
-      else
-        os << v;
-    });
+    print_element(os, t, t.storage_offset());
   } else {
     print_dim(os, t, 0, t.storage_offset(), t.numel() > 1000, 7);
   }

@@ -843,6 +843,7 @@ namespace {
 // The new values do not depend on the old ones: the node passes no gradient back.
 // An integral value into an int64 tensor is copied from its exact wrapped form (fill takes a double).
 Tensor& fill_inplace(Tensor& self, const Scalar& value, const char* name) {
+  check_fill_value(value, self.dtype(), name);
   autograd::check_inplace(self, name);
   if (self.dtype() == kLong && !value.isFloatingPoint()) {
     ops::kernels(self).copy(wrap(value, kLong, self), self);

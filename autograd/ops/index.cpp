@@ -1,5 +1,5 @@
 // Indexing ops, each forward beside its backward: index_select, gather, scatter_add, masked_fill
-// and embedding. Indices are int64. Gathers and scatters go through the kernel table; a 1-D index
+// and embedding. Indices are int64 (index_select and embedding take int32 too, as libtorch). Gathers and scatters go through the kernel table; a 1-D index
 // is expanded (stride 0) to the iteration shape instead of being copied, and the backward of every
 // gather is a scatter_add into zeros (and the other way round), so double backward works.
 
@@ -12,6 +12,13 @@ namespace {
 
 void check_index_dtype(const Tensor& index, const char* op, const char* what = "index") {
   STRATA_CHECK(index.dtype() == kLong, op, ": Expected dtype int64 for ", what, ", got ", index.dtype());
+}
+
+/// index as int64 for the ops that take int32 indices too (index_select, embedding), as libtorch.
+Tensor long_index(const Tensor& index, const char* op, const char* what = "index") {
+  STRATA_CHECK(index.dtype() == kLong || index.dtype() == kInt, op, ": Expected dtype int32 or int64 for ", what,
+               ", got ", index.dtype());
+  return index.to(kLong);
 }
 
 /// The first value of the 0-D or 1-D int64 `index` outside [0, size), if any. Read on the host only;
@@ -50,8 +57,8 @@ Tensor pad_to(Tensor g, IntArrayRef sizes) {
 
 }  // namespace
 
-Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index) {
-  check_index_dtype(index, "index_select()");
+Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index_in) {
+  const Tensor index = long_index(index_in, "index_select()");
   STRATA_CHECK(index.dim() <= 1, "index_select(): index must be 0-D or 1-D, got shape ", index.sizes());
   STRATA_CHECK(a.dim() > 0, "index_select(): cannot index a 0-dim tensor");
   dim = wrap_dim(dim, a.dim(), "index_select()");
@@ -127,10 +134,10 @@ Tensor masked_fill(const Tensor& a, const Tensor& mask, Scalar value) {
   return where(mask, ops::scalar_like(value, a), a);
 }
 
-Tensor embedding(const Tensor& weight, const Tensor& indices) {
+Tensor embedding(const Tensor& weight, const Tensor& indices_in) {
   STRATA_CHECK(weight.dim() == 2, "embedding: expected weight of shape [num_embeddings, embedding_dim], got shape ",
                weight.sizes());
-  check_index_dtype(indices, "embedding()", "indices");
+  const Tensor indices = long_index(indices_in, "embedding()", "indices");
   const int64_t rows = weight.size(0), width = weight.size(1);
   Tensor flat = indices.reshape({-1});
   const std::optional<int64_t> bad = first_out_of_range(flat, rows);

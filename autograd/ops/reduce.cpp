@@ -357,7 +357,10 @@ Tensor all(const Tensor& a, int64_t dim, bool keepdim) { return a.eq(0).sum(dim,
 Tensor any(const Tensor& a) { return a.ne(0).sum().ne(0); }
 Tensor any(const Tensor& a, int64_t dim, bool keepdim) { return a.ne(0).sum(dim, keepdim).ne(0); }
 
-Tensor Tensor::sum(std::optional<ScalarType> dtype) const { return strata::sum(dtype ? to(*dtype) : *this); }
+Tensor Tensor::sum(std::optional<ScalarType> dtype) const {
+  if (!dtype) return strata::sum(*this);
+  return strata::sum(to(*dtype)).to(*dtype);  // an integer dtype is the result's too (sums accumulate in Long)
+}
 Tensor Tensor::sum(IntArrayRef dims, bool keepdim) const { return strata::sum(*this, dims, keepdim); }
 Tensor Tensor::mean() const { return strata::mean(*this); }
 Tensor Tensor::mean(IntArrayRef dims, bool keepdim) const { return strata::mean(*this, dims, keepdim); }

@@ -38,6 +38,14 @@ MPI_Datatype datatype(ScalarType t) {
     case kHalf:
     case kBFloat16:
       return MPI_UINT16_T;  // moved as bits; MPI has no 16-bit float type to reduce
+    case kByte:
+      return MPI_UINT8_T;
+    case kChar:
+      return MPI_INT8_T;
+    case kShort:
+      return MPI_INT16_T;
+    case kInt:
+      return MPI_INT32_T;
   }
   STRATA_INTERNAL_ASSERT(false);
 }

@@ -182,8 +182,17 @@ ncclDataType_t datatype(ScalarType t) {
       return ncclFloat16;
     case kBFloat16:
       return ncclBfloat16;
+    case kByte:
+      return ncclUint8;
+    case kChar:
+      return ncclInt8;
+    case kInt:
+      return ncclInt32;
+    case kShort:
+      break;
   }
-  STRATA_INTERNAL_ASSERT(false);
+  STRATA_CHECK(false, "the NCCL backend does not support ", t,
+               " tensors (NCCL has no 16-bit integer type), as libtorch's; convert with .to(kInt) first");
 }
 
 // NCCL has no logical ops; on bool bytes (0 or 1) MAX is "or" and MIN is "and", as the MPI backend's

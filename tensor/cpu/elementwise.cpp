@@ -140,7 +140,7 @@ void CpuKernels::copy(const Tensor& src, const Tensor& dst) const {
             return;
           }
         }
-        map_inner<D, S>(d, s, n, [](S x) { return static_cast<D>(x); });
+        map_inner<D, S>(d, s, n, [](S x) { return element_cast<D>(x); });
       });
     });
   });
@@ -149,7 +149,7 @@ void CpuKernels::copy(const Tensor& src, const Tensor& dst) const {
 void CpuKernels::fill(const Tensor& dst, double value) const {
   auto loop = make_loop<1>({&dst});
   visit_all_dtypes(dst.dtype(), [&]<class T>() {
-    const T v = static_cast<T>(value);
+    const T v = element_cast<T>(value);
     for_each(loop, [v](char* const* d, const int64_t* s, int64_t n) {
       if (s[0] == sizeof(T)) {
         std::fill_n(reinterpret_cast<T*>(d[0]), n, v);

@@ -101,17 +101,12 @@ void CpuKernels::matmul(const Tensor& a, const Tensor& c, const Tensor& out) con
   check_matmul_operands(a, c, out);
   if (out.numel() == 0) return;
   if (a.size(2) == 0) return fill(out, 0);
-  switch (out.dtype()) {
-    case kFloat:
-      return matmul_typed<float>(a, c, out, *this);
-    case kDouble:
-      return matmul_typed<double>(a, c, out, *this);
-    case kLong:
-      return matmul_typed<int64_t>(a, c, out, *this);
-    default:
-      STRATA_CHECK(false, "matmul does not support ", out.dtype(), " on the CPU",
-                   is_reduced_floating_point(out.dtype()) ? ": compute on CUDA or convert with .to(kFloat) first" : "");
-  }
+  STRATA_CHECK(!is_reduced_floating_point(out.dtype()), "matmul does not support ", out.dtype(),
+               " on the CPU: compute on CUDA or convert with .to(kFloat) first");
+  visit_dtype(out.dtype(), [&]<class T>() {
+    if constexpr (!std::is_same_v<T, bool>) return matmul_typed<T>(a, c, out, *this);
+    STRATA_CHECK(false, "matmul does not support ", out.dtype());
+  });
 }
 
 }  // namespace strata::cpu

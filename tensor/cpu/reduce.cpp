@@ -54,7 +54,8 @@ inline A combine(A a, A b) {
 /// Reduces n >= 1 contiguous elements, vectorised by Eigen.
 template <ReduceKind kOp, class T, class A>
 A reduce_run(const T* p, int64_t n) {
-  if constexpr (std::is_same_v<T, bool>) {
+  // bool, and the narrower integers summed into int64: Eigen would accumulate in T.
+  if constexpr (std::is_same_v<T, bool> || (std::is_integral_v<T> && !std::is_same_v<T, A>)) {
     A acc = identity<kOp, A>();
     for (int64_t i = 0; i < n; ++i) acc = combine<kOp, A>(acc, static_cast<A>(p[i]));
     return acc;
@@ -212,7 +213,7 @@ void CpuKernels::reduce(ReduceKind op, const Tensor& in, IntArrayRef dims, const
                            {in.strides().data(), out_strides.data()},
                            {static_cast<int64_t>(in.element_size()), static_cast<int64_t>(out.element_size())});
   visit_dtype(in.dtype(), [&]<class T>() {
-    using SumT = std::conditional_t<std::is_same_v<T, bool>, int64_t, T>;
+    using SumT = std::conditional_t<std::is_floating_point_v<T>, T, int64_t>;  // integer and bool sums are Long
     switch (op) {
       case ReduceKind::Sum:
         return reduce_loop<ReduceKind::Sum, T, SumT>(loop);

@@ -161,7 +161,9 @@ void CpuKernels::unary(UnaryOp op, const Tensor& in, const Tensor& out) const {
         case UnaryOp::Abs:
           if constexpr (kFloating)
             return unary_loop<T, T>(in, out, [](T x) { return std::abs(x); });
-          else
+          else if constexpr (std::is_unsigned_v<T>)
+            return unary_loop<T, T>(in, out, [](T x) { return x; });
+          else  // abs(INT_MIN) wraps to itself, as libtorch
             return unary_loop<T, T>(in, out, [](T x) { return x < T(0) ? static_cast<T>(-x) : x; });
         case UnaryOp::Relu:
           return unary_loop<T, T>(in, out, [](T x) { return x < T(0) ? T(0) : x; });  // keeps NaN

@@ -34,8 +34,8 @@ inline unsigned blocks_for(int64_t n) {
   return static_cast<unsigned>(blocks < 65535 * 8 ? (blocks > 0 ? blocks : 1) : 65535 * 8);
 }
 
-/// Calls f.template operator()<T>() with T the device type of `t`: bool, int64_t, float, double,
-/// __half (Half) or __nv_bfloat16 (BFloat16).
+/// Calls f.template operator()<T>() with T the device type of `t`: bool, uint8_t, int8_t, int16_t, int32_t,
+/// int64_t, float, double, __half (Half) or __nv_bfloat16 (BFloat16).
 template <class F>
 decltype(auto) visit_cuda_dtype(ScalarType t, F&& f) {
   switch (t) {
@@ -71,7 +71,7 @@ __host__ __device__ inline To convert(From v) {
   } else if constexpr (std::is_same_v<To, __nv_bfloat16>) {
     return __float2bfloat16_rn(static_cast<float>(v));
   } else {
-    return static_cast<To>(v);
+    return element_cast<To>(v);  // floating into narrow integers through int64, as the CPU
   }
 }
 

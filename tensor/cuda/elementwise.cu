@@ -113,8 +113,8 @@ struct LogicalNot {
 struct Sign {
   template <class T>
   __device__ T operator()(T x) const {
-    if constexpr (std::is_same_v<T, bool>)
-      return x;
+    if constexpr (std::is_unsigned_v<T>)  // bool and uint8
+      return static_cast<T>(x != T(0));
     else
       return static_cast<T>((T(0) < x) - (x < T(0)));  // 0 for 0 and NaN
   }
@@ -130,6 +130,8 @@ struct Abs {
   __device__ T operator()(T x) const {
     if constexpr (std::is_floating_point_v<T>)
       return fabs(x);
+    else if constexpr (std::is_unsigned_v<T>)
+      return x;
     else
       return x < T(0) ? static_cast<T>(-x) : x;
   }
@@ -137,7 +139,10 @@ struct Abs {
 struct Relu {
   template <class T>
   __device__ T operator()(T x) const {
-    return x < T(0) ? T(0) : x;
+    if constexpr (std::is_unsigned_v<T>)
+      return x;
+    else
+      return x < T(0) ? T(0) : x;
   }  // keeps NaN
 };
 struct Exp {
@@ -233,8 +238,9 @@ struct Div {
   template <class T>
   __device__ T operator()(T x, T y) const {
     if constexpr (std::is_integral_v<T>) {  // as the CPU's int_div: truncates, x / 0 = 0, x / -1 wraps
-      if (y == -1) return static_cast<T>(0 - static_cast<uint64_t>(x));
-      return y ? x / y : T(0);
+      if constexpr (std::is_signed_v<T>)
+        if (y == -1) return static_cast<T>(0 - static_cast<uint64_t>(x));
+      return y ? static_cast<T>(x / y) : T(0);
     } else
       return x / y;
   }

@@ -53,13 +53,26 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(Loop<3> loop, int64_t 
   }
 }
 
-/// *p += v atomically; int64 adds as unsigned long long (two's complement wraps the same).
+/// *p += v atomically; int64 adds as unsigned long long (two's complement wraps the same). CUDA has no 1- and
+/// 2-byte atomicAdd: those integers add by compare-and-swap on the aligned 32-bit word that holds them.
 template <class T>
 __device__ inline void atomic_add(T* p, T v) {
-  if constexpr (std::is_same_v<T, int64_t>)
+  if constexpr (std::is_same_v<T, int64_t>) {
     atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
-  else
+  } else if constexpr (std::is_integral_v<T> && sizeof(T) < 4) {
+    using Bits = std::make_unsigned_t<T>;
+    const auto address = reinterpret_cast<uintptr_t>(p);
+    auto* word = reinterpret_cast<unsigned int*>(address & ~uintptr_t{3});
+    const unsigned shift = static_cast<unsigned>(address & 3) * 8, mask = unsigned{Bits(~Bits(0))} << shift;
+    unsigned old = *word, assumed;
+    do {
+      assumed = old;
+      const auto sum = static_cast<Bits>(static_cast<Bits>((assumed & mask) >> shift) + static_cast<Bits>(v));
+      old = atomicCAS(word, assumed, (assumed & ~mask) | (unsigned{sum} << shift));
+    } while (old != assumed);
+  } else {
     atomicAdd(p, v);
+  }
 }
 
 /// out[i + index[i] * step] += src[i] over loop (operands out with its dim stride 0, index, src).

@@ -324,7 +324,7 @@ void CudaKernels::reduce(ReduceKind op, const Tensor& in, IntArrayRef dims, cons
                            {in.strides().data(), out_strides.data()},
                            {static_cast<int64_t>(in.element_size()), static_cast<int64_t>(out.element_size())});
   visit_cuda_dtype(in.dtype(), [&]<class T>() {
-    using SumT = std::conditional_t<std::is_same_v<T, bool>, int64_t, T>;
+    using SumT = std::conditional_t<is_floating_v<T>, T, int64_t>;  // integer and bool sums are Long
     switch (op) {
       case ReduceKind::Sum:
         return reduce_loop<ReduceKind::Sum, T, SumT>(loop, device, stream);

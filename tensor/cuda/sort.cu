@@ -13,7 +13,7 @@
 // sort-then-narrow shares one tested path with sort and gives exactly the CPU's choice among ties.
 //
 // A radix key is an unsigned integer of the element's size whose order is the value order:
-// bool is 0 or 1; int64 flips its sign bit; a float flips every bit when its sign is set, else
+// bool is 0 or 1; an unsigned integer is its bits; a signed one flips its sign bit; a float flips every bit when its sign is set, else
 // only the sign bit, after -0.0 becomes +0.0 (equal values, equal keys), and every NaN becomes the
 // largest key. Descending sorts use CUB's descending sorts, which are stable too.
 
@@ -48,7 +48,9 @@ __device__ inline radix_t<T> radix_key(const char* p) {
     return bits != 0;
   } else {
     constexpr K kSign = K(1) << (8 * sizeof(K) - 1);
-    if constexpr (std::is_same_v<T, int64_t>) {
+    if constexpr (std::is_unsigned_v<T>) {
+      return bits;
+    } else if constexpr (std::is_integral_v<T>) {
       return bits ^ kSign;
     } else {
       const auto v = convert<acc_t<T>>(*reinterpret_cast<const T*>(p));

@@ -23,12 +23,12 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-const ScalarType kAllDtypes[] = {kBool, kLong, kFloat, kDouble, kHalf, kBFloat16};
+const ScalarType kAllDtypes[] = {kBool, kUInt8, kInt8, kInt16, kInt32, kLong, kFloat, kDouble, kHalf, kBFloat16};
 
-/// A [6, 10] CPU tensor of dtype dt with varied values (converted on the host).
+/// A [6, 10] CPU tensor of dtype dt with varied values (converted on the host; the narrower integers wrap).
 Tensor sample(ScalarType dt, uint64_t seed) {
   if (dt == kBool) return uniform({6, 10}, -1, 1, kFloat, seed).gt(0.0);
-  if (dt == kLong) return indices({6, 10}, int64_t{1} << 62, seed) - (int64_t{1} << 61);
+  if (is_integral(dt, false)) return (indices({6, 10}, int64_t{1} << 62, seed) - (int64_t{1} << 61)).to(dt);
   return (normal({6, 10}, kDouble, seed) * 100).to(dt);
 }
 
@@ -138,13 +138,14 @@ TEST(CudaDevice, EveryDtypeRoundTripsIncludingNonContiguous) {
 TEST(CudaDevice, ConversionsOnTheGpuMatchTheCpuBitForBit) {
   STRATA_REQUIRE_CUDA();
   const Tensor probes = conversion_probes();
-  const Tensor sources[] = {probes,           probes.to(kFloat), probes.to(kHalf), probes.to(kBFloat16),
-                            sample(kLong, 5), sample(kBool, 6)};
+  const Tensor sources[] = {
+      probes,           probes.to(kFloat), probes.to(kHalf), probes.to(kBFloat16), sample(kLong, 5),
+      sample(kBool, 6), sample(kUInt8, 7), sample(kInt8, 8), sample(kInt16, 9),    sample(kInt32, 10)};
   for (const Tensor& source : sources)
     for (ScalarType to : kAllDtypes) {
       SCOPED_TRACE(::testing::Message() << source.dtype() << " -> " << to);
       Tensor src = source;
-      if (to == kLong && src.is_floating_point()) {
+      if (is_integral(to, false) && src.is_floating_point()) {
         // NaN, infinities and values beyond int64 convert to different integers on different hardware
         // (undefined in C++ and CUDA alike): only the defined part is compared.
         const Tensor wide = src.to(kDouble);

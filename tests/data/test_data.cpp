@@ -51,7 +51,12 @@ TEST_F(DataFiles, IdxUbyteRoundTripsPlainAndGzipped) {
     Tensor f = read_idx(p, kFloat32);
     EXPECT_EQ(f.dtype(), kFloat32);
     EXPECT_VALUES(f, {0, 1, 2, 127, 128, 255});
+    Tensor u = read_idx(p, kUInt8);  // one byte per element, as torchvision keeps MNIST
+    EXPECT_EQ(u.dtype(), kUInt8);
+    EXPECT_EQ(u.nbytes(), 6u);
+    EXPECT_VALUES(u, {0, 1, 2, 127, 128, 255});
   }
+  EXPECT_VALUES(read_idx(write_plain("c", idx(0x09, {2}, {0xFF, 0x80})), kInt8), {-1, -128});
 }
 
 TEST_F(DataFiles, IdxReadsEveryElementTypeBigEndian) {

@@ -81,6 +81,11 @@ TEST_F(Safetensors, RoundTripsEveryDtypeShapeAndLayout) {
       {"half", randn({3, 5}).to(kHalf)},
       {"bfloat16_strided", randn({4, 6}).to(kBFloat16).slice(1, 1, 6, 2)},
       {"scalar_half", scalar_tensor(-0.5).to(kHalf)},
+      {"uint8", tensor({0, 1, 200, 255}, kUInt8)},
+      {"int8_strided", tensor({-128, 5, 127, -1, 0, 9}, kInt8).reshape({2, 3}).t()},
+      {"int16", tensor({-32768, 300, 32767}, kInt16)},
+      {"int32", arange(-5, 7, 1, kInt32).reshape({3, 4})},
+      {"scalar_int32", scalar_tensor(-7, kInt32)},
   };
   const std::string path = file("all.safetensors");
   save_file(saved, path);
@@ -94,6 +99,32 @@ TEST_F(Safetensors, RoundTripsEveryDtypeShapeAndLayout) {
 
   save_file({}, path);
   EXPECT_TRUE(load_file(path).empty());
+}
+
+// A file as Python's safetensors writes one with the integer dtypes (reference order I32 > I16 > I8 > U8, by
+// alignment): each loads with its libtorch dtype and values.
+TEST_F(Safetensors, LoadsTheIntegerDtypesOfAReferenceFile) {
+  const std::string path = file("ints.safetensors");
+  save_file({{"u", tensor({7, 255}, kUInt8)},
+             {"i", tensor({-1, 2}, kInt32)},
+             {"c", tensor({-2, 3}, kInt8)},
+             {"s", tensor({-3, 4}, kInt16)}},
+            path);
+  const std::string bytes = read_bytes(path);
+  EXPECT_EQ(bytes.substr(8, bytes.find("}}") + 2 - 8), R"({"i":{"dtype":"I32","shape":[2],"data_offsets":[0,8]},)"
+                                                       R"("s":{"dtype":"I16","shape":[2],"data_offsets":[8,12]},)"
+                                                       R"("c":{"dtype":"I8","shape":[2],"data_offsets":[12,14]},)"
+                                                       R"("u":{"dtype":"U8","shape":[2],"data_offsets":[14,16]}})");
+  const std::string data =
+      std::string("\xff\xff\xff\xff\x02\0\0\0", 8) + std::string("\xfd\xff\x04\0", 4) + "\xfe\x03\x07\xff";
+  EXPECT_EQ(bytes.substr(bytes.size() - 16), data);
+  const StateDict loaded = load_file(path);
+  EXPECT_EQ(loaded.at("u").dtype(), kUInt8);
+  EXPECT_EQ(loaded.at("c").dtype(), kInt8);
+  EXPECT_EQ(loaded.at("s").dtype(), kInt16);
+  EXPECT_EQ(loaded.at("i").dtype(), kInt32);
+  EXPECT_EQ(loaded.at("u")[1].item<int>(), 255);
+  EXPECT_EQ(loaded.at("c")[0].item<int>(), -2);
 }
 
 // F16 and BF16 travel as their bits: infinities, NaN, subnormals and negative zero come back unchanged.
@@ -254,8 +285,8 @@ TEST_F(Safetensors, BadHeadersNameTheFileAndTheKey) {
       {"{\"w\":{" + f32x2 + R"(,"offsets":[0,8]}})", "12345678", "w", "unknown field 'offsets'"},
       {R"({"w":{"dtype":4,"shape":[2],"data_offsets":[0,8]}})", "12345678", "w", "dtype must be a string, got 4"},
       {R"({"w":{"dtype":"Q7","shape":[2],"data_offsets":[0,8]}})", "12345678", "w", "unknown dtype 'Q7'"},
-      {R"({"w":{"dtype":"I16","shape":[4],"data_offsets":[0,8]}})", "12345678", "w",
-       "dtype I16 is not supported by strata (it holds BOOL, I64, F16, BF16, F32 and F64)"},
+      {R"({"w":{"dtype":"U16","shape":[4],"data_offsets":[0,8]}})", "12345678", "w",
+       "dtype U16 is not supported by strata (it holds BOOL, U8, I8, I16, I32, I64, F16, BF16, F32 and F64)"},
       {R"({"w":{"dtype":"F32","shape":2,"data_offsets":[0,8]}})", "12345678", "w",
        "shape must be an array of non-negative integers, got 2"},
       {R"({"w":{"dtype":"F32","shape":[1,-2],"data_offsets":[0,8]}})", "12345678", "w",
