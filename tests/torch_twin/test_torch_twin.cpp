@@ -1,4 +1,4 @@
-// strata's convolution, pooling, normalisation and loss ops next to libtorch's (Debian's libtorch-dev)
+// strata's convolution, pooling, normalisation, loss and recurrent ops next to libtorch's (Debian's libtorch-dev)
 // on the same float64 inputs: outputs, and the gradients of every input for one random upstream
 // gradient, agree to 1e-10 relative. Built only when CMake finds libtorch.
 
@@ -180,6 +180,108 @@ TEST(TorchTwin, Losses) {
       {randn({4, 5})});
   expect_twins([](const strata::tensor_list& x) { return strata::leaky_relu(x[0], 0.3); },
                [](const std::vector<torch::Tensor>& x) { return torch::leaky_relu(x[0], 0.3); }, {randn({3, 4})});
+}
+
+// The recurrent stacks as ATen's functions, the ones nn::LSTM, nn::GRU and nn::RNN run, with every state and
+// parameter an input; outputs and final states compared as one flat tensor.
+TEST(TorchTwin, RecurrentStacks) {
+  strata::manual_seed(8);
+  // Parameters of `layers` layers and `directions` directions: w_ih [rows, in], w_hh [rows, h], then the biases
+  // [rows] and LSTM's w_hr [h, hidden] where given, as torch's _flat_weights.
+  auto params = [](int64_t layers, int64_t directions, int64_t rows, int64_t input, int64_t h, bool biases,
+                   int64_t hidden_for_proj) {
+    std::vector<strata::Tensor> p;
+    for (int64_t layer = 0; layer < layers; ++layer)
+      for (int64_t d = 0; d < directions; ++d) {
+        p.push_back(randn({rows, layer == 0 ? input : h * directions}));
+        p.push_back(randn({rows, h}));
+        if (biases) {
+          p.push_back(randn({rows}));
+          p.push_back(randn({rows}));
+        }
+        if (hidden_for_proj > 0) p.push_back(randn({h, hidden_for_proj}));
+      }
+    return p;
+  };
+  auto with = [](std::vector<strata::Tensor> head, const std::vector<strata::Tensor>& tail) {
+    head.insert(head.end(), tail.begin(), tail.end());
+    return head;
+  };
+  // LSTM: 2 layers, both directions, batch_first, hidden 5 projected to 3.
+  expect_twins(
+      [](const strata::tensor_list& x) {
+        auto [y, h, c] = strata::lstm(x[0], {x[1], x[2]}, strata::tensor_list(x.begin() + 3, x.end()), true, 2, 0.0,
+                                      true, true, true);
+        return strata::cat({y.flatten(), h.flatten(), c.flatten()});
+      },
+      [](const std::vector<torch::Tensor>& x) {
+        const std::vector<torch::Tensor> p(x.begin() + 3, x.end());
+        auto [y, h, c] = torch::lstm(x[0], {x[1], x[2]}, p, true, 2, 0.0, true, true, true);
+        return torch::cat({y.flatten(), h.flatten(), c.flatten()});
+      },
+      with({randn({2, 4, 3}), randn({4, 2, 3}), randn({4, 2, 5})}, params(2, 2, 20, 3, 3, true, 5)));
+  // GRU: 2 layers, one direction, seq-first.
+  expect_twins(
+      [](const strata::tensor_list& x) {
+        auto [y, h] =
+            strata::gru(x[0], x[1], strata::tensor_list(x.begin() + 2, x.end()), true, 2, 0.0, true, false, false);
+        return strata::cat({y.flatten(), h.flatten()});
+      },
+      [](const std::vector<torch::Tensor>& x) {
+        const std::vector<torch::Tensor> p(x.begin() + 2, x.end());
+        auto [y, h] = torch::gru(x[0], x[1], p, true, 2, 0.0, true, false, false);
+        return torch::cat({y.flatten(), h.flatten()});
+      },
+      with({randn({4, 2, 3}), randn({2, 2, 4})}, params(2, 1, 12, 3, 4, true, 0)));
+  // Elman RNNs: relu in both directions; tanh without biases.
+  expect_twins(
+      [](const strata::tensor_list& x) {
+        auto [y, h] =
+            strata::rnn_relu(x[0], x[1], strata::tensor_list(x.begin() + 2, x.end()), true, 1, 0.0, true, true, false);
+        return strata::cat({y.flatten(), h.flatten()});
+      },
+      [](const std::vector<torch::Tensor>& x) {
+        const std::vector<torch::Tensor> p(x.begin() + 2, x.end());
+        auto [y, h] = torch::rnn_relu(x[0], x[1], p, true, 1, 0.0, true, true, false);
+        return torch::cat({y.flatten(), h.flatten()});
+      },
+      with({randn({4, 2, 3}), randn({2, 2, 4})}, params(1, 2, 4, 3, 4, true, 0)));
+  expect_twins(
+      [](const strata::tensor_list& x) {
+        auto [y, h] =
+            strata::rnn_tanh(x[0], x[1], strata::tensor_list(x.begin() + 2, x.end()), false, 2, 0.0, true, false, true);
+        return strata::cat({y.flatten(), h.flatten()});
+      },
+      [](const std::vector<torch::Tensor>& x) {
+        const std::vector<torch::Tensor> p(x.begin() + 2, x.end());
+        auto [y, h] = torch::rnn_tanh(x[0], x[1], p, false, 2, 0.0, true, false, true);
+        return torch::cat({y.flatten(), h.flatten()});
+      },
+      with({randn({2, 4, 3}), randn({2, 2, 4})}, params(2, 1, 4, 3, 4, false, 0)));
+}
+
+TEST(TorchTwin, RecurrentCells) {
+  strata::manual_seed(9);
+  expect_twins(
+      [](const strata::tensor_list& x) {
+        auto [h, c] = strata::lstm_cell(x[0], {x[1], x[2]}, x[3], x[4], x[5], x[6]);
+        return strata::cat({h.flatten(), c.flatten()});
+      },
+      [](const std::vector<torch::Tensor>& x) {
+        auto [h, c] = torch::lstm_cell(x[0], {x[1], x[2]}, x[3], x[4], x[5], x[6]);
+        return torch::cat({h.flatten(), c.flatten()});
+      },
+      {randn({3, 4}), randn({3, 5}), randn({3, 5}), randn({20, 4}), randn({20, 5}), randn({20}), randn({20})});
+  expect_twins([](const strata::tensor_list& x) { return strata::gru_cell(x[0], x[1], x[2], x[3], x[4], x[5]); },
+               [](const std::vector<torch::Tensor>& x) { return torch::gru_cell(x[0], x[1], x[2], x[3], x[4], x[5]); },
+               {randn({3, 4}), randn({3, 5}), randn({15, 4}), randn({15, 5}), randn({15}), randn({15})});
+  expect_twins([](const strata::tensor_list& x) { return strata::rnn_tanh_cell(x[0], x[1], x[2], x[3]); },
+               [](const std::vector<torch::Tensor>& x) { return torch::rnn_tanh_cell(x[0], x[1], x[2], x[3]); },
+               {randn({3, 4}), randn({3, 5}), randn({5, 4}), randn({5, 5})});
+  expect_twins(
+      [](const strata::tensor_list& x) { return strata::rnn_relu_cell(x[0], x[1], x[2], x[3], x[4], x[5]); },
+      [](const std::vector<torch::Tensor>& x) { return torch::rnn_relu_cell(x[0], x[1], x[2], x[3], x[4], x[5]); },
+      {randn({3, 4}), randn({3, 5}), randn({5, 4}), randn({5, 5}), randn({5}), randn({5})});
 }
 
 }  // namespace
