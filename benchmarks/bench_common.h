@@ -1,5 +1,5 @@
 #pragma once
-// What the benchmark programs share: the MLP and matmul sizes (so the strata, Eigen and libtorch
+// What the benchmark programs share: the MLP, matmul and LSTM sizes (so the strata, Eigen and libtorch
 // sides run the same step), the step clock, medians and "--name value" options.
 // Google Benchmark names are "<case>/<impl>[/threads:N]" with impl one of strata, eigen, libtorch;
 // scripts/bench_ratios.py pairs them up by case.
@@ -17,12 +17,17 @@
 
 namespace strata_bench {
 
-constexpr int64_t kBatch = 64;     // MLP: B
-constexpr int64_t kIn = 784;       // MLP: input features
-constexpr int64_t kHidden = 256;   // MLP: both hidden layers
-constexpr int64_t kClasses = 10;   // MLP: output classes
-constexpr double kLr = 0.01;       // MLP: SGD step size
-constexpr int64_t kMatmul = 1024;  // matmul: n = k = m
+constexpr int64_t kBatch = 64;        // MLP: B
+constexpr int64_t kIn = 784;          // MLP: input features
+constexpr int64_t kHidden = 256;      // MLP: both hidden layers
+constexpr int64_t kClasses = 10;      // MLP: output classes
+constexpr double kLr = 0.01;          // MLP: SGD step size
+constexpr int64_t kMatmul = 1024;     // matmul: n = k = m
+constexpr int64_t kLstmSeq = 64;      // LSTM step: T
+constexpr int64_t kLstmBatch = 32;    // LSTM step: B
+constexpr int64_t kLstmInput = 256;   // LSTM step: input features
+constexpr int64_t kLstmHidden = 256;  // LSTM step: hidden features of both layers
+constexpr int64_t kLstmLayers = 2;    // LSTM step: stacked layers
 
 /// Which BLAS libtorch's matmul goes to, and its thread control (defined in bench_torch.cpp).
 std::string torch_blas_info();

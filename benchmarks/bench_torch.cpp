@@ -93,6 +93,33 @@ BENCHMARK(matmul_torch)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
+// ---- (d) LSTM training step ----
+
+void lstm_step_torch(benchmark::State& state) {
+  set_torch_threads(static_cast<int>(state.range(0)));
+  torch::manual_seed(0);
+  torch::nn::LSTM lstm(torch::nn::LSTMOptions(kLstmInput, kLstmHidden).num_layers(kLstmLayers));
+  torch::Tensor x = torch::randn({kLstmSeq, kLstmBatch, kLstmInput});
+  torch::Tensor target = torch::randn({kLstmSeq, kLstmBatch, kLstmHidden});
+  std::vector<torch::Tensor> params = lstm->parameters();
+  for (auto _ : state) {
+    torch::Tensor loss = torch::mse_loss(std::get<0>(lstm(x)), target);
+    loss.backward();
+    torch::NoGradGuard no_grad;
+    for (torch::Tensor& p : params) {
+      p.sub_(p.grad(), kLr);
+      p.mutable_grad() = torch::Tensor();
+    }
+  }
+}
+BENCHMARK(lstm_step_torch)
+    ->Name("lstm_step/libtorch")
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
 }  // namespace
 
 std::string torch_blas_info() {
