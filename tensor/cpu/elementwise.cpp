@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <concepts>
 #include <type_traits>
 
 #include "strata/tensor/cpu/cpu_kernels.h"
@@ -39,6 +40,32 @@ double scalar_exponent(const Tensor& b) {
   return visit_dtype(b.dtype(), [&]<class T>() { return static_cast<double>(*static_cast<const T*>(b.data_ptr())); });
 }
 
+// Integer +, - and * wrap in two's complement, as libtorch's. They are computed in an unsigned type at least as
+// wide as int, where wrapping is defined: signed overflow is undefined behaviour, and unsigned short operands
+// would promote to int and overflow there.
+template <class T>
+struct WrapType {
+  using type = T;
+};
+template <std::integral T>
+requires(!std::is_same_v<T, bool>) struct WrapType<T> {
+  using type = std::make_unsigned_t<std::common_type_t<T, int>>;
+};
+template <class T>
+using Wrap = typename WrapType<T>::type;
+template <class T>
+T wrapping_add(T x, T y) {
+  return static_cast<T>(static_cast<Wrap<T>>(x) + static_cast<Wrap<T>>(y));
+}
+template <class T>
+T wrapping_sub(T x, T y) {
+  return static_cast<T>(static_cast<Wrap<T>>(x) - static_cast<Wrap<T>>(y));
+}
+template <class T>
+T wrapping_mul(T x, T y) {
+  return static_cast<T>(static_cast<Wrap<T>>(x) * static_cast<Wrap<T>>(y));
+}
+
 // Arithmetic ops: out has the inputs' dtype T.
 template <class T>
 void arithmetic(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
@@ -48,12 +75,12 @@ void arithmetic(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out
       if constexpr (kBool)
         return binary_loop<T, T>(a, b, out, [](T x, T y) { return x || y; });
       else
-        return binary_loop<T, T>(a, b, out, [](T x, T y) { return x + y; });
+        return binary_loop<T, T>(a, b, out, [](T x, T y) { return wrapping_add(x, y); });
     case BinaryOp::Mul:
       if constexpr (kBool)
         return binary_loop<T, T>(a, b, out, [](T x, T y) { return x && y; });
       else
-        return binary_loop<T, T>(a, b, out, [](T x, T y) { return x * y; });
+        return binary_loop<T, T>(a, b, out, [](T x, T y) { return wrapping_mul(x, y); });
     case BinaryOp::Maximum:
       return binary_loop<T, T>(a, b, out, [](T x, T y) { return (x > y || is_nan(x)) ? x : y; });
     case BinaryOp::Minimum:
@@ -73,7 +100,7 @@ void arithmetic(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out
   if constexpr (!kBool) {
     switch (op) {
       case BinaryOp::Sub:
-        return binary_loop<T, T>(a, b, out, [](T x, T y) { return x - y; });
+        return binary_loop<T, T>(a, b, out, [](T x, T y) { return wrapping_sub(x, y); });
       case BinaryOp::Div:
         // Integer division truncates (ops promote to float first); x / 0 gives 0 instead of a trap.
         if constexpr (std::is_integral_v<T>)
@@ -179,7 +206,8 @@ void CpuKernels::add_scaled(const Tensor& a, const Tensor& b, double alpha, cons
   visit_dtype(a.dtype(), [&]<class T>() {
     STRATA_CHECK((!std::is_same_v<T, bool>), "add with alpha does not support ", a.dtype());
     if constexpr (!std::is_same_v<T, bool>)
-      binary_loop<T, T>(a, b, out, [al = static_cast<T>(alpha)](T x, T y) { return x + al * y; });
+      binary_loop<T, T>(a, b, out,
+                        [al = static_cast<T>(alpha)](T x, T y) { return wrapping_add(x, wrapping_mul(al, y)); });
   });
 }
 
