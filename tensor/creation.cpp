@@ -246,12 +246,12 @@ Tensor from_values(const TensorData& data, TensorOptions options) {
 }  // namespace
 
 Tensor tensor(const TensorData& data, TensorOptions options) {
+  // A typed empty list (std::vector<int64_t>{}) has the kind of its element type, as in libtorch.
+  const std::vector<Scalar> typed{data.element().value_or(Scalar())};
+  const ScalarType kind =
+      infer_dtype(TensorOptions(), data.values().empty() && data.element() ? typed : data.values()).dtype();
+  if (!options.has_dtype()) options = options.dtype(kind);
   // Integers travel as int64 so that none goes through a double; floating values as double.
-  const std::vector<Scalar> witness =
-      data.values().empty() && data.element() ? std::vector<Scalar>{*data.element()} : std::vector<Scalar>{};
-  const std::vector<Scalar>& kinds = witness.empty() ? data.values() : witness;
-  const ScalarType kind = infer_dtype(TensorOptions(), kinds).dtype();
-  options = infer_dtype(options, kinds);
   if (kind == kBool) return from_values<bool>(data, options);
   if (kind == kLong) return from_values<int64_t>(data, options);
   return from_values<double>(data, options);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <concepts>
+#include <functional>
 #include <type_traits>
 
 #include "strata/tensor/cpu/cpu_kernels.h"
@@ -53,17 +54,9 @@ requires(!std::is_same_v<T, bool>) struct WrapType<T> {
 };
 template <class T>
 using Wrap = typename WrapType<T>::type;
-template <class T>
-T wrapping_add(T x, T y) {
-  return static_cast<T>(static_cast<Wrap<T>>(x) + static_cast<Wrap<T>>(y));
-}
-template <class T>
-T wrapping_sub(T x, T y) {
-  return static_cast<T>(static_cast<Wrap<T>>(x) - static_cast<Wrap<T>>(y));
-}
-template <class T>
-T wrapping_mul(T x, T y) {
-  return static_cast<T>(static_cast<Wrap<T>>(x) * static_cast<Wrap<T>>(y));
+template <class T, class Op>
+T wrapping(T x, T y, Op op) {
+  return static_cast<T>(op(static_cast<Wrap<T>>(x), static_cast<Wrap<T>>(y)));
 }
 
 // Arithmetic ops: out has the inputs' dtype T.
@@ -75,12 +68,12 @@ void arithmetic(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out
       if constexpr (kBool)
         return binary_loop<T, T>(a, b, out, [](T x, T y) { return x || y; });
       else
-        return binary_loop<T, T>(a, b, out, [](T x, T y) { return wrapping_add(x, y); });
+        return binary_loop<T, T>(a, b, out, [](T x, T y) { return wrapping(x, y, std::plus<>()); });
     case BinaryOp::Mul:
       if constexpr (kBool)
         return binary_loop<T, T>(a, b, out, [](T x, T y) { return x && y; });
       else
-        return binary_loop<T, T>(a, b, out, [](T x, T y) { return wrapping_mul(x, y); });
+        return binary_loop<T, T>(a, b, out, [](T x, T y) { return wrapping(x, y, std::multiplies<>()); });
     case BinaryOp::Maximum:
       return binary_loop<T, T>(a, b, out, [](T x, T y) { return (x > y || is_nan(x)) ? x : y; });
     case BinaryOp::Minimum:
@@ -100,7 +93,7 @@ void arithmetic(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out
   if constexpr (!kBool) {
     switch (op) {
       case BinaryOp::Sub:
-        return binary_loop<T, T>(a, b, out, [](T x, T y) { return wrapping_sub(x, y); });
+        return binary_loop<T, T>(a, b, out, [](T x, T y) { return wrapping(x, y, std::minus<>()); });
       case BinaryOp::Div:
         // Integer division truncates (ops promote to float first); x / 0 gives 0 instead of a trap.
         if constexpr (std::is_integral_v<T>)
@@ -206,8 +199,9 @@ void CpuKernels::add_scaled(const Tensor& a, const Tensor& b, double alpha, cons
   visit_dtype(a.dtype(), [&]<class T>() {
     STRATA_CHECK((!std::is_same_v<T, bool>), "add with alpha does not support ", a.dtype());
     if constexpr (!std::is_same_v<T, bool>)
-      binary_loop<T, T>(a, b, out,
-                        [al = static_cast<T>(alpha)](T x, T y) { return wrapping_add(x, wrapping_mul(al, y)); });
+      binary_loop<T, T>(a, b, out, [al = static_cast<T>(alpha)](T x, T y) {
+        return wrapping(x, wrapping(al, y, std::multiplies<>()), std::plus<>());
+      });
   });
 }
 

@@ -152,9 +152,14 @@ TEST(LibtorchApi, NamedParametersIsAnOrderedDict) {
   EXPECT_THROW_MSG(params["1.weight"], "OrderedDict: no such key: '1.weight'");
   EXPECT_EQ(params[size_t{1}].key(), "0.bias");
   EXPECT_EQ(params[size_t{1}].value().sizes(), IntArrayRef({3}));
-  size_t n = 0;
-  for (auto& [name, p] : params) n += name.size() + static_cast<size_t>(p.numel()) * 0;
-  EXPECT_EQ(n, 8u + 6u + 8u + 6u);
+  size_t name_chars = 0;
+  int64_t elements = 0;
+  for (auto& [name, p] : params) {
+    name_chars += name.size();
+    elements += p.numel();
+  }
+  EXPECT_EQ(name_chars, 8u + 6u + 8u + 6u);
+  EXPECT_EQ(elements, 6 + 3 + 3 + 1);
   EXPECT_THROW_MSG(params.insert("0.bias", Tensor()), "OrderedDict: key '0.bias' already defined");
 }
 
