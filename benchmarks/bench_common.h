@@ -1,5 +1,5 @@
 #pragma once
-// What the benchmark programs share: the MLP, matmul and LSTM sizes (so the strata, Eigen and libtorch
+// What the benchmark programs share: the MLP, matmul, LSTM and convolution sizes (so the strata, Eigen and libtorch
 // sides run the same step), the step clock, medians and "--name value" options.
 // Google Benchmark names are "<case>/<impl>[/threads:N]" with impl one of strata, eigen, libtorch;
 // scripts/bench_ratios.py pairs them up by case.
@@ -28,6 +28,17 @@ constexpr int64_t kLstmBatch = 32;    // LSTM step: B
 constexpr int64_t kLstmInput = 256;   // LSTM step: input features
 constexpr int64_t kLstmHidden = 256;  // LSTM step: hidden features of both layers
 constexpr int64_t kLstmLayers = 2;    // LSTM step: stacked layers
+constexpr int64_t kLenetBatch = 64;   // LeNet step: B of 1 x 28 x 28 images (Fashion-MNIST's shape)
+constexpr int64_t kBlockBatch = 32;   // ResNet basic block step: B
+constexpr int64_t kBlockWidth = 64;   // ResNet basic block step: channels in, inside and out
+constexpr int64_t kBlockSize = 32;    // ResNet basic block step: height and width
+constexpr int64_t kConvBatch = 8;     // conv2d 3x3: B
+constexpr int64_t kConvWidth = 64;    // conv2d 3x3: input and output channels
+constexpr int64_t kConvSize = 56;     // conv2d 3x3: height and width (padding 1 keeps them)
+
+/// Floating-point operations of one conv2d 3x3 forward and backward (input and weight gradients):
+/// three GEMMs of [C_out x 9 C_in] by [9 C_in x H W] per image.
+constexpr double kConvFlops = 3.0 * 2.0 * kConvBatch * kConvWidth * 9 * kConvWidth * kConvSize * kConvSize;
 
 /// Which BLAS libtorch's matmul goes to, and its thread control (defined in bench_torch.cpp).
 std::string torch_blas_info();

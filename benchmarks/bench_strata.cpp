@@ -6,6 +6,14 @@
 //   (c) a 1024 x 1024 x 1024 float32 matmul at 1 and 2 threads
 //   (d) one SGD step of a 2-layer LSTM (input and hidden 256) over 64 steps of a batch of 32 (forward,
 //       mean squared error against a target sequence, backward, update) at 1 and 2 threads; libtorch only
+//   (e) one SGD step of pytorch/examples' MNIST CNN without its dropout (two 5x5 convolutions with max
+//       pooling, two linear layers, log_softmax and nll_loss) on a batch of 64 Fashion-MNIST-shaped images
+//   (f) one SGD step of a ResNet basic block (3x3 conv, batch norm, relu, 3x3 conv, batch norm, the
+//       identity added, relu) at 64 channels, 32 x 32, batch 32, against a mean squared error
+//   (g) conv2d 3x3, 64 -> 64 channels, 56 x 56, batch 8, forward and backward (input and weight
+//       gradients) with FLOPS; its Eigen side is the three GEMMs of those shapes without the im2col
+//       gather and col2im scatter, the GEMM roofline that an im2col convolution can at best reach
+//   (e) to (g) at 1 and 2 threads, next to libtorch
 
 // GCC 12 reports false maybe-uninitialized warnings inside Eigen's AVX-512 intrinsics.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -50,6 +58,16 @@ BENCHMARK(add_sum_backward_strata)->Name("add_sum_backward/strata")->UseRealTime
 
 // ---- (b) MLP training step ----
 
+// One SGD step over `params` after backward, with the gradients set to none: zero_grad(set_to_none),
+// PyTorch's default; the libtorch side does the same.
+void sgd_step(std::vector<Tensor>& params) {
+  strata::NoGradGuard no_grad;
+  for (Tensor& p : params) {
+    p.sub_(p.grad(), kLr);
+    p.mutable_grad() = Tensor();
+  }
+}
+
 void mlp_step_strata(benchmark::State& state) {
   strata::set_num_threads(static_cast<int>(state.range(0)));
   strata::manual_seed(0);
@@ -63,13 +81,8 @@ void mlp_step_strata(benchmark::State& state) {
   for (auto _ : state) {
     Tensor h = strata::relu(x.matmul(w1) + b1);
     h = strata::relu(h.matmul(w2) + b2);
-    Tensor loss = strata::cross_entropy(h.matmul(w3) + b3, y);
-    loss.backward();
-    strata::NoGradGuard no_grad;
-    for (Tensor& p : params) {
-      p.sub_(p.grad(), kLr);
-      p.mutable_grad() = Tensor();  // zero_grad(set_to_none), PyTorch's default; libtorch's side does the same
-    }
+    strata::cross_entropy(h.matmul(w3) + b3, y).backward();
+    sgd_step(params);
   }
 }
 BENCHMARK(mlp_step_strata)->Name("mlp_step/strata")->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
@@ -188,17 +201,124 @@ void lstm_step_strata(benchmark::State& state) {
   Tensor target = strata::randn({kLstmSeq, kLstmBatch, kLstmHidden});
   std::vector<Tensor> params = lstm->parameters();
   for (auto _ : state) {
-    Tensor loss = strata::mse_loss(std::get<0>(lstm(x)), target);
-    loss.backward();
-    strata::NoGradGuard no_grad;
-    for (Tensor& p : params) {
-      p.sub_(p.grad(), kLr);
-      p.mutable_grad() = Tensor();
-    }
+    strata::mse_loss(std::get<0>(lstm(x)), target).backward();
+    sgd_step(params);
   }
 }
 BENCHMARK(lstm_step_strata)
     ->Name("lstm_step/strata")
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// ---- (e) to (g): convolutional models ----
+
+void lenet_step_strata(benchmark::State& state) {
+  strata::set_num_threads(static_cast<int>(state.range(0)));
+  strata::manual_seed(0);
+  strata::nn::Conv2d conv1(strata::nn::Conv2dOptions(1, 10, 5)), conv2(strata::nn::Conv2dOptions(10, 20, 5));
+  strata::nn::Linear fc1(320, 50), fc2(50, 10);
+  Tensor x = strata::randn({kLenetBatch, 1, 28, 28});
+  Tensor y = strata::randint(10, {kLenetBatch});
+  std::vector<Tensor> params;
+  for (const auto& m : std::vector<std::shared_ptr<strata::nn::Module>>{conv1.ptr(), conv2.ptr(), fc1.ptr(), fc2.ptr()})
+    for (const Tensor& p : m->parameters()) params.push_back(p);
+  for (auto _ : state) {
+    Tensor h = strata::relu(strata::max_pool2d(conv1(x), 2));
+    h = strata::relu(strata::max_pool2d(conv2(h), 2));
+    h = strata::relu(fc1(h.view({-1, 320})));
+    strata::nll_loss(strata::log_softmax(fc2(h), 1), y).backward();
+    sgd_step(params);
+  }
+}
+BENCHMARK(lenet_step_strata)
+    ->Name("lenet_step/strata")
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+void resnet_block_step_strata(benchmark::State& state) {
+  strata::set_num_threads(static_cast<int>(state.range(0)));
+  strata::manual_seed(0);
+  auto conv3x3 = [] {
+    return strata::nn::Conv2d(strata::nn::Conv2dOptions(kBlockWidth, kBlockWidth, 3).padding(1).bias(false));
+  };
+  strata::nn::Conv2d conv1 = conv3x3(), conv2 = conv3x3();
+  strata::nn::BatchNorm2d bn1(kBlockWidth), bn2(kBlockWidth);
+  Tensor x = strata::randn({kBlockBatch, kBlockWidth, kBlockSize, kBlockSize});
+  Tensor target = strata::randn({kBlockBatch, kBlockWidth, kBlockSize, kBlockSize});
+  std::vector<Tensor> params;
+  for (const auto& m : std::vector<std::shared_ptr<strata::nn::Module>>{conv1.ptr(), conv2.ptr(), bn1.ptr(), bn2.ptr()})
+    for (const Tensor& p : m->parameters()) params.push_back(p);
+  for (auto _ : state) {
+    Tensor h = strata::relu(bn1(conv1(x)));
+    h = strata::relu(bn2(conv2(h)) + x);
+    strata::mse_loss(h, target).backward();
+    sgd_step(params);
+  }
+}
+BENCHMARK(resnet_block_step_strata)
+    ->Name("resnet_block_step/strata")
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+void set_conv_flops(benchmark::State& state) {
+  state.counters["FLOPS"] = benchmark::Counter(kConvFlops, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void conv2d_3x3_strata(benchmark::State& state) {
+  strata::set_num_threads(static_cast<int>(state.range(0)));
+  strata::manual_seed(0);
+  Tensor x = strata::randn({kConvBatch, kConvWidth, kConvSize, kConvSize}, strata::requires_grad());
+  Tensor w = (strata::randn({kConvWidth, kConvWidth, 3, 3}) * 0.05).requires_grad_();
+  Tensor grad = strata::randn({kConvBatch, kConvWidth, kConvSize, kConvSize});
+  for (auto _ : state) {
+    strata::conv2d(x, w, {}, 1, 1).backward(grad);
+    x.mutable_grad() = Tensor();
+    w.mutable_grad() = Tensor();
+  }
+  set_conv_flops(state);
+}
+BENCHMARK(conv2d_3x3_strata)
+    ->Name("conv2d_3x3_64_56/strata")
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+void conv2d_3x3_eigen(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  omp_set_num_threads(threads);
+  Eigen::setNbThreads(threads);
+  const int64_t depth = 9 * kConvWidth, pixels = kConvSize * kConvSize;
+  using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  Matrix w = Matrix::Random(kConvWidth, depth), grad_w(kConvWidth, depth);
+  std::vector<Matrix> cols(kConvBatch, Matrix::Random(depth, pixels)),
+      grads(kConvBatch, Matrix::Random(kConvWidth, pixels));
+  Matrix out(kConvWidth, pixels), grad_cols(depth, pixels);
+  for (auto _ : state) {
+    grad_w.setZero();
+    for (int64_t i = 0; i < kConvBatch; ++i) {
+      out.noalias() = w * cols[i];
+      grad_cols.noalias() = w.transpose() * grads[i];
+      grad_w.noalias() += grads[i] * cols[i].transpose();
+      benchmark::DoNotOptimize(out.data());
+      benchmark::DoNotOptimize(grad_cols.data());
+    }
+    benchmark::DoNotOptimize(grad_w.data());
+  }
+  set_conv_flops(state);
+}
+BENCHMARK(conv2d_3x3_eigen)
+    ->Name("conv2d_3x3_64_56/eigen")
     ->ArgName("threads")
     ->Arg(1)
     ->Arg(2)

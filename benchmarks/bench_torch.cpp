@@ -26,6 +26,15 @@ void set_torch_threads(int n) {
   if (auto fn = openblas_set_num_threads()) fn(n);
 }
 
+// One SGD step over `params` after backward, with the gradients set to none (as the strata side).
+void sgd_step(std::vector<torch::Tensor>& params) {
+  torch::NoGradGuard no_grad;
+  for (torch::Tensor& p : params) {
+    p.sub_(p.grad(), kLr);
+    p.mutable_grad() = torch::Tensor();
+  }
+}
+
 // ---- (a) per-op overhead ----
 
 void add_torch(benchmark::State& state, bool grad) {
@@ -62,13 +71,8 @@ void mlp_step_torch(benchmark::State& state) {
   for (auto _ : state) {
     torch::Tensor h = torch::relu(x.matmul(w1) + b1);
     h = torch::relu(h.matmul(w2) + b2);
-    torch::Tensor loss = torch::nn::functional::cross_entropy(h.matmul(w3) + b3, y);
-    loss.backward();
-    torch::NoGradGuard no_grad;
-    for (torch::Tensor& p : params) {
-      p.sub_(p.grad(), kLr);
-      p.mutable_grad() = torch::Tensor();  // zero_grad(set_to_none), as the strata side
-    }
+    torch::nn::functional::cross_entropy(h.matmul(w3) + b3, y).backward();
+    sgd_step(params);
   }
 }
 BENCHMARK(mlp_step_torch)->Name("mlp_step/libtorch")->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
@@ -103,17 +107,89 @@ void lstm_step_torch(benchmark::State& state) {
   torch::Tensor target = torch::randn({kLstmSeq, kLstmBatch, kLstmHidden});
   std::vector<torch::Tensor> params = lstm->parameters();
   for (auto _ : state) {
-    torch::Tensor loss = torch::mse_loss(std::get<0>(lstm(x)), target);
-    loss.backward();
-    torch::NoGradGuard no_grad;
-    for (torch::Tensor& p : params) {
-      p.sub_(p.grad(), kLr);
-      p.mutable_grad() = torch::Tensor();
-    }
+    torch::mse_loss(std::get<0>(lstm(x)), target).backward();
+    sgd_step(params);
   }
 }
 BENCHMARK(lstm_step_torch)
     ->Name("lstm_step/libtorch")
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// ---- (e) to (g): convolutional models ----
+
+void lenet_step_torch(benchmark::State& state) {
+  set_torch_threads(static_cast<int>(state.range(0)));
+  torch::manual_seed(0);
+  torch::nn::Conv2d conv1(torch::nn::Conv2dOptions(1, 10, 5)), conv2(torch::nn::Conv2dOptions(10, 20, 5));
+  torch::nn::Linear fc1(320, 50), fc2(50, 10);
+  torch::Tensor x = torch::randn({kLenetBatch, 1, 28, 28});
+  torch::Tensor y = torch::randint(10, {kLenetBatch});
+  std::vector<torch::Tensor> params;
+  for (const auto& m : std::vector<std::shared_ptr<torch::nn::Module>>{conv1.ptr(), conv2.ptr(), fc1.ptr(), fc2.ptr()})
+    for (const torch::Tensor& p : m->parameters()) params.push_back(p);
+  for (auto _ : state) {
+    torch::Tensor h = torch::relu(torch::max_pool2d(conv1(x), 2));
+    h = torch::relu(torch::max_pool2d(conv2(h), 2));
+    h = torch::relu(fc1(h.view({-1, 320})));
+    torch::nll_loss(torch::log_softmax(fc2(h), 1), y).backward();
+    sgd_step(params);
+  }
+}
+BENCHMARK(lenet_step_torch)
+    ->Name("lenet_step/libtorch")
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+void resnet_block_step_torch(benchmark::State& state) {
+  set_torch_threads(static_cast<int>(state.range(0)));
+  torch::manual_seed(0);
+  auto conv3x3 = [] {
+    return torch::nn::Conv2d(torch::nn::Conv2dOptions(kBlockWidth, kBlockWidth, 3).padding(1).bias(false));
+  };
+  torch::nn::Conv2d conv1 = conv3x3(), conv2 = conv3x3();
+  torch::nn::BatchNorm2d bn1(kBlockWidth), bn2(kBlockWidth);
+  torch::Tensor x = torch::randn({kBlockBatch, kBlockWidth, kBlockSize, kBlockSize});
+  torch::Tensor target = torch::randn({kBlockBatch, kBlockWidth, kBlockSize, kBlockSize});
+  std::vector<torch::Tensor> params;
+  for (const auto& m : std::vector<std::shared_ptr<torch::nn::Module>>{conv1.ptr(), conv2.ptr(), bn1.ptr(), bn2.ptr()})
+    for (const torch::Tensor& p : m->parameters()) params.push_back(p);
+  for (auto _ : state) {
+    torch::Tensor h = torch::relu(bn1(conv1(x)));
+    h = torch::relu(bn2(conv2(h)) + x);
+    torch::mse_loss(h, target).backward();
+    sgd_step(params);
+  }
+}
+BENCHMARK(resnet_block_step_torch)
+    ->Name("resnet_block_step/libtorch")
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+void conv2d_3x3_torch(benchmark::State& state) {
+  set_torch_threads(static_cast<int>(state.range(0)));
+  torch::manual_seed(0);
+  torch::Tensor x = torch::randn({kConvBatch, kConvWidth, kConvSize, kConvSize}, torch::requires_grad());
+  torch::Tensor w = (torch::randn({kConvWidth, kConvWidth, 3, 3}) * 0.05).requires_grad_();
+  torch::Tensor grad = torch::randn({kConvBatch, kConvWidth, kConvSize, kConvSize});
+  for (auto _ : state) {
+    torch::conv2d(x, w, {}, 1, 1).backward(grad);
+    x.mutable_grad() = torch::Tensor();
+    w.mutable_grad() = torch::Tensor();
+  }
+  state.counters["FLOPS"] = benchmark::Counter(kConvFlops, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(conv2d_3x3_torch)
+    ->Name("conv2d_3x3_64_56/libtorch")
     ->ArgName("threads")
     ->Arg(1)
     ->Arg(2)
