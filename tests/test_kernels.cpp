@@ -464,6 +464,79 @@ TEST(Kernels, GatherAndScatterAdd) {
   EXPECT_VALUES(acc, {0, 1, 2, 6, 8, 10});  // nothing written before the check
 }
 
+// The window ops' patterns: one row read or summed through a run of indices along the inner dim (the
+// index expanded over the outer dims), and an arg reduction over an outer dim of contiguous runs.
+// They take typed loops, and scatter_add splits them over threads by rows; both must equal naive loops.
+TEST(Kernels, RowGatherScatterAndOuterArgReduceMatchNaiveLoops) {
+  const int64_t rows = 64, len = 37, picks = 600;
+  const std::vector<double> v = small_ints(rows * len, 3), src_v = small_ints(rows * picks, 5);
+  std::vector<double> idx_v(picks);
+  for (int64_t i = 0; i < picks; ++i) idx_v[i] = static_cast<double>((i * 7 + i / 5) % len);  // repeats
+  Tensor in = make(v, {2, rows / 2, len}), src = make(src_v, {2, rows / 2, picks});
+  Tensor idx = make(idx_v, {picks}, kLong);
+  Tensor index = make_view(idx, {2, rows / 2, picks}, {0, 0, 1}, 0);
+  const int saved = get_num_threads();
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    Tensor out = empty({2, rows / 2, picks}), acc = zeros({2, rows / 2, len});
+    K().gather(in, 2, index, out);
+    K().scatter_add(acc, 2, index, src);
+    std::vector<double> want_out(rows * picks), want_acc(rows * len, 0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < picks; ++i) {
+        const auto j = static_cast<int64_t>(idx_v[i]);
+        want_out[r * picks + i] = v[r * len + j];
+        want_acc[r * len + j] += src_v[r * picks + i];
+      }
+    EXPECT_EQ(values(out), want_out) << threads << " thread(s)";
+    EXPECT_EQ(values(acc), want_acc) << threads << " thread(s)";
+  }
+  set_num_threads(saved);
+
+  // Max and min over dim 1 of [3, 4, 50]: first extreme value wins, the first NaN wins over everything.
+  std::vector<double> w = small_ints(3 * 4 * 50, 9);
+  w[1 * 50 + 7] = NAN;        // batch 0, offset 1, position 7
+  w[(8 + 3) * 50 + 7] = NAN;  // batch 2, offset 3, position 7: a later NaN after the first
+  w[(8 + 0) * 50 + 7] = NAN;  // batch 2, offset 0
+  Tensor x = make(w, {3, 4, 50});
+  for (ReduceKind kind : {ReduceKind::Max, ReduceKind::Min}) {
+    Tensor best = empty({3, 1, 50}), at = empty({3, 1, 50}, kLong);
+    K().arg_reduce(kind, x, 1, best, at);
+    const auto got_best = values(best), got_at = values(at);
+    for (int64_t b = 0; b < 3; ++b)
+      for (int64_t p = 0; p < 50; ++p) {
+        int64_t want = 0;
+        for (int64_t k = 1; k < 4 && !std::isnan(w[(b * 4 + want) * 50 + p]); ++k) {
+          const double c = w[(b * 4 + k) * 50 + p], cur = w[(b * 4 + want) * 50 + p];
+          if (std::isnan(c) || (kind == ReduceKind::Max ? c > cur : c < cur)) want = k;
+        }
+        ASSERT_EQ(got_at[b * 50 + p], want) << b << " " << p;
+        const double want_v = w[(b * 4 + want) * 50 + p];
+        if (std::isnan(want_v)) {
+          ASSERT_TRUE(std::isnan(got_best[b * 50 + p]));
+        } else {
+          ASSERT_EQ(got_best[b * 50 + p], want_v);
+        }
+      }
+  }
+}
+
+// Blocks above the small-block classes are reused at their exact size and never handed out for a larger
+// request. (Sanitizer builds bypass the cache, where only the second half holds.)
+TEST(Kernels, LargeBlocksAreReusedOnlyAtTheirSize) {
+  const size_t big = size_t{12} << 20;
+  void* p = K().allocate(Device(kCPU), big);
+  K().deallocate(Device(kCPU), p, big);
+  void* larger = K().allocate(Device(kCPU), big + (size_t{1} << 20));
+  EXPECT_NE(larger, p);  // p is cached (under ASan: quarantined), so a larger block lies elsewhere
+#if !defined(__SANITIZE_ADDRESS__)
+  void* again = K().allocate(Device(kCPU), big - 1000);  // the same 64 KiB grain
+  EXPECT_EQ(again, p);
+  K().deallocate(Device(kCPU), again, big - 1000);
+#endif
+  K().deallocate(Device(kCPU), larger, big + (size_t{1} << 20));
+}
+
 // ---- random ----
 
 TEST(Kernels, RandomIsReproducibleAndOffsetAddressed) {

@@ -50,6 +50,16 @@ void CpuKernels::gather(const Tensor& in, int64_t dim, const Tensor& index, cons
         {static_cast<char*>(out.data_ptr()), static_cast<char*>(index.data_ptr()), static_cast<char*>(in.data_ptr())},
         {out.strides().data(), index.strides().data(), in_strides.data()}, {sizeof(T), sizeof(int64_t), sizeof(T)});
     for_each(loop, [step](char* const* d, const int64_t* s, int64_t n) {
+      if (s[0] == sizeof(T) && s[1] == sizeof(int64_t) && s[2] == 0) {
+        // One source row read through a run of indices (index_select, and so every window op): typed
+        // pointers let the compiler vectorise the reads.
+        T* out = reinterpret_cast<T*>(d[0]);
+        const int64_t* index = reinterpret_cast<const int64_t*>(d[1]);
+        const T* row = reinterpret_cast<const T*>(d[2]);
+        const int64_t stride = step / static_cast<int64_t>(sizeof(T));
+        for (int64_t i = 0; i < n; ++i) out[i] = row[index[i] * stride];
+        return;
+      }
       for (int64_t i = 0; i < n; ++i) {
         const int64_t j = *reinterpret_cast<const int64_t*>(d[1] + i * s[1]);
         *reinterpret_cast<T*>(d[0] + i * s[0]) = *reinterpret_cast<const T*>(d[2] + i * s[2] + j * step);
@@ -74,13 +84,32 @@ void CpuKernels::scatter_add(const Tensor& out, int64_t dim, const Tensor& index
                                 static_cast<char*>(src.data_ptr())},
                                {out_strides.data(), index.strides().data(), src.strides().data()},
                                {sizeof(T), sizeof(int64_t), sizeof(T)});
-      // Serial: several positions may add into one element.
-      run_range(loop, 0, loop.numel, [step](char* const* d, const int64_t* s, int64_t n) {
+      auto add = [step](char* const* d, const int64_t* s, int64_t n) {
+        if (s[0] == 0 && s[1] == sizeof(int64_t) && s[2] == sizeof(T)) {
+          // A run of values added into one row (the fold behind col2im and the window ops' backward).
+          T* row = reinterpret_cast<T*>(d[0]);
+          const int64_t* index = reinterpret_cast<const int64_t*>(d[1]);
+          const T* src = reinterpret_cast<const T*>(d[2]);
+          const int64_t stride = step / static_cast<int64_t>(sizeof(T));
+          for (int64_t i = 0; i < n; ++i) row[index[i] * stride] += src[i];
+          return;
+        }
         for (int64_t i = 0; i < n; ++i) {
           const int64_t j = *reinterpret_cast<const int64_t*>(d[1] + i * s[1]);
           *reinterpret_cast<T*>(d[0] + i * s[0] + j * step) += *reinterpret_cast<const T*>(d[2] + i * s[2]);
         }
-      });
+      };
+      // Several positions may add into one element, so threads split the work only by whole inner runs
+      // and only when every outer dim moves the destination: then no two runs touch the same element.
+      const int inner = loop.ndim - 1;
+      bool disjoint_runs = inner > 0;
+      for (int d = 0; d < inner; ++d) disjoint_runs = disjoint_runs && loop.strides[d][0] != 0;
+      const int64_t runs = loop.numel / loop.sizes[inner], len = loop.sizes[inner];
+      if (disjoint_runs && use_threads(loop.numel)) {
+        parallel_for(runs, true, [&](int64_t r) { run_range(loop, r * len, (r + 1) * len, add); });
+      } else {
+        run_range(loop, 0, loop.numel, add);
+      }
     }
   });
 }

@@ -4,7 +4,9 @@
 #include <omp.h>
 
 #include "strata/tensor/cpu/eigen.h"
+#include <cstddef>
 #include <cstdlib>
+#include <utility>
 #include <vector>
 
 #include "strata/tensor/cpu/cpu_kernels.h"
@@ -19,10 +21,15 @@ constexpr size_t kAlignment = 64;
 // Note [CPU block cache]: a training step frees and reallocates the same buffer sizes every
 // iteration, and a 1-element op is dominated by aligned_alloc/free. Blocks up to kMaxCached
 // bytes are rounded to a power of two and kept on per-thread free lists, capped at
-// kCacheBytes per thread. Sanitizer builds skip the cache so use-after-free stays visible.
+// kCacheBytes per thread. Larger blocks are rounded to kLargeGrain and reused only at exactly
+// that size, up to kLargeCacheBytes per thread: glibc maps and unmaps each of them, and every step
+// then pays a page fault per 4 KiB of a convolution's tens of megabytes of columns (a fifth of a
+// conv2d step's time before this). Sanitizer builds skip the cache so use-after-free stays visible.
 constexpr size_t kMaxCached = size_t{4} << 20;
 constexpr size_t kCacheBytes = size_t{64} << 20;
 constexpr int kClasses = 17;  // 64 B ... 4 MiB
+constexpr size_t kLargeGrain = size_t{64} << 10;
+constexpr size_t kLargeCacheBytes = size_t{256} << 20;
 
 #if defined(__SANITIZE_ADDRESS__)
 constexpr bool kUseCache = false;
@@ -50,11 +57,14 @@ thread_local BlockCache* current_cache = nullptr;
 struct BlockCache {
   std::vector<void*> free[kClasses];
   size_t bytes = 0;
+  std::vector<std::pair<size_t, void*>> large;  // (rounded size, block), most recently freed last
+  size_t large_bytes = 0;
   BlockCache() { current_cache = this; }
   ~BlockCache() {
     current_cache = nullptr;
     for (auto& list : free)
       for (void* p : list) std::free(p);
+    for (auto& [size, p] : large) std::free(p);
   }
 };
 
@@ -74,6 +84,17 @@ void* CpuKernels::allocate(Device, size_t nbytes) const {
       return p;
     }
     rounded = kAlignment << c;
+  } else if (kUseCache) {
+    rounded = (rounded + kLargeGrain - 1) / kLargeGrain * kLargeGrain;
+    if (BlockCache* bc = cache()) {
+      for (size_t i = bc->large.size(); i-- > 0;) {
+        if (bc->large[i].first != rounded) continue;
+        void* p = bc->large[i].second;
+        bc->large.erase(bc->large.begin() + static_cast<std::ptrdiff_t>(i));
+        bc->large_bytes -= rounded;
+        return p;
+      }
+    }
   }
   void* p = std::aligned_alloc(kAlignment, rounded);  // wants a multiple of the alignment
   STRATA_CHECK(p, "allocate: out of memory allocating ", nbytes, " bytes");
@@ -88,6 +109,21 @@ void CpuKernels::deallocate(Device, void* p, size_t nbytes) const {
     if (bc && bc->bytes + (kAlignment << c) <= kCacheBytes) {
       bc->free[c].push_back(p);
       bc->bytes += kAlignment << c;
+      return;
+    }
+  } else if (kUseCache) {
+    const size_t large = (rounded + kLargeGrain - 1) / kLargeGrain * kLargeGrain;
+    BlockCache* bc = current_cache;
+    if (bc && large <= kLargeCacheBytes) {
+      // The least recently freed blocks make room: sizes a model stopped using do not pin the cache.
+      size_t evicted = 0;
+      while (bc->large_bytes + large > kLargeCacheBytes) {
+        std::free(bc->large[evicted].second);
+        bc->large_bytes -= bc->large[evicted++].first;
+      }
+      bc->large.erase(bc->large.begin(), bc->large.begin() + static_cast<std::ptrdiff_t>(evicted));
+      bc->large.emplace_back(large, p);
+      bc->large_bytes += large;
       return;
     }
   }

@@ -180,6 +180,29 @@ void arg_loop(const Tensor& in, int64_t dim, const Tensor& values, const Tensor&
   for_each(
       loop,
       [&](char* const* d, const int64_t* s, int64_t n) {
+        if (s[0] == sizeof(T) && s[1] == sizeof(int64_t) && s[2] == sizeof(T)) {
+          // A contiguous run of outputs whose inputs are contiguous too (a reduction over an outer dim,
+          // e.g. the window offsets of max pooling): scan dim for the whole run at once, which
+          // vectorises, keeping the first extreme value and the first NaN as the loop below does.
+          T* best = reinterpret_cast<T*>(d[0]);
+          int64_t* at = reinterpret_cast<int64_t*>(d[1]);
+          const T* first = reinterpret_cast<const T*>(d[2]);
+          const int64_t jump = step / static_cast<int64_t>(sizeof(T));
+          for (int64_t i = 0; i < n; ++i) {
+            best[i] = first[i];
+            at[i] = 0;
+          }
+          for (int64_t j = 1; j < len; ++j) {
+            const T* row = first + j * jump;
+            for (int64_t i = 0; i < n; ++i) {
+              const T b = best[i], v = row[i];
+              const bool take = !is_nan(b) && (kOp == ReduceKind::Max ? (v > b || is_nan(v)) : (v < b || is_nan(v)));
+              best[i] = take ? v : b;
+              at[i] = take ? j : at[i];
+            }
+          }
+          return;
+        }
         for (int64_t i = 0; i < n; ++i) {
           const char* p = d[2] + i * s[2];
           T best = *reinterpret_cast<const T*>(p);
