@@ -239,4 +239,19 @@ inline int64_t check_rnn_cell_operands(const char* op, int64_t gates,
   return hidden;
 }
 
+/// The window entries' checks (im2col, col2im): `image` [N, C, H, W] with H, W = window.in and `cols` [N, C, K, L]
+/// with K, L = window.offsets(), window.positions(), on one device, of one dtype, contiguous.
+inline void check_window_operands(const char* op, const Tensor& image, const Window2d& window, const Tensor& cols) {
+  check_one_device(op, {&image, &cols});
+  STRATA_CHECK(image.dim() == 4 && image.size(2) == window.in[0] && image.size(3) == window.in[1], op,
+               ": expected an image [N, C, ", window.in[0], ", ", window.in[1], "], got ", image.sizes());
+  STRATA_CHECK(cols.dim() == 4 && cols.size(0) == image.size(0) && cols.size(1) == image.size(1) &&
+                   cols.size(2) == window.offsets() && cols.size(3) == window.positions(),
+               op, ": expected columns [", image.size(0), ", ", image.size(1), ", ", window.offsets(), ", ",
+               window.positions(), "], got ", cols.sizes());
+  STRATA_CHECK(image.dtype() == cols.dtype(), op, ": expected operands of one dtype, got ", image.dtype(), " and ",
+               cols.dtype());
+  STRATA_CHECK(image.is_contiguous() && cols.is_contiguous(), op, ": expected contiguous operands");
+}
+
 }  // namespace strata

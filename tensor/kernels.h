@@ -13,6 +13,7 @@
 // Half and BFloat16 compute in float32 where a device supports them (CUDA); the CPU table
 // copies and fills them only and throws for the rest.
 
+#include <array>
 #include <cstdint>
 
 #include "strata/tensor/tensor.h"
@@ -103,6 +104,18 @@ enum class ReduceKind : int8_t { Sum, Prod, Max, Min };
 /// The reduction's name as kernel errors show it: "sum", "prod", "max", "min".
 const char* to_string(ReduceKind op);
 
+/// Where the windows of a 2-D sliding-window op lie over an input's last two dims (height, width): window
+/// position (oy, ox) and kernel offset (ky, kx) read input row oy * stride[0] - pad[0] + ky * dilation[0] (and
+/// the same over the width); what falls outside [0, in[0]) x [0, in[1]) is padding.
+struct Window2d {
+  std::array<int64_t, 2> kernel, stride, dilation;           ///< per dim (height, width)
+  std::array<int64_t, 2> pad;                                ///< padding before each dim
+  std::array<int64_t, 2> in;                                 ///< input extent
+  std::array<int64_t, 2> out;                                ///< window positions per dim
+  int64_t positions() const { return out[0] * out[1]; }      ///< window positions, L
+  int64_t offsets() const { return kernel[0] * kernel[1]; }  ///< kernel offsets, K
+};
+
 /// One device's implementation of the primitives.
 class Kernels {
  public:
@@ -133,6 +146,12 @@ class Kernels {
   virtual void gather(const Tensor& in, int64_t dim, const Tensor& index, const Tensor& out) const = 0;
   /// out[..index[..i..]..] += src[..i..] along dim; index has src's sizes, checked against out.size(dim).
   virtual void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) const = 0;
+  /// im2col: cols [N, C, K, L] = what the windows of `window` read from in [N, C, H, W], pad_value over the
+  /// padding (in an integer dtype, -inf and inf stand for its lowest and highest values); both contiguous, of one dtype (check_window_operands).
+  virtual void im2col(const Tensor& in, const Window2d& window, double pad_value, const Tensor& cols) const = 0;
+  /// col2im, im2col's adjoint: out [N, C, H, W] = at each input position, the sum of what cols [N, C, K, L] holds
+  /// for the windows that read it (nothing of the padding); both contiguous, of one non-bool dtype.
+  virtual void col2im(const Tensor& cols, const Window2d& window, const Tensor& out) const = 0;
   /// Sorts each slice of `in` along dim and writes its first k = values.size(dim) elements (the k smallest, or
   /// largest when descending) and their int64 indices along dim; values and indices have in's sizes with dim set
   /// to k. NaN sorts as the largest value; equal elements keep their input order (Note [sort order], cpu/sort.cpp).

@@ -521,6 +521,43 @@ TEST(Kernels, RowGatherScatterAndOuterArgReduceMatchNaiveLoops) {
   }
 }
 
+// im2col against the definition (strided, padded, dilated, non-square, the pad value, an integer dtype's -inf),
+// and col2im as its adjoint: <im2col(x), c> == <x, col2im(c)> with padding contributing nothing.
+TEST(Kernels, Im2colMatchesTheWindowsAndCol2imIsItsAdjoint) {
+  const Window2d g{{2, 3}, {2, 1}, {1, 2}, {1, 2}, {5, 6}, {3, 6}};  // kernel, stride, dilation, pad, in, out
+  const int64_t n = 2, c = 3, offsets = g.offsets(), positions = g.positions(), hw = g.in[0] * g.in[1];
+  const std::vector<double> xv = small_ints(n * c * hw, 7), cv = small_ints(n * c * offsets * positions, 11);
+  for (ScalarType dt : {kFloat, kFloat64, kLong}) {
+    Tensor x = make(xv, {n, c, g.in[0], g.in[1]}, dt), cols = empty({n, c, offsets, positions}, dt);
+    const double pad = dt == kLong ? -INFINITY : -7.5;
+    K().im2col(x, g, pad, cols);
+    const double want_pad = dt == kLong ? static_cast<double>(std::numeric_limits<int64_t>::lowest()) : -7.5;
+    std::vector<double> want(n * c * offsets * positions);
+    for (int64_t p = 0; p < n * c; ++p)
+      for (int64_t k = 0; k < offsets; ++k)
+        for (int64_t l = 0; l < positions; ++l) {
+          const int64_t y = l / g.out[1] * g.stride[0] - g.pad[0] + k / g.kernel[1] * g.dilation[0];
+          const int64_t x_ = l % g.out[1] * g.stride[1] - g.pad[1] + k % g.kernel[1] * g.dilation[1];
+          const bool inside = y >= 0 && y < g.in[0] && x_ >= 0 && x_ < g.in[1];
+          want[(p * offsets + k) * positions + l] = inside ? xv[p * hw + y * g.in[1] + x_] : want_pad;
+        }
+    EXPECT_EQ(values(cols), want) << dt;
+
+    Tensor folded = empty({n, c, g.in[0], g.in[1]}, dt);
+    K().col2im(make(cv, {n, c, offsets, positions}, dt), g, folded);
+    K().im2col(x, g, 0, cols);
+    double lhs = 0, rhs = 0;
+    const auto colv = values(cols), fv = values(folded);
+    for (size_t i = 0; i < cv.size(); ++i) lhs += colv[i] * cv[i];
+    for (size_t i = 0; i < xv.size(); ++i) rhs += xv[i] * fv[i];
+    EXPECT_EQ(lhs, rhs) << dt;
+  }
+  Tensor x = empty({1, 1, 5, 6}), bad = empty({1, 1, offsets, positions + 1});
+  EXPECT_THROW_MSG(K().im2col(x, g, 0, bad), "im2col: expected columns [1, 1, 6, 18], got [1, 1, 6, 19]");
+  EXPECT_THROW_MSG(K().col2im(empty({1, 1, offsets, positions}, kBool), g, empty({1, 1, 5, 6}, kBool)),
+                   "col2im does not support Bool");
+}
+
 // Blocks above the small-block classes are reused at their exact size and never handed out for a larger
 // request. (Sanitizer builds bypass the cache, where only the second half holds.)
 TEST(Kernels, LargeBlocksAreReusedOnlyAtTheirSize) {

@@ -313,7 +313,9 @@ TEST(Reduce, ZeroStatisticsHaveZeroGradients) {
     Tensor zero = zeros({4}, f64());
     zero.norm(p).backward();
     for (double g : strata::testing::values(zero.grad())) EXPECT_FALSE(std::isnan(g)) << "p = " << p;
-    if (p != 1 && p != INFINITY) EXPECT_VALUES(zero.grad(), {0, 0, 0, 0});  // abs's subgradient is 0 there too
+    if (p != 1 && p != INFINITY) {
+      EXPECT_VALUES(zero.grad(), {0, 0, 0, 0});  // abs's subgradient is 0 there too
+    }
   }
   // Rows with a zero std next to rows without: only the zero row's gradient is masked.
   Tensor x = tensor({1.0, 1.0, 1.0, 3.0}, kFloat64).reshape({2, 2}).requires_grad_(true);

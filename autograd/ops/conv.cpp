@@ -1,14 +1,14 @@
 // Sliding-window ops: im2col and col2im, convolution (1-D, 2-D, transposed 2-D) and pooling (max,
 // average, adaptive average), and feature dropout.
 //
-// Note [windows as gathers]: a window position reads input element iy * W + ix, or nothing where the
-// window hangs over the padding. One int64 table per call ([kh * kw, L], built on the host) holds
-// those flat indices, with h * w standing for padding; the input, flattened to [N, C, h * w] and given
-// one extra slot holding the padding value, is read through it by index_select, and a fold writes
-// back through it by scatter_add. Both ops are differentiable and each is the other's backward, so
-// every op here is a composite of existing ops: convolution is that gather plus one matmul with the
-// weight, and every backward, double backward included, comes from the ops it is made of. The same
-// code runs on every device.
+// Note [windows as im2col]: a window op reads its input through im2col (the kernel table's entry:
+// [N, C, H, W] to [N, C, K, L], padding filled with a value) and writes back through col2im, its
+// adjoint (each input position sums what the windows read from it). Here they are two
+// differentiable ops, unfold_windows and fold_windows, each the other's backward, so every op in this
+// file is a composite: convolution is unfold_windows plus one matmul with the weight, pooling a
+// reduction over the window offsets, and every backward, double backward included, comes from the
+// ops it is made of. Max pooling's indices come from a table of the flat input index each window
+// offset reads (window_index), gathered at the maxima.
 
 #include <array>
 #include <cmath>
@@ -30,15 +30,8 @@ Pair pair_of(IntArrayRef v, const char* op, const char* what) {
   return {v[0], v[v.size() - 1]};
 }
 
-/// Where the windows of a 2-D sliding window op lie over an input of `in` positions per dim.
-struct Window {
-  Pair kernel, stride, dilation;
-  Pair pad;  ///< padding before each dim (the window's first position starts at -pad)
-  Pair in;   ///< input extent
-  Pair out;  ///< window positions per dim
-  int64_t positions() const { return out[0] * out[1]; }
-  int64_t offsets() const { return kernel[0] * kernel[1]; }
-};
+/// Where the windows of a 2-D sliding window op lie (the kernel table's geometry of im2col and col2im).
+using Window = Window2d;
 
 /// Checks the window's sizes (kernel, stride and dilation positive, padding non-negative).
 void check_window(const Window& g, const char* op) {
@@ -84,8 +77,8 @@ Window pool_window(Pair in, Pair kernel, Pair stride, Pair pad, Pair dilation, b
   return g;
 }
 
-/// Note [windows as gathers]: for kernel offset k (row-major over the kernel) and position l (row-major
-/// over out), the flat input index read there, or in[0] * in[1] where it is padding. Shape [K * L].
+/// For kernel offset k (row-major over the kernel) and position l (row-major over out), the flat input
+/// index read there, or in[0] * in[1] where it is padding. Shape [K * L].
 Tensor window_index(const Window& g, Device device) {
   const int64_t positions = g.positions(), padding = g.in[0] * g.in[1];
   std::vector<int64_t> index(static_cast<size_t>(g.offsets() * positions));
@@ -102,24 +95,29 @@ Tensor window_index(const Window& g, Device device) {
   return tensor(index, TensorOptions(kLong).device(device));
 }
 
-/// The windows of x [N, C, H, W] as [N, C, K, L], read through `table` (window_index(g)), `pad_value` over the padding.
-Tensor unfold_windows(const Tensor& x, const Window& g, const Tensor& table, Scalar pad_value) {
-  const int64_t n = x.size(0), c = x.size(1), hw = g.in[0] * g.in[1];
-  Tensor padded = cat({x.reshape({n, c, hw}), full({n, c, 1}, pad_value, x.options())}, 2);
-  return index_select(padded, 2, table).reshape({n, c, g.offsets(), g.positions()});
-}
+Tensor fold_windows(const Tensor& cols, const Window& g);
 
-/// unfold_windows through a table built for this call.
+/// The windows of x [N, C, H, W] as [N, C, K, L] (im2col), `pad_value` over the padding.
 Tensor unfold_windows(const Tensor& x, const Window& g, Scalar pad_value) {
-  return unfold_windows(x, g, window_index(g, x.device()), pad_value);
+  const Tensor in = x.contiguous();
+  Tensor cols = empty({x.size(0), x.size(1), g.offsets(), g.positions()}, x.options());
+  ops::kernels(in).im2col(in, g, pad_value.toDouble(), cols);
+  if (auto node = autograd::record("Im2ColBackward", x, cols))
+    node->backward = [g](const tensor_list& grads) { return tensor_list{fold_windows(grads[0], g)}; };
+  return cols;
 }
 
-/// The sum, at each input position, of what the windows in cols [N, C, K * L] hold for it: [N, C, H, W].
+/// The sum, at each input position, of what the windows in cols [N, C, K * L] (or [N, C, K, L]) hold for it:
+/// [N, C, H, W] (col2im).
 Tensor fold_windows(const Tensor& cols, const Window& g) {
-  const int64_t n = cols.size(0), c = cols.size(1), hw = g.in[0] * g.in[1];
-  Tensor index = window_index(g, cols.device()).reshape({1, 1, cols.size(2)}).expand(cols.sizes());
-  Tensor sums = scatter_add(zeros({n, c, hw + 1}, cols.options()), 2, index, cols);
-  return sums.narrow(2, 0, hw).reshape({n, c, g.in[0], g.in[1]});
+  const Tensor in = cols.reshape({cols.size(0), cols.size(1), g.offsets(), g.positions()}).contiguous();
+  Tensor out = empty({cols.size(0), cols.size(1), g.in[0], g.in[1]}, cols.options());
+  ops::kernels(in).col2im(in, g, out);
+  if (auto node = autograd::record("Col2ImBackward", cols, out))
+    node->backward = [g, sizes = DimVector(cols.sizes())](const tensor_list& grads) {
+      return tensor_list{unfold_windows(grads[0], g, 0).reshape(sizes)};
+    };
+  return out;
 }
 
 /// input with a batch dim: [C, H, W] becomes [1, C, H, W]; `dims` is the batched rank the op takes.
@@ -310,11 +308,12 @@ std::tuple<Tensor, Tensor> max_pool(const Tensor& x, Pair kernel, Pair stride, P
                                     bool ceil_mode, bool with_indices, const char* op) {
   const Window g = pool_window({x.size(2), x.size(3)}, kernel, stride, padding, dilation, ceil_mode, op);
   const int64_t n = x.size(0), c = x.size(1);
-  const Tensor table = window_index(g, x.device());
-  auto [values, offset] = max(unfold_windows(x, g, table, -std::numeric_limits<double>::infinity()), 2);  // [N, C, L]
+  auto [values, offset] = max(unfold_windows(x, g, -std::numeric_limits<double>::infinity()), 2);  // [N, C, L]
   values = values.reshape({n, c, g.out[0], g.out[1]});
   if (!with_indices) return {values, Tensor()};
-  Tensor expanded = table.reshape({1, 1, g.offsets(), g.positions()}).expand({n, c, g.offsets(), g.positions()});
+  Tensor expanded = window_index(g, x.device())
+                        .reshape({1, 1, g.offsets(), g.positions()})
+                        .expand({n, c, g.offsets(), g.positions()});
   return {values, gather(expanded, 2, offset.unsqueeze(2)).reshape({n, c, g.out[0], g.out[1]})};
 }
 

@@ -2,7 +2,7 @@
 // Internal to tensor/cpu: the CPU kernel table. Each family file defines its members:
 // kernels.cpp (memory, table), elementwise.cpp (copy, fill, binary, where, arange), unary.cpp,
 // reduce.cpp (reduce, arg_reduce), gemm.cpp (matmul), index.cpp (gather, scatter_add),
-// sort.cpp (sort), random.cpp (uniform, normal, multinomial), rnn.cpp (the fused recurrent cells).
+// window.cpp (im2col, col2im), sort.cpp (sort), random.cpp (uniform, normal, multinomial), rnn.cpp (the fused recurrent cells).
 
 #include "strata/tensor/kernels.h"
 
@@ -24,6 +24,8 @@ class CpuKernels final : public Kernels {
   void matmul(const Tensor& a, const Tensor& c, const Tensor& out) const override;
   void gather(const Tensor& in, int64_t dim, const Tensor& index, const Tensor& out) const override;
   void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) const override;
+  void im2col(const Tensor& in, const Window2d& window, double pad_value, const Tensor& cols) const override;
+  void col2im(const Tensor& cols, const Window2d& window, const Tensor& out) const override;
   void sort(const Tensor& in, int64_t dim, bool descending, const Tensor& values, const Tensor& indices) const override;
   void arange(const Tensor& out, double start, double step) const override;
   void uniform(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset) const override;

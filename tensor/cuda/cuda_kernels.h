@@ -3,7 +3,7 @@
 // current stream of each device, and the CUDA and cuBLAS status checkers. Each family file
 // defines its members: runtime.cpp (device API, streams, allocator, cuBLAS handles, the table),
 // copy.cu (copy, fill, arange), elementwise.cu (unary, binary, add_scaled, where), reduce.cu
-// (reduce, arg_reduce), index.cu (gather, scatter_add), sort.cu (sort), random.cu (uniform,
+// (reduce, arg_reduce), index.cu (gather, scatter_add), window.cu (im2col, col2im), sort.cu (sort), random.cu (uniform,
 // normal, multinomial), rnn.cu (the fused recurrent cells) and gemm.cpp (matmul through cuBLAS).
 //
 // Note [CUDA streams]: every kernel, copy and allocation of device d is queued on
@@ -81,6 +81,8 @@ class CudaKernels final : public Kernels {
   void matmul(const Tensor& a, const Tensor& c, const Tensor& out) const override;
   void gather(const Tensor& in, int64_t dim, const Tensor& index, const Tensor& out) const override;
   void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) const override;
+  void im2col(const Tensor& in, const Window2d& window, double pad_value, const Tensor& cols) const override;
+  void col2im(const Tensor& cols, const Window2d& window, const Tensor& out) const override;
   void sort(const Tensor& in, int64_t dim, bool descending, const Tensor& values, const Tensor& indices) const override;
   void arange(const Tensor& out, double start, double step) const override;
   void uniform(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset) const override;

@@ -18,6 +18,7 @@
 #include <strata/optim/adam.h>
 #include <strata/optim/sgd.h>
 #include <strata/tensor/cuda.h>
+#include <strata/tensor/kernels.h>
 
 #include "parity.h"
 
@@ -365,6 +366,30 @@ TEST(CudaMemory, TrainingStepsAfterWarmUpReserveNoNewMemory) {
   for (int i = 0; i < 5; ++i) step();
   cuda::synchronize();
   EXPECT_EQ(cuda::memory_reserved(0), reserved);
+}
+
+// The window kernels called directly on both devices: strided, padded, dilated windows, integer dtypes
+// with an infinite pad value (their lowest value), and col2im's sums (in a fixed order on both).
+TEST(CudaWindow, Im2colAndCol2imMatchTheCpu) {
+  STRATA_REQUIRE_CUDA();
+  const Window2d g{{3, 2}, {2, 1}, {2, 1}, {2, 1}, {7, 5}, {4, 6}};  // kernel, stride, dilation, pad, in, out
+  const int64_t offsets = g.offsets(), positions = g.positions();
+  for (ScalarType dt : {kFloat, kDouble, kLong, kInt, kByte}) {
+    const bool floating = is_floating_point(dt);
+    const double pad = floating ? -3 : -INFINITY;
+    const Tensor x = testing::uniform({2, 3, 7, 5}, 0, 50, kDouble, 3).to(dt);
+    Tensor cols = empty({2, 3, offsets, positions}, dt);
+    Tensor cols_cuda = empty({2, 3, offsets, positions}, TensorOptions(dt).device(kCUDA));
+    cpu_kernels().im2col(x, g, pad, cols);
+    kernels_for(cols_cuda.device()).im2col(x.cuda(), g, pad, cols_cuda);
+    EXPECT_TRUE(testing::matches(cols_cuda, cols)) << dt;
+
+    const Tensor c = testing::uniform({2, 3, offsets, positions}, 0, 20, kDouble, 4).to(dt);
+    Tensor folded = empty({2, 3, 7, 5}, dt), folded_cuda = empty({2, 3, 7, 5}, TensorOptions(dt).device(kCUDA));
+    cpu_kernels().col2im(c, g, folded);
+    kernels_for(folded_cuda.device()).col2im(c.cuda(), g, folded_cuda);
+    EXPECT_TRUE(testing::matches(folded_cuda, folded)) << dt;
+  }
 }
 
 }  // namespace
