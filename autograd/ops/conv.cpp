@@ -99,7 +99,7 @@ Tensor fold_windows(const Tensor& cols, const Window& g);
 
 /// The windows of x [N, C, H, W] as [N, C, K, L] (im2col), `pad_value` over the padding.
 Tensor unfold_windows(const Tensor& x, const Window& g, Scalar pad_value) {
-  const Tensor in = x.contiguous();
+  const Tensor in = x.detach().contiguous();  // the kernel's operand; the history is x's, recorded below
   Tensor cols = empty({x.size(0), x.size(1), g.offsets(), g.positions()}, x.options());
   ops::kernels(in).im2col(in, g, pad_value.toDouble(), cols);
   if (auto node = autograd::record("Im2ColBackward", x, cols))
@@ -110,7 +110,7 @@ Tensor unfold_windows(const Tensor& x, const Window& g, Scalar pad_value) {
 /// The sum, at each input position, of what the windows in cols [N, C, K * L] (or [N, C, K, L]) hold for it:
 /// [N, C, H, W] (col2im).
 Tensor fold_windows(const Tensor& cols, const Window& g) {
-  const Tensor in = cols.reshape({cols.size(0), cols.size(1), g.offsets(), g.positions()}).contiguous();
+  const Tensor in = cols.detach().reshape({cols.size(0), cols.size(1), g.offsets(), g.positions()}).contiguous();
   Tensor out = empty({cols.size(0), cols.size(1), g.in[0], g.in[1]}, cols.options());
   ops::kernels(in).col2im(in, g, out);
   if (auto node = autograd::record("Col2ImBackward", cols, out))
