@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "bench_common.h"
+#include "gbench_common.h"
 
 namespace {
 
@@ -149,11 +150,6 @@ BENCHMARK(mlp_step_eigen)->Name("mlp_step/eigen")->ArgName("threads")->Arg(1)->A
 
 // ---- (c) matmul ----
 
-void set_flops(benchmark::State& state) {
-  state.counters["FLOPS"] =
-      benchmark::Counter(2.0 * kMatmul * kMatmul * kMatmul, benchmark::Counter::kIsIterationInvariantRate);
-}
-
 void matmul_strata(benchmark::State& state) {
   strata::set_num_threads(static_cast<int>(state.range(0)));
   Tensor a = strata::randn({kMatmul, kMatmul}), b = strata::randn({kMatmul, kMatmul});
@@ -161,15 +157,9 @@ void matmul_strata(benchmark::State& state) {
     Tensor c = a.matmul(b);
     benchmark::DoNotOptimize(c.data_ptr());
   }
-  set_flops(state);
+  set_flops(state, 2.0 * kMatmul * kMatmul * kMatmul);
 }
-BENCHMARK(matmul_strata)
-    ->Name("matmul_1024/strata")
-    ->ArgName("threads")
-    ->Arg(1)
-    ->Arg(2)
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
+BENCHMARK(matmul_strata)->Name("matmul_1024/strata")->Apply(at_1_and_2_threads);
 
 void matmul_eigen(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
@@ -181,15 +171,9 @@ void matmul_eigen(benchmark::State& state) {
     c.noalias() = a * b;
     benchmark::DoNotOptimize(c.data());
   }
-  set_flops(state);
+  set_flops(state, 2.0 * kMatmul * kMatmul * kMatmul);
 }
-BENCHMARK(matmul_eigen)
-    ->Name("matmul_1024/eigen")
-    ->ArgName("threads")
-    ->Arg(1)
-    ->Arg(2)
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
+BENCHMARK(matmul_eigen)->Name("matmul_1024/eigen")->Apply(at_1_and_2_threads);
 
 // ---- (d) LSTM training step ----
 
@@ -205,13 +189,7 @@ void lstm_step_strata(benchmark::State& state) {
     sgd_step(params);
   }
 }
-BENCHMARK(lstm_step_strata)
-    ->Name("lstm_step/strata")
-    ->ArgName("threads")
-    ->Arg(1)
-    ->Arg(2)
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
+BENCHMARK(lstm_step_strata)->Name("lstm_step/strata")->Apply(at_1_and_2_threads);
 
 // ---- (e) to (g): convolutional models ----
 
@@ -222,9 +200,7 @@ void lenet_step_strata(benchmark::State& state) {
   strata::nn::Linear fc1(320, 50), fc2(50, 10);
   Tensor x = strata::randn({kLenetBatch, 1, 28, 28});
   Tensor y = strata::randint(10, {kLenetBatch});
-  std::vector<Tensor> params;
-  for (const auto& m : std::vector<std::shared_ptr<strata::nn::Module>>{conv1.ptr(), conv2.ptr(), fc1.ptr(), fc2.ptr()})
-    for (const Tensor& p : m->parameters()) params.push_back(p);
+  std::vector<Tensor> params = strata::nn::ModuleList(conv1, conv2, fc1, fc2)->parameters();
   for (auto _ : state) {
     Tensor h = strata::relu(strata::max_pool2d(conv1(x), 2));
     h = strata::relu(strata::max_pool2d(conv2(h), 2));
@@ -233,13 +209,7 @@ void lenet_step_strata(benchmark::State& state) {
     sgd_step(params);
   }
 }
-BENCHMARK(lenet_step_strata)
-    ->Name("lenet_step/strata")
-    ->ArgName("threads")
-    ->Arg(1)
-    ->Arg(2)
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
+BENCHMARK(lenet_step_strata)->Name("lenet_step/strata")->Apply(at_1_and_2_threads);
 
 void resnet_block_step_strata(benchmark::State& state) {
   strata::set_num_threads(static_cast<int>(state.range(0)));
@@ -251,9 +221,7 @@ void resnet_block_step_strata(benchmark::State& state) {
   strata::nn::BatchNorm2d bn1(kBlockWidth), bn2(kBlockWidth);
   Tensor x = strata::randn({kBlockBatch, kBlockWidth, kBlockSize, kBlockSize});
   Tensor target = strata::randn({kBlockBatch, kBlockWidth, kBlockSize, kBlockSize});
-  std::vector<Tensor> params;
-  for (const auto& m : std::vector<std::shared_ptr<strata::nn::Module>>{conv1.ptr(), conv2.ptr(), bn1.ptr(), bn2.ptr()})
-    for (const Tensor& p : m->parameters()) params.push_back(p);
+  std::vector<Tensor> params = strata::nn::ModuleList(conv1, conv2, bn1, bn2)->parameters();
   for (auto _ : state) {
     Tensor h = strata::relu(bn1(conv1(x)));
     h = strata::relu(bn2(conv2(h)) + x);
@@ -261,17 +229,7 @@ void resnet_block_step_strata(benchmark::State& state) {
     sgd_step(params);
   }
 }
-BENCHMARK(resnet_block_step_strata)
-    ->Name("resnet_block_step/strata")
-    ->ArgName("threads")
-    ->Arg(1)
-    ->Arg(2)
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
-
-void set_conv_flops(benchmark::State& state) {
-  state.counters["FLOPS"] = benchmark::Counter(kConvFlops, benchmark::Counter::kIsIterationInvariantRate);
-}
+BENCHMARK(resnet_block_step_strata)->Name("resnet_block_step/strata")->Apply(at_1_and_2_threads);
 
 void conv2d_3x3_strata(benchmark::State& state) {
   strata::set_num_threads(static_cast<int>(state.range(0)));
@@ -284,15 +242,9 @@ void conv2d_3x3_strata(benchmark::State& state) {
     x.mutable_grad() = Tensor();
     w.mutable_grad() = Tensor();
   }
-  set_conv_flops(state);
+  set_flops(state, kConvFlops);
 }
-BENCHMARK(conv2d_3x3_strata)
-    ->Name("conv2d_3x3_64_56/strata")
-    ->ArgName("threads")
-    ->Arg(1)
-    ->Arg(2)
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
+BENCHMARK(conv2d_3x3_strata)->Name("conv2d_3x3_64_56/strata")->Apply(at_1_and_2_threads);
 
 void conv2d_3x3_eigen(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
@@ -315,15 +267,9 @@ void conv2d_3x3_eigen(benchmark::State& state) {
     }
     benchmark::DoNotOptimize(grad_w.data());
   }
-  set_conv_flops(state);
+  set_flops(state, kConvFlops);
 }
-BENCHMARK(conv2d_3x3_eigen)
-    ->Name("conv2d_3x3_64_56/eigen")
-    ->ArgName("threads")
-    ->Arg(1)
-    ->Arg(2)
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
+BENCHMARK(conv2d_3x3_eigen)->Name("conv2d_3x3_64_56/eigen")->Apply(at_1_and_2_threads);
 
 }  // namespace
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "bench_common.h"
+#include "gbench_common.h"
 
 namespace strata_bench {
 
@@ -86,16 +87,9 @@ void matmul_torch(benchmark::State& state) {
     torch::Tensor c = a.matmul(b);
     benchmark::DoNotOptimize(c.data_ptr());
   }
-  state.counters["FLOPS"] =
-      benchmark::Counter(2.0 * kMatmul * kMatmul * kMatmul, benchmark::Counter::kIsIterationInvariantRate);
+  set_flops(state, 2.0 * kMatmul * kMatmul * kMatmul);
 }
-BENCHMARK(matmul_torch)
-    ->Name("matmul_1024/libtorch")
-    ->ArgName("threads")
-    ->Arg(1)
-    ->Arg(2)
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
+BENCHMARK(matmul_torch)->Name("matmul_1024/libtorch")->Apply(at_1_and_2_threads);
 
 // ---- (d) LSTM training step ----
 
@@ -111,13 +105,7 @@ void lstm_step_torch(benchmark::State& state) {
     sgd_step(params);
   }
 }
-BENCHMARK(lstm_step_torch)
-    ->Name("lstm_step/libtorch")
-    ->ArgName("threads")
-    ->Arg(1)
-    ->Arg(2)
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
+BENCHMARK(lstm_step_torch)->Name("lstm_step/libtorch")->Apply(at_1_and_2_threads);
 
 // ---- (e) to (g): convolutional models ----
 
@@ -128,9 +116,7 @@ void lenet_step_torch(benchmark::State& state) {
   torch::nn::Linear fc1(320, 50), fc2(50, 10);
   torch::Tensor x = torch::randn({kLenetBatch, 1, 28, 28});
   torch::Tensor y = torch::randint(10, {kLenetBatch});
-  std::vector<torch::Tensor> params;
-  for (const auto& m : std::vector<std::shared_ptr<torch::nn::Module>>{conv1.ptr(), conv2.ptr(), fc1.ptr(), fc2.ptr()})
-    for (const torch::Tensor& p : m->parameters()) params.push_back(p);
+  std::vector<torch::Tensor> params = torch::nn::ModuleList(conv1, conv2, fc1, fc2)->parameters();
   for (auto _ : state) {
     torch::Tensor h = torch::relu(torch::max_pool2d(conv1(x), 2));
     h = torch::relu(torch::max_pool2d(conv2(h), 2));
@@ -139,13 +125,7 @@ void lenet_step_torch(benchmark::State& state) {
     sgd_step(params);
   }
 }
-BENCHMARK(lenet_step_torch)
-    ->Name("lenet_step/libtorch")
-    ->ArgName("threads")
-    ->Arg(1)
-    ->Arg(2)
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
+BENCHMARK(lenet_step_torch)->Name("lenet_step/libtorch")->Apply(at_1_and_2_threads);
 
 void resnet_block_step_torch(benchmark::State& state) {
   set_torch_threads(static_cast<int>(state.range(0)));
@@ -157,9 +137,7 @@ void resnet_block_step_torch(benchmark::State& state) {
   torch::nn::BatchNorm2d bn1(kBlockWidth), bn2(kBlockWidth);
   torch::Tensor x = torch::randn({kBlockBatch, kBlockWidth, kBlockSize, kBlockSize});
   torch::Tensor target = torch::randn({kBlockBatch, kBlockWidth, kBlockSize, kBlockSize});
-  std::vector<torch::Tensor> params;
-  for (const auto& m : std::vector<std::shared_ptr<torch::nn::Module>>{conv1.ptr(), conv2.ptr(), bn1.ptr(), bn2.ptr()})
-    for (const torch::Tensor& p : m->parameters()) params.push_back(p);
+  std::vector<torch::Tensor> params = torch::nn::ModuleList(conv1, conv2, bn1, bn2)->parameters();
   for (auto _ : state) {
     torch::Tensor h = torch::relu(bn1(conv1(x)));
     h = torch::relu(bn2(conv2(h)) + x);
@@ -167,13 +145,7 @@ void resnet_block_step_torch(benchmark::State& state) {
     sgd_step(params);
   }
 }
-BENCHMARK(resnet_block_step_torch)
-    ->Name("resnet_block_step/libtorch")
-    ->ArgName("threads")
-    ->Arg(1)
-    ->Arg(2)
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
+BENCHMARK(resnet_block_step_torch)->Name("resnet_block_step/libtorch")->Apply(at_1_and_2_threads);
 
 void conv2d_3x3_torch(benchmark::State& state) {
   set_torch_threads(static_cast<int>(state.range(0)));
@@ -186,15 +158,9 @@ void conv2d_3x3_torch(benchmark::State& state) {
     x.mutable_grad() = torch::Tensor();
     w.mutable_grad() = torch::Tensor();
   }
-  state.counters["FLOPS"] = benchmark::Counter(kConvFlops, benchmark::Counter::kIsIterationInvariantRate);
+  set_flops(state, kConvFlops);
 }
-BENCHMARK(conv2d_3x3_torch)
-    ->Name("conv2d_3x3_64_56/libtorch")
-    ->ArgName("threads")
-    ->Arg(1)
-    ->Arg(2)
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
+BENCHMARK(conv2d_3x3_torch)->Name("conv2d_3x3_64_56/libtorch")->Apply(at_1_and_2_threads);
 
 }  // namespace
 

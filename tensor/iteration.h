@@ -10,9 +10,11 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <initializer_list>
+#include <limits>
 #include <utility>
 
 #include "strata/tensor/kernels.h"
@@ -237,6 +239,14 @@ inline int64_t check_rnn_cell_operands(const char* op, int64_t gates,
   for (const Tensor* t : gate_operands) check(*t, gates * hidden);
   for (const Tensor* t : state_operands) check(*t, hidden);
   return hidden;
+}
+
+/// im2col's pad value in a T that is not floating: -inf and inf stand for T's lowest and highest values (max
+/// pooling pads with -inf), NaN for 0.
+template <class T>
+T integer_pad(double value) {
+  if (std::isinf(value)) return value < 0 ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max();
+  return std::isnan(value) ? T(0) : static_cast<T>(value);
 }
 
 /// The window entries' checks (im2col, col2im): `image` [N, C, H, W] with H, W = window.in and `cols` [N, C, K, L]

@@ -464,8 +464,8 @@ TEST(Kernels, GatherAndScatterAdd) {
   EXPECT_VALUES(acc, {0, 1, 2, 6, 8, 10});  // nothing written before the check
 }
 
-// The window ops' patterns: one row read or summed through a run of indices along the inner dim (the
-// index expanded over the outer dims), and an arg reduction over an outer dim of contiguous runs.
+// One row read or summed through a run of indices along the inner dim (the index expanded over the outer
+// dims), and an arg reduction over an outer dim of contiguous runs (max pooling's max over window offsets).
 // They take typed loops, and scatter_add splits them over threads by rows; both must equal naive loops.
 TEST(Kernels, RowGatherScatterAndOuterArgReduceMatchNaiveLoops) {
   const int64_t rows = 64, len = 37, picks = 600;

@@ -132,9 +132,13 @@ auto main(int argc, char** argv) -> int {
     }
   }
   dist::init();
-  const auto world = static_cast<size_t>(dist::get_world_size()), rank = static_cast<size_t>(dist::get_rank());
-  STRATA_CHECK(kTrainBatchSize % dist::get_world_size() == 0, "the batch of ", kTrainBatchSize,
-               " does not divide among ", world, " ranks");
+  const int64_t world = dist::get_world_size(), rank = dist::get_rank();
+  if (kTrainBatchSize % world != 0) {
+    if (rank == 0)
+      std::cerr << "mnist_cnn_ddp: the batch of " << kTrainBatchSize << " does not divide among " << world
+                << " ranks\n";
+    return 2;
+  }
   strata::manual_seed(1);  // the same initial parameters, and the same shuffled order, on every rank
 
   const strata::Device device = strata::cuda::is_available() ? strata::cuda::device() : strata::Device(strata::kCPU);
@@ -150,9 +154,11 @@ auto main(int argc, char** argv) -> int {
                            .map(strata::data::transforms::Normalize<>(0.2860, 0.3530))
                            .map(strata::data::transforms::Stack<>());
   const size_t train_dataset_size = train_dataset.size().value();
-  auto train_loader = strata::data::make_data_loader(
-      std::move(train_dataset), strata::data::samplers::DistributedRandomSampler(train_dataset_size, world, rank),
-      kTrainBatchSize / dist::get_world_size());
+  auto train_loader =
+      strata::data::make_data_loader(std::move(train_dataset),
+                                     strata::data::samplers::DistributedRandomSampler(
+                                         train_dataset_size, static_cast<size_t>(world), static_cast<size_t>(rank)),
+                                     kTrainBatchSize / world);
 
   auto test_dataset = strata::data::datasets::MNIST(data_root, strata::data::datasets::MNIST::Mode::kTest)
                           .map(strata::data::transforms::Normalize<>(0.2860, 0.3530))

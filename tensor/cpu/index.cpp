@@ -51,8 +51,8 @@ void CpuKernels::gather(const Tensor& in, int64_t dim, const Tensor& index, cons
         {out.strides().data(), index.strides().data(), in_strides.data()}, {sizeof(T), sizeof(int64_t), sizeof(T)});
     for_each(loop, [step](char* const* d, const int64_t* s, int64_t n) {
       if (s[0] == sizeof(T) && s[1] == sizeof(int64_t) && s[2] == 0) {
-        // One source row read through a run of indices (index_select, and so every window op): typed
-        // pointers let the compiler vectorise the reads.
+        // One source row read through a run of indices (index_select along the last dim, 1-D gathers):
+        // typed pointers let the compiler vectorise the reads.
         T* out = reinterpret_cast<T*>(d[0]);
         const int64_t* index = reinterpret_cast<const int64_t*>(d[1]);
         const T* row = reinterpret_cast<const T*>(d[2]);
@@ -86,7 +86,8 @@ void CpuKernels::scatter_add(const Tensor& out, int64_t dim, const Tensor& index
                                {sizeof(T), sizeof(int64_t), sizeof(T)});
       auto add = [step](char* const* d, const int64_t* s, int64_t n) {
         if (s[0] == 0 && s[1] == sizeof(int64_t) && s[2] == sizeof(T)) {
-          // A run of values added into one row (the fold behind col2im and the window ops' backward).
+          // A run of values added into one row (index_add along the last dim, the 1-D scatters behind the
+          // backward of views).
           T* row = reinterpret_cast<T*>(d[0]);
           const int64_t* index = reinterpret_cast<const int64_t*>(d[1]);
           const T* src = reinterpret_cast<const T*>(d[2]);

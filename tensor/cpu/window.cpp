@@ -4,8 +4,6 @@
 // inner loops carry no padding test.
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <type_traits>
 #include <utility>
 
@@ -46,14 +44,11 @@ void CpuKernels::im2col(const Tensor& in, const Window2d& g, double pad_value, c
   check_window_operands("im2col", in, g, cols);
   const int64_t planes = in.size(0) * in.size(1), plane = g.in[0] * g.in[1], span = g.offsets() * g.positions();
   visit_dtype(in.dtype(), [&]<class T>() {
-    T pad = static_cast<T>(0);
-    if constexpr (std::is_floating_point_v<T>) {
+    T pad;
+    if constexpr (std::is_floating_point_v<T>)
       pad = static_cast<T>(pad_value);
-    } else if (std::isinf(pad_value)) {
-      pad = pad_value < 0 ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max();
-    } else if (!std::isnan(pad_value)) {
-      pad = static_cast<T>(pad_value);
-    }
+    else
+      pad = integer_pad<T>(pad_value);
     const T* src = static_cast<const T*>(in.data_ptr());
     T* dst = static_cast<T*>(cols.data_ptr());
     const int64_t stride = g.stride[1], width = g.out[1];

@@ -2,8 +2,6 @@
 // column element; col2im a thread per input element that sums the column entries of the windows
 // covering it, in a fixed order and in acc_t: no atomics, so results are deterministic.
 
-#include <cmath>
-#include <limits>
 #include <type_traits>
 
 #include "strata/tensor/cuda/device.cuh"
@@ -55,14 +53,11 @@ void CudaKernels::im2col(const Tensor& in, const Window2d& g, double pad_value, 
   if (cols.numel() == 0) return;
   DeviceGuard guard(in.device().index);
   visit_cuda_dtype(in.dtype(), [&]<class T>() {
-    T pad = convert<T>(0.0);
-    if constexpr (is_floating_v<T>) {
+    T pad;
+    if constexpr (is_floating_v<T>)
       pad = convert<T>(pad_value);
-    } else if (std::isinf(pad_value)) {
-      pad = pad_value < 0 ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max();
-    } else if (!std::isnan(pad_value)) {
-      pad = static_cast<T>(pad_value);
-    }
+    else
+      pad = integer_pad<T>(pad_value);
     im2col_kernel<T><<<blocks_for(cols.numel()), kThreads, 0, current_stream(in.device().index)>>>(
         static_cast<const T*>(in.data_ptr()), static_cast<T*>(cols.data_ptr()), cols.numel(), g, pad);
     STRATA_CUDA_LAUNCH_CHECK();
