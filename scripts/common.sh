@@ -6,7 +6,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 JOBS="${STRATA_JOBS:-$(nproc)}"
 
 # Packages every build needs.
-REQUIRED_PACKAGES=(build-essential cmake libeigen3-dev libgtest-dev libbenchmark-dev libopenmpi-dev openmpi-bin
+REQUIRED_PACKAGES=(build-essential cmake libeigen3-dev libdnnl-dev libgtest-dev libbenchmark-dev libopenmpi-dev openmpi-bin
   zlib1g-dev nlohmann-json3-dev dataset-fashion-mnist python3 clang-format git)
 
 sudo_if_needed() {

@@ -152,6 +152,19 @@ class Kernels {
   /// col2im, im2col's adjoint: out [N, C, H, W] = at each input position, the sum of what cols [N, C, K, L] holds
   /// for the windows that read it (nothing of the padding); both contiguous, of one non-bool dtype.
   virtual void col2im(const Tensor& cols, const Window2d& window, const Tensor& out) const = 0;
+  /// Direct convolution, where the device has a kernel for these operands: out [N, O, oH, oW] = in [N, C, H, W]
+  /// convolved with weight [O, C / groups, kH, kW] over `window` (its padding zeros). Returns false, writing
+  /// nothing, where it has none: the caller then composes im2col and matmul. All contiguous, of one dtype.
+  virtual bool conv2d(const Tensor& in, const Tensor& weight, const Window2d& window, int64_t groups,
+                      const Tensor& out) const = 0;
+  /// conv2d's gradient with respect to its input (a transposed convolution): grad_in [N, C, H, W] from grad_out
+  /// [N, O, oH, oW] and weight; false where the device has no direct kernel, as conv2d.
+  virtual bool conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const Window2d& window,
+                                     int64_t groups, const Tensor& grad_in) const = 0;
+  /// conv2d's gradient with respect to its weight: grad_weight [O, C / groups, kH, kW] from in and grad_out;
+  /// false where the device has no direct kernel, as conv2d.
+  virtual bool conv2d_backward_weight(const Tensor& in, const Tensor& grad_out, const Window2d& window, int64_t groups,
+                                      const Tensor& grad_weight) const = 0;
   /// Sorts each slice of `in` along dim and writes its first k = values.size(dim) elements (the k smallest, or
   /// largest when descending) and their int64 indices along dim; values and indices have in's sizes with dim set
   /// to k. NaN sorts as the largest value; equal elements keep their input order (Note [sort order], cpu/sort.cpp).

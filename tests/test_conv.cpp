@@ -4,10 +4,12 @@
 // grouped and non-contiguous cases, the errors users hit, and the modules' shapes, options and printing.
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <sstream>
 
 #include "helpers.h"
+#include "strata/tensor/kernels.h"
 
 using namespace strata;
 namespace F = strata::nn::functional;
@@ -237,6 +239,88 @@ TEST(ConvGrad, ConvolutionsPassGradcheckAndGradgradcheck) {
   EXPECT_GRADCHECK(transposed, {leaf({1, 4, 3, 3}), leaf({4, 1, 3, 3}), leaf({2})});
   EXPECT_GRADGRADCHECK(strided, {leaf({1, 2, 4, 4}), leaf({2, 2, 2, 2}), leaf({2})});
   EXPECT_GRADGRADCHECK(transposed, {leaf({1, 2, 2, 2}), leaf({2, 1, 2, 2}), leaf({2})});
+}
+
+// On the CPU, float32 convolutions run on oneDNN's direct kernels (Note [direct convolution]): their values,
+// gradients and second derivatives agree with the float64 composite over im2col, for every geometry the
+// ops take, the padding after an input that the last window does not reach included.
+TEST(ConvGrad, Float32DirectConvolutionsMatchTheFloat64Composite) {
+  manual_seed(12);
+  struct Case {
+    const char* name;
+    std::vector<int64_t> x, w;
+    std::function<Tensor(const Tensor&, const Tensor&)> fn;
+  };
+  const std::vector<Case> cases = {
+      {"plain", {2, 3, 9, 8}, {4, 3, 3, 3}, [](const Tensor& x, const Tensor& w) { return conv2d(x, w); }},
+      {"strided past the end",
+       {2, 3, 10, 9},
+       {5, 3, 3, 2},
+       [](const Tensor& x, const Tensor& w) {
+         return conv2d(x, w, {}, {3, 2}, {1, 0});
+       }},
+      {"dilated grouped",
+       {1, 4, 9, 9},
+       {6, 2, 3, 3},
+       [](const Tensor& x, const Tensor& w) {
+         return conv2d(x, w, {}, 1, {2, 1}, {2, 3}, 2);
+       }},
+      {"depthwise same",
+       {2, 6, 7, 8},
+       {6, 1, 4, 4},
+       [](const Tensor& x, const Tensor& w) { return conv2d(x, w, {}, 1, kSame, 1, 6); }},
+      {"one channel 5x5", {3, 1, 12, 12}, {10, 1, 5, 5}, [](const Tensor& x, const Tensor& w) { return conv2d(x, w); }},
+      {"conv1d", {2, 4, 13}, {6, 2, 3}, [](const Tensor& x, const Tensor& w) { return conv1d(x, w, {}, 2, 1, 2, 2); }},
+      {"transposed",
+       {2, 4, 5, 5},
+       {4, 3, 3, 3},
+       [](const Tensor& x, const Tensor& w) { return conv_transpose2d(x, w, {}, 2, 1, 1); }},
+  };
+  for (const Case& c : cases) {
+    Tensor x64 = randn(c.x, kFloat64), w64 = randn(c.w, kFloat64);
+    Tensor x32 = x64.to(kFloat).requires_grad_(true), w32 = w64.to(kFloat).requires_grad_(true);
+    x64.requires_grad_(true);
+    w64.requires_grad_(true);
+    Tensor y64 = c.fn(x64, w64), y32 = c.fn(x32, w32);
+    EXPECT_TRUE(allclose(y32, y64, 1e-4, 1e-4)) << c.name;
+    // First derivatives with a graph, then the derivatives of <grads, v>: every edge of the op triple.
+    Tensor r = randn(y64.sizes(), kFloat64);
+    tensor_list g64 = autograd::grad({y64}, {x64, w64}, {r}, true, true);
+    tensor_list g32 = autograd::grad({y32}, {x32, w32}, {r.to(kFloat)}, true, true);
+    for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(allclose(g32[i], g64[i], 1e-4, 1e-4)) << c.name << " grad " << i;
+    Tensor vx = randn(x64.sizes(), kFloat64), vw = randn(w64.sizes(), kFloat64);
+    tensor_list gg64 = autograd::grad({(g64[0] * vx).sum() + (g64[1] * vw).sum()}, {x64, w64}, {}, {}, false, true);
+    tensor_list gg32 = autograd::grad({(g32[0] * vx.to(kFloat)).sum() + (g32[1] * vw.to(kFloat)).sum()}, {x32, w32}, {},
+                                      {}, false, true);
+    // A convolution is bilinear: d2/dx2 is zero (undefined), the mixed terms are not.
+    for (size_t i = 0; i < 2; ++i) {
+      ASSERT_TRUE(gg64[i].defined()) << c.name;
+      EXPECT_TRUE(allclose(gg32[i], gg64[i], 1e-4, 1e-3)) << c.name << " second derivative " << i;
+    }
+  }
+}
+
+// The kernel table's direct convolution: float32 on the CPU, a false answer that writes nothing elsewhere,
+// and a named error for operands that do not fit the window.
+TEST(ConvGrad, DirectConvolutionKernelsAnswerForFloat32Only) {
+  const Window2d g{{3, 3}, {1, 1}, {1, 1}, {1, 1}, {6, 6}, {6, 6}};  // kernel, stride, dilation, pad, in, out
+  const Kernels& k = cpu_kernels();
+  Tensor x = randn({2, 3, 6, 6}, kFloat64), w = randn({4, 3, 3, 3}, kFloat64), out = zeros({2, 4, 6, 6}, kFloat64);
+  EXPECT_FALSE(k.conv2d(x, w, g, 1, out));
+  EXPECT_FALSE(k.conv2d_backward_input(out, w, g, 1, x));
+  EXPECT_FALSE(k.conv2d_backward_weight(x, out, g, 1, w));
+  EXPECT_EQ(out.abs().sum().item<double>(), 0.0);
+  Tensor x32 = x.to(kFloat), w32 = w.to(kFloat), out32 = empty({2, 4, 6, 6});
+  ASSERT_TRUE(k.conv2d(x32, w32, g, 1, out32));
+  EXPECT_TRUE(allclose(out32, conv2d(x, w, {}, 1, 1), 1e-4, 1e-4));
+  EXPECT_THROW_MSG(k.conv2d(x32, w32, g, 1, empty({2, 4, 6, 5})),
+                   "conv2d: input [2, 3, 6, 6], weight [4, 3, 3, 3] and output [2, 4, 6, 5] do not fit a convolution "
+                   "with 1 groups, kernel (3, 3) and output size (6, 6)");
+  EXPECT_THROW_MSG(k.conv2d_backward_weight(x32, empty({2, 4, 6, 6}, kFloat64), g, 1, w32),
+                   "conv2d_backward_weight: operands of one dtype expected, got Float, Float and Double");
+  EXPECT_THROW_MSG(conv2d(x32, w),
+                   "conv2d: expected the input and weight of one dtype and device, got Float on cpu "
+                   "and Double on cpu");
 }
 
 TEST(ConvGrad, PoolingAndFoldsPassGradcheckAndGradgradcheck) {

@@ -5,9 +5,9 @@
 // [N, C, H, W] to [N, C, K, L], padding filled with a value) and writes back through col2im, its
 // adjoint (each input position sums what the windows read from it). Here they are two
 // differentiable ops, unfold_windows and fold_windows, each the other's backward, so every op in this
-// file is a composite: convolution is unfold_windows plus one matmul with the weight, pooling a
-// reduction over the window offsets, and every backward, double backward included, comes from the
-// ops it is made of. Max pooling's indices come from a table of the flat input index each window
+// file is a composite: convolution is unfold_windows plus one matmul with the weight (unless the device
+// has a direct kernel, Note [direct convolution]), pooling a reduction over the window offsets, and
+// every backward, double backward included, comes from the ops it is made of. Max pooling's indices come from a table of the flat input index each window
 // offset reads (window_index), gathered at the maxima.
 
 #include <array>
@@ -120,6 +120,100 @@ Tensor fold_windows(const Tensor& cols, const Window& g) {
   return out;
 }
 
+// Note [direct convolution]: where the device has a direct kernel for the operands (the CPU's oneDNN, for
+// float32), convolution is three recorded ops whose derivatives are each other, so every order of derivative
+// runs on the kernel: with y = convolution(x, w),
+//   convolution(x, w)                 gives dx = convolution_backward_input(dy, w), dw = convolution_backward_weight(x, dy)
+//   convolution_backward_input(dy, w) gives d(dy) = convolution(g, w),                dw = convolution_backward_weight(g, dy)
+//   convolution_backward_weight(x, dy) gives dx = convolution_backward_input(dy, g),  d(dy) = convolution(x, g)
+// for an incoming gradient g. Where it has none, each is its composite over unfold_windows, matmul and
+// fold_windows (Note [windows as im2col]), whose derivatives come from the ops it is made of.
+
+Tensor convolution_backward_input(const Tensor& grad_out, const Tensor& weight, const Window& g, int64_t groups,
+                                  const char* op);
+Tensor convolution_backward_weight(const Tensor& x, const Tensor& grad_out, const Window& g, int64_t groups,
+                                   const char* op);
+
+/// The operands of a convolution's kernel: off the graph (the caller records), contiguous, and of one dtype and
+/// device, which `op` names in its error.
+std::array<Tensor, 2> kernel_operands(const Tensor& a, const Tensor& b, const char* op) {
+  STRATA_CHECK(a.dtype() == b.dtype() && a.device() == b.device(), op, ": expected the input and weight of one ",
+               "dtype and device, got ", a.dtype(), " on ", a.device(), " and ", b.dtype(), " on ", b.device());
+  return {a.detach().contiguous(), b.detach().contiguous()};
+}
+
+/// The convolution of x [N, C, H, W] with weight [O, C / groups, kH, kW] over g, without bias: [N, O, oH, oW].
+Tensor convolution(const Tensor& x, const Tensor& weight, const Window& g, int64_t groups, const char* op) {
+  const int64_t n = x.size(0), c = x.size(1), o = weight.size(0);
+  const auto [in, w] = kernel_operands(x, weight, op);
+  Tensor out = empty({n, o, g.out[0], g.out[1]}, x.options());
+  if (!ops::kernels(in).conv2d(in, w, g, groups, out)) {
+    const int64_t depth = c / groups * g.offsets();  // one group's rows of the unfolded input
+    Tensor cols = unfold_windows(x, g, 0).reshape({n, groups, depth, g.positions()});
+    return matmul(weight.reshape({groups, o / groups, depth}), cols).reshape({n, o, g.out[0], g.out[1]});
+  }
+  if (auto node = autograd::record("ConvolutionBackward0", x, weight, out)) {
+    const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
+    node->backward = [saved_x = need_w ? autograd::SavedVariable(x) : autograd::SavedVariable(),
+                      saved_w = need_x ? autograd::SavedVariable(weight) : autograd::SavedVariable(), g, groups, need_x,
+                      need_w, op](const tensor_list& grads) -> tensor_list {
+      return {need_x ? convolution_backward_input(grads[0], saved_w.unpack(), g, groups, op) : Tensor(),
+              need_w ? convolution_backward_weight(saved_x.unpack(), grads[0], g, groups, op) : Tensor()};
+    };
+  }
+  return out;
+}
+
+/// The gradient of convolution(x, weight) with respect to x [N, C, H, W] (H, W from g.in) for grad_out [N, O, oH,
+/// oW]: a transposed convolution.
+Tensor convolution_backward_input(const Tensor& grad_out, const Tensor& weight, const Window& g, int64_t groups,
+                                  const char* op) {
+  const int64_t n = grad_out.size(0), o = weight.size(0), c = weight.size(1) * groups;
+  const auto [dy, w] = kernel_operands(grad_out, weight, op);
+  Tensor grad_in = empty({n, c, g.in[0], g.in[1]}, grad_out.options());
+  if (!ops::kernels(dy).conv2d_backward_input(dy, w, g, groups, grad_in)) {
+    const int64_t depth = c / groups * g.offsets();
+    Tensor w_t = weight.reshape({groups, o / groups, depth}).transpose(1, 2);             // [G, depth, O / G]
+    Tensor cols = matmul(w_t, grad_out.reshape({n, groups, o / groups, g.positions()}));  // [N, G, depth, L]
+    return fold_windows(cols.reshape({n, c, g.offsets() * g.positions()}), g);
+  }
+  if (auto node = autograd::record("ConvolutionBackwardInput", grad_out, weight, grad_in)) {
+    const bool need_dy = grad_out.requires_grad(), need_w = weight.requires_grad();
+    node->backward = [saved_dy = need_w ? autograd::SavedVariable(grad_out) : autograd::SavedVariable(),
+                      saved_w = need_dy ? autograd::SavedVariable(weight) : autograd::SavedVariable(), g, groups,
+                      need_dy, need_w, op](const tensor_list& grads) -> tensor_list {
+      return {need_dy ? convolution(grads[0], saved_w.unpack(), g, groups, op) : Tensor(),
+              need_w ? convolution_backward_weight(grads[0], saved_dy.unpack(), g, groups, op) : Tensor()};
+    };
+  }
+  return grad_in;
+}
+
+/// The gradient of convolution(x, weight) with respect to weight [O, C / groups, kH, kW] for grad_out [N, O, oH,
+/// oW].
+Tensor convolution_backward_weight(const Tensor& x, const Tensor& grad_out, const Window& g, int64_t groups,
+                                   const char* op) {
+  const int64_t n = x.size(0), c = x.size(1), o = grad_out.size(1);
+  const auto [in, dy] = kernel_operands(x, grad_out, op);
+  Tensor grad_w = empty({o, c / groups, g.kernel[0], g.kernel[1]}, x.options());
+  if (!ops::kernels(in).conv2d_backward_weight(in, dy, g, groups, grad_w)) {
+    const int64_t depth = c / groups * g.offsets();
+    Tensor cols = unfold_windows(x, g, 0).reshape({n, groups, depth, g.positions()});
+    Tensor per_sample = matmul(grad_out.reshape({n, groups, o / groups, g.positions()}), cols.transpose(-1, -2));
+    return sum(per_sample, {0}).reshape(grad_w.sizes());  // [G, O / G, depth] summed over the batch
+  }
+  if (auto node = autograd::record("ConvolutionBackwardWeight", x, grad_out, grad_w)) {
+    const bool need_x = x.requires_grad(), need_dy = grad_out.requires_grad();
+    node->backward = [saved_x = need_dy ? autograd::SavedVariable(x) : autograd::SavedVariable(),
+                      saved_dy = need_x ? autograd::SavedVariable(grad_out) : autograd::SavedVariable(), g, groups,
+                      need_x, need_dy, op](const tensor_list& grads) -> tensor_list {
+      return {need_x ? convolution_backward_input(saved_dy.unpack(), grads[0], g, groups, op) : Tensor(),
+              need_dy ? convolution(saved_x.unpack(), grads[0], g, groups, op) : Tensor()};
+    };
+  }
+  return grad_w;
+}
+
 /// input with a batch dim: [C, H, W] becomes [1, C, H, W]; `dims` is the batched rank the op takes.
 Tensor batched(const Tensor& input, int64_t dims, const char* op) {
   STRATA_CHECK(input.dim() == dims || input.dim() == dims - 1, op, ": expected a ", dims - 1, "-D (unbatched) or ",
@@ -145,7 +239,7 @@ Tensor conv2d_impl(const Tensor& input, const Tensor& weight, const Tensor& bias
   Tensor x = batched(input, 4, op);
   check_weight(weight, 4, op);
   STRATA_CHECK(groups > 0, op, ": groups must be positive, got ", groups);
-  const int64_t n = x.size(0), c = x.size(1), o = weight.size(0);
+  const int64_t c = x.size(1), o = weight.size(0);
   STRATA_CHECK(o % groups == 0, op, ": out_channels (", o, ") must be divisible by groups (", groups, ")");
   STRATA_CHECK(c == weight.size(1) * groups, op, ": Given groups=", groups, ", weight of size ", weight.sizes(),
                ", expected input", x.sizes(), " to have ", weight.size(1) * groups, " channels, but got ", c,
@@ -154,9 +248,7 @@ Tensor conv2d_impl(const Tensor& input, const Tensor& weight, const Tensor& bias
                "], got ", bias.sizes());
   const Window g =
       conv_window({x.size(2), x.size(3)}, {weight.size(2), weight.size(3)}, stride, dilation, pad, pad_after, op);
-  const int64_t depth = c / groups * g.offsets();  // one group's rows of the unfolded input
-  Tensor cols = unfold_windows(x, g, 0).reshape({n, groups, depth, g.positions()});
-  Tensor out = matmul(weight.reshape({groups, o / groups, depth}), cols).reshape({n, o, g.out[0], g.out[1]});
+  Tensor out = convolution(x, weight, g, groups, op);
   if (bias.defined()) out = out + bias.reshape({1, o, 1, 1});
   return unbatched(out, input, 4);
 }
@@ -260,8 +352,8 @@ Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias, Int
   return conv1d_impl(input, weight, bias, s, before, after, d, groups);
 }
 
-// The transposed convolution is the backward of conv2d with respect to its input: each input position
-// spreads weight-times-value over a window of the output, i.e. a matmul into columns, then a fold.
+// The transposed convolution is the gradient of conv2d with respect to its input (convolution_backward_input):
+// each input position spreads weight-times-value over a window of the output.
 Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias, IntArrayRef stride,
                         IntArrayRef padding, IntArrayRef output_padding, int64_t groups, IntArrayRef dilation) {
   const char* op = "conv_transpose2d";
@@ -269,7 +361,7 @@ Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor&
   STRATA_CHECK(weight.dim() == 4, op, ": expected a 4-D weight [in_channels, out_channels / groups, kH, kW], got ",
                weight.sizes());
   STRATA_CHECK(groups > 0, op, ": groups must be positive, got ", groups);
-  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3), o = weight.size(1) * groups;
+  const int64_t c = x.size(1), h = x.size(2), w = x.size(3), o = weight.size(1) * groups;
   STRATA_CHECK(c == weight.size(0) && c % groups == 0, op, ": Given transposed=1, weight of size ", weight.sizes(),
                ", expected input", x.sizes(), " to have ", weight.size(0), " channels (divisible by groups=", groups,
                "), but got ", c, " channels instead");
@@ -290,10 +382,7 @@ Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor&
     g.in[d] = (g.out[d] - 1) * g.stride[d] - 2 * g.pad[d] + g.dilation[d] * (g.kernel[d] - 1) + extra[d] + 1;
     STRATA_CHECK(g.in[d] > 0, op, ": the output's spatial size would be (", g.in[0], ", ", g.in[1], ")");
   }
-  const int64_t depth = o / groups * g.offsets();
-  Tensor w_t = weight.reshape({groups, c / groups, depth}).transpose(1, 2);  // [G, depth, C / G]
-  Tensor cols = matmul(w_t, x.reshape({n, groups, c / groups, h * w}));      // [N, G, depth, L]
-  Tensor out = fold_windows(cols.reshape({n, o, g.offsets() * g.positions()}), g);
+  Tensor out = convolution_backward_input(x, weight, g, groups, op);
   if (bias.defined()) out = out + bias.reshape({1, o, 1, 1});
   return unbatched(out, input, 4);
 }

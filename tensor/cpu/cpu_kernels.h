@@ -2,7 +2,8 @@
 // Internal to tensor/cpu: the CPU kernel table. Each family file defines its members:
 // kernels.cpp (memory, table), elementwise.cpp (copy, fill, binary, where, arange), unary.cpp,
 // reduce.cpp (reduce, arg_reduce), gemm.cpp (matmul), index.cpp (gather, scatter_add),
-// window.cpp (im2col, col2im), sort.cpp (sort), random.cpp (uniform, normal, multinomial), rnn.cpp (the fused recurrent cells).
+// window.cpp (im2col, col2im), conv.cpp (the direct convolutions, through oneDNN), sort.cpp (sort), random.cpp
+// (uniform, normal, multinomial), rnn.cpp (the fused recurrent cells).
 
 #include "strata/tensor/kernels.h"
 
@@ -26,6 +27,12 @@ class CpuKernels final : public Kernels {
   void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) const override;
   void im2col(const Tensor& in, const Window2d& window, double pad_value, const Tensor& cols) const override;
   void col2im(const Tensor& cols, const Window2d& window, const Tensor& out) const override;
+  bool conv2d(const Tensor& in, const Tensor& weight, const Window2d& window, int64_t groups,
+              const Tensor& out) const override;
+  bool conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const Window2d& window, int64_t groups,
+                             const Tensor& grad_in) const override;
+  bool conv2d_backward_weight(const Tensor& in, const Tensor& grad_out, const Window2d& window, int64_t groups,
+                              const Tensor& grad_weight) const override;
   void sort(const Tensor& in, int64_t dim, bool descending, const Tensor& values, const Tensor& indices) const override;
   void arange(const Tensor& out, double start, double step) const override;
   void uniform(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset) const override;

@@ -3,7 +3,7 @@
 // current stream of each device, and the CUDA and cuBLAS status checkers. Each family file
 // defines its members: runtime.cpp (device API, streams, allocator, cuBLAS handles, the table),
 // copy.cu (copy, fill, arange), elementwise.cu (unary, binary, add_scaled, where), reduce.cu
-// (reduce, arg_reduce), index.cu (gather, scatter_add), window.cu (im2col, col2im), sort.cu (sort), random.cu (uniform,
+// (reduce, arg_reduce), index.cu (gather, scatter_add), window.cu (im2col, col2im; no direct convolution), sort.cu (sort), random.cu (uniform,
 // normal, multinomial), rnn.cu (the fused recurrent cells) and gemm.cpp (matmul through cuBLAS).
 //
 // Note [CUDA streams]: every kernel, copy and allocation of device d is queued on
@@ -83,6 +83,12 @@ class CudaKernels final : public Kernels {
   void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) const override;
   void im2col(const Tensor& in, const Window2d& window, double pad_value, const Tensor& cols) const override;
   void col2im(const Tensor& cols, const Window2d& window, const Tensor& out) const override;
+  bool conv2d(const Tensor& in, const Tensor& weight, const Window2d& window, int64_t groups,
+              const Tensor& out) const override;
+  bool conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const Window2d& window, int64_t groups,
+                             const Tensor& grad_in) const override;
+  bool conv2d_backward_weight(const Tensor& in, const Tensor& grad_out, const Window2d& window, int64_t groups,
+                              const Tensor& grad_weight) const override;
   void sort(const Tensor& in, int64_t dim, bool descending, const Tensor& values, const Tensor& indices) const override;
   void arange(const Tensor& out, double start, double step) const override;
   void uniform(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset) const override;

@@ -78,4 +78,15 @@ void CudaKernels::col2im(const Tensor& cols, const Window2d& g, const Tensor& ou
   });
 }
 
+// No direct convolution on CUDA (strata links no cuDNN): the ops compose im2col, cuBLAS and col2im.
+bool CudaKernels::conv2d(const Tensor&, const Tensor&, const Window2d&, int64_t, const Tensor&) const { return false; }
+
+bool CudaKernels::conv2d_backward_input(const Tensor&, const Tensor&, const Window2d&, int64_t, const Tensor&) const {
+  return false;
+}
+
+bool CudaKernels::conv2d_backward_weight(const Tensor&, const Tensor&, const Window2d&, int64_t, const Tensor&) const {
+  return false;
+}
+
 }  // namespace strata::cuda

@@ -123,6 +123,12 @@ TEST(Normalization, GradcheckAndGradgradcheck) {
   EXPECT_GRADCHECK(gn, {leaf({2, 4, 3}), leaf({4}), leaf({4})});
   EXPECT_GRADCHECK(rms, {leaf({2, 3}), leaf({3})});
   EXPECT_GRADGRADCHECK(bn, {leaf({3, 2, 2}), leaf({2}), leaf({2})});
+  // Without the affine parameters, and over the spatial dims of a 4-D input.
+  auto bn_plain = [](const tensor_list& in) { return batch_norm(in[0], {}, {}, {}, {}, true, 0.1, 1e-5); };
+  auto bn_weight_only = [](const tensor_list& in) { return batch_norm(in[0], in[1], {}, {}, {}, true, 0.1, 1e-5); };
+  EXPECT_GRADCHECK(bn_plain, {leaf({2, 3, 2, 3})});
+  EXPECT_GRADGRADCHECK(bn_plain, {leaf({2, 2, 2, 2})});
+  EXPECT_GRADGRADCHECK(bn_weight_only, {leaf({2, 2, 3, 1}), leaf({2})});
   EXPECT_GRADGRADCHECK(gn, {leaf({2, 2, 3}), leaf({2}), leaf({2})});
   EXPECT_GRADGRADCHECK(rms, {leaf({2, 3}), leaf({3})});
 }
