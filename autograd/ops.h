@@ -152,7 +152,12 @@ Tensor gather(const Tensor& a, int64_t dim, const Tensor& index);        ///< ga
 /// A with src added at index
 Tensor scatter_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src);
 Tensor masked_fill(const Tensor& a, const Tensor& mask, Scalar value);  ///< value (converted to a's dtype) where mask
-Tensor embedding(const Tensor& weight, const Tensor& indices);          ///< rows of weight picked by indices
+/// Rows of weight picked by indices, as ATen's: padding_idx (negative: none) gets no gradient; scale_grad_by_freq
+/// divides each row's gradient by its count in indices; sparse (sparse gradients) throws, strata has none.
+Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_idx = -1, bool scale_grad_by_freq = false,
+                 bool sparse = false);
+/// Scales in place each row of self [V, D] that indices pick whose norm_type-norm exceeds max_norm, to max_norm.
+Tensor& embedding_renorm_(Tensor& self, const Tensor& indices, double max_norm, double norm_type);
 
 // ---- nn functional (autograd/ops/nn.cpp) ----
 Tensor softmax(const Tensor& a, int64_t dim);      ///< exp(a) / sum(exp(a)) along dim

@@ -9,6 +9,7 @@
 #include "strata/autograd/ops.h"
 #include "strata/nn/conv.h"
 #include "strata/nn/dropout.h"
+#include "strata/nn/embedding.h"
 #include "strata/nn/normalization.h"
 #include "strata/nn/pooling.h"
 
@@ -47,9 +48,5 @@ using strata::silu;                              ///< x * sigmoid(x)
 using strata::smooth_l1_loss;                    ///< quadratic below beta, then linear
 using strata::softmax;                           ///< exp normalised along a dim
 using strata::tanh;                              ///< hyperbolic tangent
-
-/// Rows of `weight` picked by `input`, in libtorch's argument order (strata::embedding, like ATen's, takes
-/// the weight first).
-inline Tensor embedding(const Tensor& input, const Tensor& weight) { return strata::embedding(weight, input); }
 
 }  // namespace strata::nn::functional

@@ -119,6 +119,12 @@ class RNNImplBase : public Module {
   /// "LSTM(input_size=10, hidden_size=20, num_layers=2, bias=true, batch_first=false, dropout=0,
   /// bidirectional=false)", with ", proj_size=8" when set.
   void pretty_print(std::ostream& os) const override;
+  /// The parameters in the order the recurrence takes them: per layer and direction w_ih, w_hh[, b_ih,
+  /// b_hh][, w_hr], as libtorch's all_weights.
+  std::vector<Tensor> all_weights() const { return flat_weights_; }
+  /// libtorch's call that packs the weights into one cuDNN buffer; strata has no cuDNN and the recurrence reads
+  /// the parameters themselves, so, as libtorch on a CPU, it changes nothing.
+  void flatten_parameters() {}
 
   RNNOptionsBase options_base;  ///< what it was made with
 

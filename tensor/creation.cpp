@@ -166,7 +166,7 @@ Tensor randint(int64_t low, int64_t high, IntArrayRef sizes, TensorOptions optio
   // Integers are drawn in int64 and converted, so a floating dtype still gets integral values.
   Tensor t = allocate(sizes, kLong, options.device());
   Generator& g = gen ? *gen : default_generator();
-  k.uniform(t, static_cast<double>(low), static_cast<double>(high), g.seed(), g.advance(t.numel()));
+  k.uniform_int(t, low, high, g.seed(), g.advance(t.numel()));
   if (options.dtype() != kLong) {
     Tensor converted = allocate(sizes, options.dtype(), options.device());
     k.copy(t, converted);

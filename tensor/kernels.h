@@ -172,8 +172,10 @@ class Kernels {
                     const Tensor& indices) const = 0;
   /// out[i] = start + i * step.
   virtual void arange(const Tensor& out, double start, double step) const = 0;
-  /// Uniform [lo, hi) floats or integers from the counter-based stream (seed, offset + i).
+  /// Uniform [lo, hi) floats from the counter-based stream (seed, offset + i); floating dtypes only.
   virtual void uniform(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset) const = 0;
+  /// Uniform integers in [lo, hi) (lo < hi, any int64 range) from the same stream; integer dtypes only.
+  virtual void uniform_int(const Tensor& out, int64_t lo, int64_t hi, uint64_t seed, uint64_t offset) const = 0;
   /// Normal(mean, std) floats from the counter-based stream (seed, offset + i).
   virtual void normal(const Tensor& out, double mean, double std, uint64_t seed, uint64_t offset) const = 0;
   /// For each row n of the non-negative weights probs [N, C] (positive row sums), out.size(1) int64 categories drawn

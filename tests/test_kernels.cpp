@@ -606,7 +606,7 @@ TEST(Kernels, RandomIsReproducibleAndOffsetAddressed) {
     EXPECT_NEAR(std::sqrt(var / n), 3, 0.05);
   }
   Tensor ints = empty({n}, kLong);
-  K().uniform(ints, -3, 4, 1, 0);
+  K().uniform_int(ints, -3, 4, 1, 0);
   std::vector<int64_t> counts(7, 0);
   for (double x : values(ints)) {
     ASSERT_TRUE(x >= -3 && x < 4) << x;
@@ -626,7 +626,7 @@ TEST(Kernels, ThreadCountDoesNotChangeResults) {
     Tensor r = empty({n}), s = empty({1}), si = empty({1}, kLong), ri = empty({n}, kLong);
     K().uniform(r, -1, 1, 5, 123);
     K().reduce(ReduceKind::Sum, r, {0}, s);
-    K().uniform(ri, -1000, 1000, 5, 0);
+    K().uniform_int(ri, -1000, 1000, 5, 0);
     K().reduce(ReduceKind::Sum, ri, {0}, si);
     randoms.push_back(values(r));
     sums.push_back({values(s)[0], values(si)[0]});

@@ -1,5 +1,8 @@
 // The tensor core: metadata, factories, views sharing storage, random streams, printing, errors.
 
+#include <limits>
+#include <set>
+
 #include "helpers.h"
 
 using namespace strata;
@@ -117,6 +120,24 @@ TEST(Tensor, RandomStreamsAreSeeded) {
   EXPECT_EQ(strata::testing::values(g1), strata::testing::values(rand({10}, {}, &gen)));
   EXPECT_THROW_MSG(randint(5, 5, {2}), "randint: expected low < high");
   EXPECT_THROW_MSG(rand({2}, kLong), "rand: expected a floating point dtype, got Long");
+}
+
+// Bounds reach the kernel as int64, exactly: ranges near the ends of int64 and the whole of it.
+TEST(Tensor, RandintTakesAnyInt64Range) {
+  manual_seed(3);
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max(), kMin = std::numeric_limits<int64_t>::min();
+  std::set<int64_t> top;
+  const Tensor near_max = randint(kMax - 3, kMax, {300});
+  for (int64_t k = 0; k < near_max.numel(); ++k) top.insert(near_max.data_ptr<int64_t>()[k]);
+  EXPECT_EQ(top, (std::set<int64_t>{kMax - 3, kMax - 2, kMax - 1}));
+  const Tensor whole = randint(kMin, kMax, {1000});
+  int64_t negative = 0;
+  for (int64_t k = 0; k < whole.numel(); ++k) negative += whole.data_ptr<int64_t>()[k] < 0;
+  EXPECT_GT(negative, 400);
+  EXPECT_LT(negative, 600);
+  const Tensor low = randint(kMin, kMin + 2, {100});
+  for (int64_t k = 0; k < low.numel(); ++k) EXPECT_LE(low.data_ptr<int64_t>()[k], kMin + 1);
+  EXPECT_EQ(randint(0, kMax, {4}).dtype(), kLong);
 }
 
 TEST(Tensor, Printing) {

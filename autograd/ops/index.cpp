@@ -1,9 +1,12 @@
 // Indexing ops, each forward beside its backward: index_select, gather, scatter_add, masked_fill
-// and embedding. Indices are int64 (index_select and embedding take int32 too, as libtorch). Gathers and scatters go through the kernel table; a 1-D index
+// and embedding (with embedding_renorm_). Indices are int64 (index_select and embedding take int32 too, as
+// libtorch). Gathers and scatters go through the kernel table; a 1-D index
 // is expanded (stride 0) to the iteration shape instead of being copied, and the backward of every
 // gather is a scatter_add into zeros (and the other way round), so double backward works.
 
+#include <algorithm>
 #include <optional>
+#include <vector>
 
 #include "strata/autograd/ops/common.h"
 
@@ -134,7 +137,13 @@ Tensor masked_fill(const Tensor& a, const Tensor& mask, Scalar value) {
   return where(mask, ops::scalar_like(value, a), a);
 }
 
-Tensor embedding(const Tensor& weight, const Tensor& indices_in) {
+// ATen's embedding: padding_idx (negative: none) gets no gradient; with scale_grad_by_freq each lookup's
+// gradient is divided by the number of lookups of its row in this call.
+Tensor embedding(const Tensor& weight, const Tensor& indices_in, int64_t padding_idx, bool scale_grad_by_freq,
+                 bool sparse) {
+  STRATA_CHECK(!sparse,
+               "embedding: sparse gradients are not supported (strata has no sparse tensors); use "
+               "sparse=false");
   STRATA_CHECK(weight.dim() == 2, "embedding: expected weight of shape [num_embeddings, embedding_dim], got shape ",
                weight.sizes());
   const Tensor indices = long_index(indices_in, "embedding()", "indices");
@@ -152,11 +161,43 @@ Tensor embedding(const Tensor& weight, const Tensor& indices_in) {
   out_sizes.push_back(width);
   Tensor out = make_view(rows_out, out_sizes, contiguous_strides(out_sizes), rows_out.storage_offset());
   if (auto node = autograd::record("EmbeddingBackward", weight, out))
-    node->backward = [rows, width, n, index = autograd::SavedVariable(expanded)](const tensor_list& g) {
+    node->backward = [rows, width, n, padding_idx, scale_grad_by_freq,
+                      index = autograd::SavedVariable(expanded)](const tensor_list& g) {
+      const Tensor idx = index.unpack();
+      Tensor grad = g[0].reshape({n, width});
+      if (padding_idx >= 0) grad = masked_fill(grad, idx.eq(padding_idx), 0);
+      if (scale_grad_by_freq) {
+        const Tensor column = make_view(idx, {n}, {idx.stride(0)}, idx.storage_offset());
+        const Tensor counts = zeros_scatter_add({rows}, 0, column, ones({n}, grad.options()));
+        grad = grad / index_select(counts, 0, column).unsqueeze(1);
+      }
       // Repeated indices accumulate: scatter_add sums every row that picked them.
-      return tensor_list{zeros_scatter_add({rows, width}, 0, index.unpack(), g[0].reshape({n, width}))};
+      return tensor_list{zeros_scatter_add({rows, width}, 0, idx, grad)};
     };
   return out;
+}
+
+// As torch's CPU kernel: the rows that indices pick, each once, found on the host; a row whose norm_type-norm
+// exceeds max_norm is scaled in place by max_norm / (norm + 1e-7).
+Tensor& embedding_renorm_(Tensor& self, const Tensor& indices, double max_norm, double norm_type) {
+  const char* op = "embedding_renorm_";
+  STRATA_CHECK(self.dim() == 2, op, ": expected a weight of shape [num_embeddings, embedding_dim], got shape ",
+               self.sizes());
+  STRATA_CHECK(max_norm >= 0, op, ": max_norm must be non-negative, got ", max_norm);
+  const Tensor flat = long_index(indices, op, "indices").reshape({-1}).to(Device(kCPU)).contiguous();
+  const std::optional<int64_t> bad = first_out_of_range(flat, self.size(0));
+  STRATA_CHECK(!bad, op, ": index ", *bad, " is out of range for num_embeddings V = ", self.size(0));
+  const int64_t* p = flat.data_ptr<int64_t>();
+  std::vector<int64_t> picked(p, p + flat.numel());
+  std::sort(picked.begin(), picked.end());
+  picked.erase(std::unique(picked.begin(), picked.end()), picked.end());
+  if (picked.empty()) return self;
+  const Tensor rows = tensor(picked, TensorOptions(kLong).device(self.device()));
+  const Tensor norms = self.index_select(0, rows).norm(norm_type, {1}).to(Device(kCPU)).to(kFloat64).contiguous();
+  const double* norm = norms.data_ptr<double>();
+  for (size_t k = 0; k < picked.size(); ++k)
+    if (norm[k] > max_norm) self[picked[k]].mul_(max_norm / (norm[k] + 1e-7));
+  return self;
 }
 
 // ---- Tensor methods ----

@@ -3,7 +3,7 @@
 // kernels.cpp (memory, table), elementwise.cpp (copy, fill, binary, where, arange), unary.cpp,
 // reduce.cpp (reduce, arg_reduce), gemm.cpp (matmul), index.cpp (gather, scatter_add),
 // window.cpp (im2col, col2im), conv.cpp (the direct convolutions, through oneDNN), sort.cpp (sort), random.cpp
-// (uniform, normal, multinomial), rnn.cpp (the fused recurrent cells).
+// (uniform, uniform_int, normal, multinomial), rnn.cpp (the fused recurrent cells).
 
 #include "strata/tensor/kernels.h"
 
@@ -36,6 +36,7 @@ class CpuKernels final : public Kernels {
   void sort(const Tensor& in, int64_t dim, bool descending, const Tensor& values, const Tensor& indices) const override;
   void arange(const Tensor& out, double start, double step) const override;
   void uniform(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset) const override;
+  void uniform_int(const Tensor& out, int64_t lo, int64_t hi, uint64_t seed, uint64_t offset) const override;
   void normal(const Tensor& out, double mean, double std, uint64_t seed, uint64_t offset) const override;
   void multinomial(const Tensor& probs, const Tensor& out, uint64_t seed, uint64_t offset) const override;
   void lstm_cell(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& cx, const Tensor& hy,

@@ -61,10 +61,11 @@ void generate(const Tensor& out, uint64_t offset, const Kernels& kernels, const 
 }  // namespace
 
 void CpuKernels::uniform(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset) const {
+  STRATA_CHECK(out.is_floating_point(), "uniform does not support ", out.dtype(), " (integers come from uniform_int)");
+  STRATA_CHECK(lo <= hi, "uniform: expected lo <= hi, got lo=", lo, " hi=", hi);
   const Stream bits(seed, 0);
   visit_dtype(out.dtype(), [&]<class T>() {
     if constexpr (std::is_floating_point_v<T>) {
-      STRATA_CHECK(lo <= hi, "uniform: expected lo <= hi, got lo=", lo, " hi=", hi);
       constexpr int kBits = std::is_same_v<T, float> ? 24 : 53;
       const double scale = std::ldexp(1.0, -kBits) * (hi - lo);
       const T top = static_cast<T>(hi), below_top = lo == hi ? top : std::nextafter(top, static_cast<T>(lo));
@@ -75,14 +76,22 @@ void CpuKernels::uniform(const Tensor& out, double lo, double hi, uint64_t seed,
           dst[i] = v < top ? v : below_top;
         }
       });
-    } else {
-      const auto lo_i = static_cast<int64_t>(lo), hi_i = static_cast<int64_t>(hi);
-      STRATA_CHECK(lo_i < hi_i, "uniform: expected lo < hi, got lo=", lo_i, " hi=", hi_i);
-      const auto range = static_cast<uint64_t>(hi_i) - static_cast<uint64_t>(lo_i);
+    }
+  });
+}
+
+void CpuKernels::uniform_int(const Tensor& out, int64_t lo, int64_t hi, uint64_t seed, uint64_t offset) const {
+  STRATA_CHECK(!out.is_floating_point(), "uniform_int does not support ", out.dtype());
+  STRATA_CHECK(lo < hi, "uniform_int: expected lo < hi, got lo=", lo, " hi=", hi);
+  const Stream bits(seed, 0);
+  // In uint64 arithmetic, so that any int64 range (up to 2^64 - 1 values) wraps to the right answer.
+  const uint64_t first = static_cast<uint64_t>(lo), range = static_cast<uint64_t>(hi) - first;
+  visit_dtype(out.dtype(), [&]<class T>() {
+    if constexpr (!std::is_floating_point_v<T>) {
       generate<T>(out, offset, *this, [=](T* dst, uint64_t c, int64_t n) {
         for (int64_t i = 0; i < n; ++i) {
           const auto high = static_cast<uint64_t>((static_cast<unsigned __int128>(bits(c + i)) * range) >> 64);
-          dst[i] = static_cast<T>(static_cast<int64_t>(static_cast<uint64_t>(lo_i) + high));
+          dst[i] = static_cast<T>(static_cast<int64_t>(first + high));
         }
       });
     }

@@ -4,7 +4,7 @@
 // defines its members: runtime.cpp (device API, streams, allocator, cuBLAS handles, the table),
 // copy.cu (copy, fill, arange), elementwise.cu (unary, binary, add_scaled, where), reduce.cu
 // (reduce, arg_reduce), index.cu (gather, scatter_add), window.cu (im2col, col2im; no direct convolution), sort.cu (sort), random.cu (uniform,
-// normal, multinomial), rnn.cu (the fused recurrent cells) and gemm.cpp (matmul through cuBLAS).
+// uniform_int, normal, multinomial), rnn.cu (the fused recurrent cells) and gemm.cpp (matmul through cuBLAS).
 //
 // Note [CUDA streams]: every kernel, copy and allocation of device d is queued on
 // current_stream(d), one non-blocking stream per device, so work on one device runs in issue
@@ -92,6 +92,7 @@ class CudaKernels final : public Kernels {
   void sort(const Tensor& in, int64_t dim, bool descending, const Tensor& values, const Tensor& indices) const override;
   void arange(const Tensor& out, double start, double step) const override;
   void uniform(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset) const override;
+  void uniform_int(const Tensor& out, int64_t lo, int64_t hi, uint64_t seed, uint64_t offset) const override;
   void normal(const Tensor& out, double mean, double std, uint64_t seed, uint64_t offset) const override;
   void multinomial(const Tensor& probs, const Tensor& out, uint64_t seed, uint64_t offset) const override;
   void lstm_cell(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& cx, const Tensor& hy,

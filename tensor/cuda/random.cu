@@ -192,12 +192,13 @@ void launch_on(const Tensor& out, const Loop<1>& loop, F&& launch) {
 }  // namespace
 
 void CudaKernels::uniform(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset) const {
+  STRATA_CHECK(out.is_floating_point(), "uniform does not support ", out.dtype(), " (integers come from uniform_int)");
+  STRATA_CHECK(lo <= hi, "uniform: expected lo <= hi, got lo=", lo, " hi=", hi);
+  if (out.numel() == 0) return;
   const Stream bits(seed, 0);
   visit_cuda_dtype(out.dtype(), [&]<class T>() {
     if constexpr (is_floating_v<T>) {
       using W = acc_t<T>;
-      STRATA_CHECK(lo <= hi, "uniform: expected lo <= hi, got lo=", lo, " hi=", hi);
-      if (out.numel() == 0) return;
       const double scale = std::ldexp(1.0, -kBits<T>) * (hi - lo);
       const W top = static_cast<W>(hi), below = lo == hi ? top : std::nextafter(top, static_cast<W>(lo));
       T top_t = convert<T>(top), below_t = top_t;
@@ -209,15 +210,21 @@ void CudaKernels::uniform(const Tensor& out, double lo, double hi, uint64_t seed
         uniform_float_kernel<kInd, T><<<blocks_for(loop.numel), kThreads, 0, stream>>>(loop, bits, offset, lo, scale,
                                                                                        top, below, top_t, below_t);
       });
-    } else {
-      const auto lo_i = static_cast<int64_t>(lo), hi_i = static_cast<int64_t>(hi);
-      STRATA_CHECK(lo_i < hi_i, "uniform: expected lo < hi, got lo=", lo_i, " hi=", hi_i);
-      if (out.numel() == 0) return;
-      const auto range = static_cast<uint64_t>(hi_i) - static_cast<uint64_t>(lo_i);
+    }
+  });
+}
+
+void CudaKernels::uniform_int(const Tensor& out, int64_t lo, int64_t hi, uint64_t seed, uint64_t offset) const {
+  STRATA_CHECK(!out.is_floating_point(), "uniform_int does not support ", out.dtype());
+  STRATA_CHECK(lo < hi, "uniform_int: expected lo < hi, got lo=", lo, " hi=", hi);
+  if (out.numel() == 0) return;
+  const Stream bits(seed, 0);
+  const uint64_t first = static_cast<uint64_t>(lo), range = static_cast<uint64_t>(hi) - first;
+  visit_cuda_dtype(out.dtype(), [&]<class T>() {
+    if constexpr (!is_floating_v<T>) {
       const Loop<1> loop = row_major_loop(out);
       launch_on(out, loop, [&]<Indexing kInd>(cudaStream_t stream) {
-        uniform_int_kernel<kInd, T>
-            <<<blocks_for(loop.numel), kThreads, 0, stream>>>(loop, bits, offset, static_cast<uint64_t>(lo_i), range);
+        uniform_int_kernel<kInd, T><<<blocks_for(loop.numel), kThreads, 0, stream>>>(loop, bits, offset, first, range);
       });
     }
   });

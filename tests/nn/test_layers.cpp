@@ -124,6 +124,44 @@ TEST(NnLayers, EmbeddingBadIndices) {
   EXPECT_THROW_MSG(emb(tensor({-1})), "index -1 is out of range");
 }
 
+// max_norm renorms, in place and before the lookup, each row looked up (once, however often) whose norm
+// exceeds it to max_norm / (norm + 1e-7) times itself, as torch; the other rows stay as they were.
+TEST(NnLayers, EmbeddingMaxNormRenormsTheRowsLookedUp) {
+  Embedding emb(EmbeddingOptions(4, 2).max_norm(5.0));
+  emb->to(kFloat64);
+  set(emb->weight, {3, 4, 6, 8, 0.3, 0.4, 30, 40});  // norms 5, 10, 0.5, 50
+  Tensor y = emb(tensor({1, 1, 2, 0}));
+  const double s = 5.0 / (10 + 1e-7);
+  EXPECT_VALUES(emb->weight, {3, 4, 6 * s, 8 * s, 0.3, 0.4, 30, 40}, 1e-15);
+  EXPECT_VALUES(y, {6 * s, 8 * s, 6 * s, 8 * s, 0.3, 0.4, 3, 4}, 1e-15);
+  EXPECT_EQ(printed(*emb), "Embedding(num_embeddings=4, embedding_dim=2, max_norm=5)");
+  // The 1-norm, through F::embedding, changes the table it is given.
+  Tensor table = tensor({1.0, -3.0, 0.5, 0.5}, kFloat64).reshape({2, 2});
+  functional::embedding(tensor({0}), table, functional::EmbeddingFuncOptions().max_norm(2.0).norm_type(1));
+  EXPECT_VALUES(table, {2.0 / (4 + 1e-7), -6.0 / (4 + 1e-7), 0.5, 0.5}, 1e-15);
+  EXPECT_THROW_MSG(embedding_renorm_(table, tensor({2}), 1, 2), "embedding_renorm_: index 2 is out of range");
+}
+
+// scale_grad_by_freq divides each row's gradient by how often the batch looked it up; the padding row gets none.
+TEST(NnLayers, EmbeddingScaleGradByFreqAndPadding) {
+  Embedding emb(EmbeddingOptions(4, 2).scale_grad_by_freq(true).padding_idx(3));
+  emb->to(kFloat64);
+  Tensor idx = tensor({1, 2, 1, 1, 3});
+  Tensor g = tensor({1.0, 2, 3, 4, 5, 6, 7, 8, 9, 10}, kFloat64).reshape({5, 2});
+  emb(idx).backward(g);
+  EXPECT_VALUES(emb->weight.grad(), {0, 0, (1 + 5 + 7) / 3.0, (2 + 6 + 8) / 3.0, 3, 4, 0, 0}, 1e-15);
+  EXPECT_EQ(printed(*emb), "Embedding(num_embeddings=4, embedding_dim=2, padding_idx=3, scale_grad_by_freq=true)");
+  // F::embedding counts a negative padding_idx from the end, as libtorch's.
+  Tensor table = zeros({5, 3}, kFloat64).requires_grad_(true);
+  functional::embedding(tensor({4, 1, 4, 0}), table, functional::EmbeddingFuncOptions().padding_idx(-1))
+      .sum()
+      .backward();
+  EXPECT_VALUES(table.grad(), {1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0});
+  EXPECT_THROW_MSG(Embedding(EmbeddingOptions(4, 2).sparse(true)), "Embedding: sparse gradients are not supported");
+  EXPECT_THROW_MSG(functional::embedding(idx, table, functional::EmbeddingFuncOptions().padding_idx(5)),
+                   "embedding: padding_idx must be within num_embeddings (5), got 5");
+}
+
 // ---- LayerNorm ----
 
 TEST(NnLayers, LayerNormValues) {

@@ -128,6 +128,11 @@ TEST(Rnn, ParametersHaveLibtorchsNamesShapesAndInitialisation) {
   nn::RNN rnn(nn::RNNOptions(5, 6).num_layers(2).bidirectional(true));
   EXPECT_EQ(rnn->named_parameters()[8].first, "weight_ih_l1");
   EXPECT_EQ(rnn->named_parameters()[8].second.sizes(), IntArrayRef({6, 12}));  // both directions feed layer 1
+  // all_weights: the parameters themselves, in the order the recurrence takes them; flatten_parameters keeps them.
+  lstm->flatten_parameters();
+  const std::vector<Tensor> all = lstm->all_weights(), params = lstm->parameters();
+  ASSERT_EQ(all.size(), params.size());
+  for (size_t i = 0; i < all.size(); ++i) EXPECT_TRUE(all[i].is_same(params[i])) << i;
 
   // Uniform over the whole range, as torch: the extremes come close to +-1/sqrt(hidden_size).
   nn::LSTMCell cell(nn::LSTMCellOptions(64, 100));

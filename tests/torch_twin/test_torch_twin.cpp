@@ -1,6 +1,7 @@
-// strata's convolution, pooling, normalisation, loss and recurrent ops next to libtorch's (Debian's libtorch-dev)
-// on the same float64 inputs: outputs, and the gradients of every input for one random upstream
-// gradient, agree to 1e-10 relative. Built only when CMake finds libtorch.
+// strata's convolution, pooling, normalisation, embedding, loss and recurrent ops next to libtorch's (Debian's
+// libtorch-dev) on the same float64 inputs: outputs, and the gradients of every input for one random upstream
+// gradient, agree to 1e-10 relative; float32 convolutions, oneDNN's on both sides, to 1e-5. Built only when CMake
+// finds libtorch.
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -18,10 +19,12 @@ namespace {
 using StrataFn = std::function<strata::Tensor(const strata::tensor_list&)>;
 using TorchFn = std::function<torch::Tensor(const std::vector<torch::Tensor>&)>;
 
+// A float64 or float32 tensor with the same values and dtype.
 torch::Tensor to_torch(const strata::Tensor& t) {
-  strata::Tensor c = t.detach().contiguous();
+  strata::Tensor c = t.detach().to(strata::kDouble).contiguous();
   const std::vector<int64_t> sizes(c.sizes().begin(), c.sizes().end());
-  return torch::from_blob(c.data_ptr<double>(), sizes, torch::kDouble).clone();
+  return torch::from_blob(c.data_ptr<double>(), sizes, torch::kDouble)
+      .to(t.dtype() == strata::kFloat ? torch::kFloat : torch::kDouble);
 }
 
 // The largest |a - b| over the largest |b| (at least 1), so values near zero compare absolutely.
@@ -44,7 +47,7 @@ void expect_twins(const StrataFn& mine, const TorchFn& theirs, const std::vector
   strata::Tensor s_out = mine(s_in);
   torch::Tensor t_out = theirs(t_in);
   EXPECT_LT(relative_difference(s_out, t_out), tolerance) << "output";
-  strata::Tensor upstream = strata::randn(s_out.sizes(), strata::kDouble);
+  strata::Tensor upstream = strata::randn(s_out.sizes(), s_out.dtype());
   s_out.backward(upstream);
   t_out.backward(to_torch(upstream));
   for (size_t i = 0; i < inputs.size(); ++i)
@@ -66,6 +69,52 @@ TEST(TorchTwin, Conv2dStridedPaddedDilatedGrouped) {
   expect_twins([](const strata::tensor_list& x) { return strata::conv2d(x[0].transpose(2, 3), x[1]); },
                [](const std::vector<torch::Tensor>& x) { return torch::conv2d(x[0].transpose(2, 3), x[1]); },
                {randn({1, 3, 5, 7}), randn({2, 3, 2, 4})});  // non-contiguous input, no bias
+}
+
+// Float32 convolutions run on oneDNN in both libraries, each with its own reorders and plan.
+TEST(TorchTwin, Float32ConvolutionsOnOneDnn) {
+  strata::manual_seed(11);
+  auto f32 = [](std::vector<int64_t> sizes) { return strata::randn(sizes, strata::kFloat); };
+  expect_twins(
+      [](const strata::tensor_list& x) {
+        return strata::conv2d(x[0], x[1], x[2], {2, 1}, {1, 2}, {1, 2}, 2);
+      },
+      [](const std::vector<torch::Tensor>& x) {
+        return torch::conv2d(x[0], x[1], x[2], {2, 1}, {1, 2}, {1, 2}, 2);
+      },
+      {f32({2, 4, 9, 8}), f32({6, 2, 3, 3}), f32({6})}, 1e-5);
+  expect_twins([](const strata::tensor_list& x) { return strata::conv2d(x[0], x[1], {}, 1, 1); },
+               [](const std::vector<torch::Tensor>& x) { return torch::conv2d(x[0], x[1], {}, 1, 1); },
+               {f32({4, 16, 12, 12}), f32({16, 16, 3, 3})}, 1e-5);
+  expect_twins([](const strata::tensor_list& x) { return strata::conv_transpose2d(x[0], x[1], x[2], 2, 1, 1); },
+               [](const std::vector<torch::Tensor>& x) { return torch::conv_transpose2d(x[0], x[1], x[2], 2, 1, 1); },
+               {f32({2, 4, 5, 5}), f32({4, 3, 3, 3}), f32({3})}, 1e-5);
+}
+
+// Embedding's libtorch options: max_norm renorms the table in place first (norm_type 3 here), scale_grad_by_freq
+// divides by the counts, the padding row gets no gradient.
+TEST(TorchTwin, EmbeddingOptions) {
+  strata::manual_seed(12);
+  const strata::Tensor s_idx = strata::tensor({1, 4, 1, 2, 0, 1});
+  const torch::Tensor t_idx = torch::tensor({1, 4, 1, 2, 0, 1});
+  expect_twins(
+      [&](const strata::tensor_list& x) {
+        return strata::nn::functional::embedding(s_idx, x[0],
+                                                 strata::nn::functional::EmbeddingFuncOptions()
+                                                     .max_norm(1.5)
+                                                     .norm_type(3)
+                                                     .scale_grad_by_freq(true)
+                                                     .padding_idx(2));
+      },
+      [&](const std::vector<torch::Tensor>& x) {
+        return torch::nn::functional::embedding(t_idx, x[0],
+                                                torch::nn::functional::EmbeddingFuncOptions()
+                                                    .max_norm(1.5)
+                                                    .norm_type(3)
+                                                    .scale_grad_by_freq(true)
+                                                    .padding_idx(2));
+      },
+      {randn({6, 4})});
 }
 
 TEST(TorchTwin, Conv1dAndSamePadding) {
