@@ -5,11 +5,15 @@
 //   mlp_step    one SGD step (zero_grad, forward, cross entropy, backward, update) of a 784-4096-4096-10
 //               ReLU MLP on a batch of 512, float32, in ms;
 //   block_step  one AdamW step of a nanoGPT-style TransformerBlock (B 16, T 256, C 768, 12 heads, MSE
-//               against a random target), float32, in ms.
+//               against a random target), float32, in ms;
+//   models      the CPU benchmarks' small models (bench_common.h), float32, in ms: conv2d_3x3 (forward and
+//               backward of a 3x3 convolution, 64 channels, 56 x 56, batch 8) and one SGD step each of
+//               lenet_step (the MNIST CNN, batch 64), resnet_block_step (a basic block with batch norm, 64
+//               channels, 32 x 32, batch 32, MSE) and lstm_step (2 layers, 256 wide, 64 steps, batch 32, MSE).
 // One line per measurement, e.g. `matmul dtype=bf16 n=8192 tflops=612.30`; scripts/gpu pairs the lines
 // with torch_cuda.py's by everything before the last field.
 //
-//   ./strata_bench_cuda [--reps R] [--part all|matmul|mlp|block]
+//   ./strata_bench_cuda [--reps R] [--part all|matmul|mlp|block|models]
 //
 // Method (the device tool's METHOD.md): random inputs, never zeros; a warm-up; then R timed batches, each
 // a run of back-to-back operations between two cuda::synchronize() calls on the host clock, sized to take
@@ -25,7 +29,10 @@
 
 #include <strata/nn/activation.h>
 #include <strata/nn/container.h>
+#include <strata/nn/conv.h>
 #include <strata/nn/linear.h>
+#include <strata/nn/normalization.h>
+#include <strata/nn/rnn.h>
 #include <strata/nn/transformer.h>
 #include <strata/optim/adam.h>
 #include <strata/optim/sgd.h>
@@ -139,16 +146,95 @@ void bench_block(int reps) {
   std::fflush(stdout);
 }
 
+/// Prints `line` with the milliseconds per call of `op`.
+void report(const char* line, const std::function<void()>& op, int reps) {
+  std::printf("%s ms=%.3f\n", line, time_per_call(op, reps) * 1e3);
+  std::fflush(stdout);
+}
+
+void bench_models(int reps) {
+  using namespace strata_bench;  // the sizes the CPU benchmarks use
+  const strata::TensorOptions on_gpu = strata::TensorOptions().device(gpu());
+  strata::manual_seed(0);
+  {
+    Tensor x = strata::randn({kConvBatch, kConvWidth, kConvSize, kConvSize}, on_gpu).requires_grad_();
+    Tensor w = (strata::randn({kConvWidth, kConvWidth, 3, 3}, on_gpu) * 0.05).requires_grad_();
+    const Tensor grad = strata::randn({kConvBatch, kConvWidth, kConvSize, kConvSize}, on_gpu);
+    report(
+        "conv2d_3x3 dtype=f32 B=8 C=64 HW=56",
+        [&] {
+          strata::conv2d(x, w, {}, 1, 1).backward(grad);
+          x.mutable_grad() = Tensor();
+          w.mutable_grad() = Tensor();
+        },
+        reps);
+  }
+  {
+    nn::Conv2d conv1(nn::Conv2dOptions(1, 10, 5)), conv2(nn::Conv2dOptions(10, 20, 5));
+    nn::Linear fc1(320, 50), fc2(50, 10);
+    nn::ModuleList net(conv1, conv2, fc1, fc2);
+    net->to(gpu());
+    optim::SGD sgd(net->parameters(), optim::SGDOptions(0.01));
+    const Tensor x = strata::randn({kLenetBatch, 1, 28, 28}, on_gpu);
+    const Tensor y = strata::randint(10, {kLenetBatch}, strata::TensorOptions(strata::kLong).device(gpu()));
+    report(
+        "lenet_step dtype=f32 batch=64",
+        [&] {
+          sgd.zero_grad();
+          Tensor h = strata::relu(strata::max_pool2d(conv1(x), 2));
+          h = strata::relu(strata::max_pool2d(conv2(h), 2));
+          h = strata::relu(fc1(h.view({-1, 320})));
+          strata::nll_loss(strata::log_softmax(fc2(h), 1), y).backward();
+          sgd.step();
+        },
+        reps);
+  }
+  {
+    auto conv3x3 = [] { return nn::Conv2d(nn::Conv2dOptions(kBlockWidth, kBlockWidth, 3).padding(1).bias(false)); };
+    nn::Conv2d conv1 = conv3x3(), conv2 = conv3x3();
+    nn::BatchNorm2d bn1(kBlockWidth), bn2(kBlockWidth);
+    nn::ModuleList block(conv1, conv2, bn1, bn2);
+    block->to(gpu());
+    optim::SGD sgd(block->parameters(), optim::SGDOptions(0.01));
+    const Tensor x = strata::randn({kBlockBatch, kBlockWidth, kBlockSize, kBlockSize}, on_gpu);
+    const Tensor target = strata::randn({kBlockBatch, kBlockWidth, kBlockSize, kBlockSize}, on_gpu);
+    report(
+        "resnet_block_step dtype=f32 B=32 C=64 HW=32",
+        [&] {
+          sgd.zero_grad();
+          Tensor h = strata::relu(bn1(conv1(x)));
+          strata::mse_loss(strata::relu(bn2(conv2(h)) + x), target).backward();
+          sgd.step();
+        },
+        reps);
+  }
+  {
+    nn::LSTM lstm(nn::LSTMOptions(kLstmInput, kLstmHidden).num_layers(kLstmLayers));
+    lstm->to(gpu());
+    optim::SGD sgd(lstm->parameters(), optim::SGDOptions(0.01));
+    const Tensor x = strata::randn({kLstmSeq, kLstmBatch, kLstmInput}, on_gpu);
+    const Tensor target = strata::randn({kLstmSeq, kLstmBatch, kLstmHidden}, on_gpu);
+    report(
+        "lstm_step dtype=f32 T=64 B=32 hidden=256 layers=2",
+        [&] {
+          sgd.zero_grad();
+          strata::mse_loss(std::get<0>(lstm(x)), target).backward();
+          sgd.step();
+        },
+        reps);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int reps = 15;
   std::string part = "all";
   try {
-    strata_bench::parse_flags(argc, argv, "usage: strata_bench_cuda [--reps R] [--part all|matmul|mlp|block]",
+    strata_bench::parse_flags(argc, argv, "usage: strata_bench_cuda [--reps R] [--part all|matmul|mlp|block|models]",
                               {{"--reps", &reps}, {"--part", &part}});
-    if (reps < 1 || (part != "all" && part != "matmul" && part != "mlp" && part != "block"))
-      throw std::invalid_argument("usage: strata_bench_cuda [--reps R >= 1] [--part all|matmul|mlp|block]");
+    if (reps < 1 || (part != "all" && part != "matmul" && part != "mlp" && part != "block" && part != "models"))
+      throw std::invalid_argument("usage: strata_bench_cuda [--reps R >= 1] [--part all|matmul|mlp|block|models]");
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 2;
@@ -163,6 +249,7 @@ int main(int argc, char** argv) {
     if (part == "all" || part == "matmul") bench_matmul(reps);
     if (part == "all" || part == "mlp") bench_mlp(reps);
     if (part == "all" || part == "block") bench_block(reps);
+    if (part == "all" || part == "models") bench_models(reps);
   } catch (const strata::Error& e) {
     std::fprintf(stderr, "strata_bench_cuda: %s\n", e.what());
     return 1;

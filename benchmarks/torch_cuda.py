@@ -8,11 +8,15 @@
   block_step  one AdamW step of a nanoGPT Block (pre-norm, causal self-attention written out as strata's
               nn::TransformerBlock computes it, GELU MLP; B 16, T 256, C 768, 12 heads; MSE against a random
               target), float32, in ms. block_step_sdpa is the same block with
-              F.scaled_dot_product_attention, for reference (strata has no fused attention).
+              F.scaled_dot_product_attention, for reference (strata has no fused attention);
+  models      the CPU benchmarks' small models, float32, in ms: conv2d_3x3 (forward and backward of a 3x3
+              convolution, 64 channels, 56 x 56, batch 8) and one SGD step each of lenet_step (the MNIST CNN,
+              batch 64), resnet_block_step (a basic block with batch norm, 64 channels, 32 x 32, batch 32, MSE)
+              and lstm_step (2 layers, 256 wide, 64 steps, batch 32, MSE), with cuDNN as PyTorch uses it.
 
 One line per measurement, e.g. `matmul dtype=bf16 n=8192 tflops=612.30`.
 
-    python3 benchmarks/torch_cuda.py [--reps R] [--part all|matmul|mlp|block] [--profile-steps N --profile-out PREFIX]
+    python3 benchmarks/torch_cuda.py [--reps R] [--part all|matmul|mlp|block|models] [--profile-steps N --profile-out PREFIX]
 
 Method (the device tool's METHOD.md): random inputs, never zeros; a warm-up; R timed batches, each a run
 of back-to-back operations between two torch.cuda.Event records, sized to take about 50 ms; the median
@@ -174,10 +178,64 @@ def bench_block(reps):
         print(f"{name} dtype=f32 B=16 T=256 C=768 heads=12 ms={seconds * 1e3:.3f}", flush=True)
 
 
+def sgd_step(params, loss_fn, reps, line):
+    """Prints line with the milliseconds of one SGD step (zero_grad, loss_fn().backward(), step)."""
+    sgd = torch.optim.SGD(params, lr=0.01)
+
+    def step():
+        sgd.zero_grad(set_to_none=True)
+        loss_fn().backward()
+        sgd.step()
+
+    print(f"{line} ms={time_per_call(step, reps) * 1e3:.3f}", flush=True)
+
+
+def bench_models(reps):
+    torch.manual_seed(0)
+    x = torch.randn(8, 64, 56, 56, device="cuda", requires_grad=True)
+    w = (torch.randn(64, 64, 3, 3, device="cuda") * 0.05).requires_grad_()
+    grad = torch.randn(8, 64, 56, 56, device="cuda")
+
+    def conv():
+        F.conv2d(x, w, padding=1).backward(grad)
+        x.grad, w.grad = None, None
+
+    print(f"conv2d_3x3 dtype=f32 B=8 C=64 HW=56 ms={time_per_call(conv, reps) * 1e3:.3f}", flush=True)
+
+    conv1, conv2 = nn.Conv2d(1, 10, 5).cuda(), nn.Conv2d(10, 20, 5).cuda()
+    fc1, fc2 = nn.Linear(320, 50).cuda(), nn.Linear(50, 10).cuda()
+    images, labels = torch.randn(64, 1, 28, 28, device="cuda"), torch.randint(10, (64,), device="cuda")
+
+    def lenet_loss():
+        h = F.relu(F.max_pool2d(conv1(images), 2))
+        h = F.relu(F.max_pool2d(conv2(h), 2))
+        h = F.relu(fc1(h.view(-1, 320)))
+        return F.nll_loss(F.log_softmax(fc2(h), 1), labels)
+
+    lenet = [p for m in (conv1, conv2, fc1, fc2) for p in m.parameters()]
+    sgd_step(lenet, lenet_loss, reps, "lenet_step dtype=f32 batch=64")
+
+    c1, c2 = (nn.Conv2d(64, 64, 3, padding=1, bias=False).cuda() for _ in range(2))
+    bn1, bn2 = nn.BatchNorm2d(64).cuda(), nn.BatchNorm2d(64).cuda()
+    block_x, block_target = torch.randn(32, 64, 32, 32, device="cuda"), torch.randn(32, 64, 32, 32, device="cuda")
+
+    def block_loss():
+        h = F.relu(bn1(c1(block_x)))
+        return F.mse_loss(F.relu(bn2(c2(h)) + block_x), block_target)
+
+    block = [p for m in (c1, c2, bn1, bn2) for p in m.parameters()]
+    sgd_step(block, block_loss, reps, "resnet_block_step dtype=f32 B=32 C=64 HW=32")
+
+    lstm = nn.LSTM(256, 256, num_layers=2).cuda()
+    seq, seq_target = torch.randn(64, 32, 256, device="cuda"), torch.randn(64, 32, 256, device="cuda")
+    sgd_step(list(lstm.parameters()), lambda: F.mse_loss(lstm(seq)[0], seq_target), reps,
+             "lstm_step dtype=f32 T=64 B=32 hidden=256 layers=2")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reps", type=int, default=15, help="timed batches per measurement")
-    parser.add_argument("--part", choices=("all", "matmul", "mlp", "block"), default="all")
+    parser.add_argument("--part", choices=("all", "matmul", "mlp", "block", "models"), default="all")
     parser.add_argument("--profile-steps", type=int, default=0, help="steps to record per step measurement")
     parser.add_argument("--profile-out", help="prefix of the kernel tables --profile-steps writes")
     args = parser.parse_args()
@@ -195,6 +253,8 @@ def main():
         bench_mlp(args.reps)
     if args.part in ("all", "block"):
         bench_block(args.reps)
+    if args.part in ("all", "models"):
+        bench_models(args.reps)
 
 
 if __name__ == "__main__":
