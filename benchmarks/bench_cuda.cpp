@@ -105,6 +105,24 @@ void bench_matmul(int reps) {
     }
 }
 
+/// Prints `line` with the milliseconds per call of `op`.
+void report(const std::string& line, const std::function<void()>& op, int reps) {
+  std::printf("%s ms=%.3f\n", line.c_str(), time_per_call(op, reps) * 1e3);
+  std::fflush(stdout);
+}
+
+/// Prints `line` with the milliseconds of one training step: zero_grad, loss().backward(), step.
+void report_step(const std::string& line, optim::Optimizer& optimizer, const std::function<Tensor()>& loss, int reps) {
+  report(
+      line,
+      [&] {
+        optimizer.zero_grad();
+        loss().backward();
+        optimizer.step();
+      },
+      reps);
+}
+
 void bench_mlp(int reps) {
   strata::manual_seed(0);
   nn::Sequential model(nn::Linear(kMlpIn, kMlpHidden), nn::ReLU(), nn::Linear(kMlpHidden, kMlpHidden), nn::ReLU(),
@@ -113,16 +131,9 @@ void bench_mlp(int reps) {
   optim::SGD sgd(model->parameters(), optim::SGDOptions(0.01));
   const Tensor x = strata::randn({kMlpBatch, kMlpIn}, strata::TensorOptions().device(gpu()));
   const Tensor y = strata::randint(kMlpClasses, {kMlpBatch}, strata::TensorOptions(strata::kLong).device(gpu()));
-  const double seconds = time_per_call(
-      [&] {
-        sgd.zero_grad();
-        strata::cross_entropy(model(x), y).backward();
-        sgd.step();
-      },
-      reps);
-  std::printf("mlp_step dtype=f32 batch=%lld sizes=784-4096-4096-10 ms=%.3f\n", static_cast<long long>(kMlpBatch),
-              seconds * 1e3);
-  std::fflush(stdout);
+  report_step(
+      "mlp_step dtype=f32 batch=" + std::to_string(kMlpBatch) + " sizes=784-4096-4096-10", sgd,
+      [&] { return strata::cross_entropy(model(x), y); }, reps);
 }
 
 void bench_block(int reps) {
@@ -133,23 +144,10 @@ void bench_block(int reps) {
   const strata::TensorOptions on_gpu = strata::TensorOptions().device(gpu());
   const Tensor x = strata::randn({kBlockB, kBlockT, kBlockC}, on_gpu);
   const Tensor target = strata::randn({kBlockB, kBlockT, kBlockC}, on_gpu);
-  const double seconds = time_per_call(
-      [&] {
-        adamw.zero_grad();
-        strata::mse_loss(block(x), target).backward();
-        adamw.step();
-      },
-      reps);
-  std::printf("block_step dtype=f32 B=%lld T=%lld C=%lld heads=%lld ms=%.3f\n", static_cast<long long>(kBlockB),
-              static_cast<long long>(kBlockT), static_cast<long long>(kBlockC), static_cast<long long>(kBlockHeads),
-              seconds * 1e3);
-  std::fflush(stdout);
-}
-
-/// Prints `line` with the milliseconds per call of `op`.
-void report(const char* line, const std::function<void()>& op, int reps) {
-  std::printf("%s ms=%.3f\n", line, time_per_call(op, reps) * 1e3);
-  std::fflush(stdout);
+  report_step(
+      "block_step dtype=f32 B=" + std::to_string(kBlockB) + " T=" + std::to_string(kBlockT) +
+          " C=" + std::to_string(kBlockC) + " heads=" + std::to_string(kBlockHeads),
+      adamw, [&] { return strata::mse_loss(block(x), target); }, reps);
 }
 
 void bench_models(int reps) {
@@ -177,15 +175,13 @@ void bench_models(int reps) {
     optim::SGD sgd(net->parameters(), optim::SGDOptions(0.01));
     const Tensor x = strata::randn({kLenetBatch, 1, 28, 28}, on_gpu);
     const Tensor y = strata::randint(10, {kLenetBatch}, strata::TensorOptions(strata::kLong).device(gpu()));
-    report(
-        "lenet_step dtype=f32 batch=64",
+    report_step(
+        "lenet_step dtype=f32 batch=64", sgd,
         [&] {
-          sgd.zero_grad();
           Tensor h = strata::relu(strata::max_pool2d(conv1(x), 2));
           h = strata::relu(strata::max_pool2d(conv2(h), 2));
           h = strata::relu(fc1(h.view({-1, 320})));
-          strata::nll_loss(strata::log_softmax(fc2(h), 1), y).backward();
-          sgd.step();
+          return strata::nll_loss(strata::log_softmax(fc2(h), 1), y);
         },
         reps);
   }
@@ -198,15 +194,9 @@ void bench_models(int reps) {
     optim::SGD sgd(block->parameters(), optim::SGDOptions(0.01));
     const Tensor x = strata::randn({kBlockBatch, kBlockWidth, kBlockSize, kBlockSize}, on_gpu);
     const Tensor target = strata::randn({kBlockBatch, kBlockWidth, kBlockSize, kBlockSize}, on_gpu);
-    report(
-        "resnet_block_step dtype=f32 B=32 C=64 HW=32",
-        [&] {
-          sgd.zero_grad();
-          Tensor h = strata::relu(bn1(conv1(x)));
-          strata::mse_loss(strata::relu(bn2(conv2(h)) + x), target).backward();
-          sgd.step();
-        },
-        reps);
+    report_step(
+        "resnet_block_step dtype=f32 B=32 C=64 HW=32", sgd,
+        [&] { return strata::mse_loss(strata::relu(bn2(conv2(strata::relu(bn1(conv1(x))))) + x), target); }, reps);
   }
   {
     nn::LSTM lstm(nn::LSTMOptions(kLstmInput, kLstmHidden).num_layers(kLstmLayers));
@@ -214,14 +204,9 @@ void bench_models(int reps) {
     optim::SGD sgd(lstm->parameters(), optim::SGDOptions(0.01));
     const Tensor x = strata::randn({kLstmSeq, kLstmBatch, kLstmInput}, on_gpu);
     const Tensor target = strata::randn({kLstmSeq, kLstmBatch, kLstmHidden}, on_gpu);
-    report(
-        "lstm_step dtype=f32 T=64 B=32 hidden=256 layers=2",
-        [&] {
-          sgd.zero_grad();
-          strata::mse_loss(std::get<0>(lstm(x)), target).backward();
-          sgd.step();
-        },
-        reps);
+    report_step(
+        "lstm_step dtype=f32 T=64 B=32 hidden=256 layers=2", sgd,
+        [&] { return strata::mse_loss(std::get<0>(lstm(x)), target); }, reps);
   }
 }
 

@@ -109,6 +109,17 @@ def bench_matmul(reps):
             del a, b
 
 
+def report_step(line, optimizer, loss_fn, reps, name=None):
+    """Prints line with the milliseconds of one training step: zero_grad, loss_fn().backward(), step."""
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        loss_fn().backward()
+        optimizer.step()
+
+    print(f"{line} ms={time_per_call(step, reps, name) * 1e3:.3f}", flush=True)
+
+
 def bench_mlp(reps):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(784, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(),
@@ -116,14 +127,8 @@ def bench_mlp(reps):
     sgd = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(512, 784, device="cuda")
     y = torch.randint(10, (512,), device="cuda")
-
-    def step():
-        sgd.zero_grad(set_to_none=True)
-        F.cross_entropy(model(x), y).backward()
-        sgd.step()
-
-    seconds = time_per_call(step, reps, "mlp_step")
-    print(f"mlp_step dtype=f32 batch=512 sizes=784-4096-4096-10 ms={seconds * 1e3:.3f}", flush=True)
+    report_step("mlp_step dtype=f32 batch=512 sizes=784-4096-4096-10", sgd,
+                lambda: F.cross_entropy(model(x), y), reps, "mlp_step")
 
 
 class CausalSelfAttention(nn.Module):
@@ -168,26 +173,8 @@ def bench_block(reps):
         adamw = torch.optim.AdamW(block.parameters(), lr=3e-4)
         x = torch.randn(16, 256, 768, device="cuda")
         target = torch.randn(16, 256, 768, device="cuda")
-
-        def step():
-            adamw.zero_grad(set_to_none=True)
-            F.mse_loss(block(x), target).backward()
-            adamw.step()
-
-        seconds = time_per_call(step, reps, name)
-        print(f"{name} dtype=f32 B=16 T=256 C=768 heads=12 ms={seconds * 1e3:.3f}", flush=True)
-
-
-def sgd_step(params, loss_fn, reps, line):
-    """Prints line with the milliseconds of one SGD step (zero_grad, loss_fn().backward(), step)."""
-    sgd = torch.optim.SGD(params, lr=0.01)
-
-    def step():
-        sgd.zero_grad(set_to_none=True)
-        loss_fn().backward()
-        sgd.step()
-
-    print(f"{line} ms={time_per_call(step, reps) * 1e3:.3f}", flush=True)
+        report_step(f"{name} dtype=f32 B=16 T=256 C=768 heads=12", adamw,
+                    lambda: F.mse_loss(block(x), target), reps, name)
 
 
 def bench_models(reps):
@@ -213,7 +200,7 @@ def bench_models(reps):
         return F.nll_loss(F.log_softmax(fc2(h), 1), labels)
 
     lenet = [p for m in (conv1, conv2, fc1, fc2) for p in m.parameters()]
-    sgd_step(lenet, lenet_loss, reps, "lenet_step dtype=f32 batch=64")
+    report_step("lenet_step dtype=f32 batch=64", torch.optim.SGD(lenet, lr=0.01), lenet_loss, reps)
 
     c1, c2 = (nn.Conv2d(64, 64, 3, padding=1, bias=False).cuda() for _ in range(2))
     bn1, bn2 = nn.BatchNorm2d(64).cuda(), nn.BatchNorm2d(64).cuda()
@@ -224,12 +211,12 @@ def bench_models(reps):
         return F.mse_loss(F.relu(bn2(c2(h)) + block_x), block_target)
 
     block = [p for m in (c1, c2, bn1, bn2) for p in m.parameters()]
-    sgd_step(block, block_loss, reps, "resnet_block_step dtype=f32 B=32 C=64 HW=32")
+    report_step("resnet_block_step dtype=f32 B=32 C=64 HW=32", torch.optim.SGD(block, lr=0.01), block_loss, reps)
 
     lstm = nn.LSTM(256, 256, num_layers=2).cuda()
     seq, seq_target = torch.randn(64, 32, 256, device="cuda"), torch.randn(64, 32, 256, device="cuda")
-    sgd_step(list(lstm.parameters()), lambda: F.mse_loss(lstm(seq)[0], seq_target), reps,
-             "lstm_step dtype=f32 T=64 B=32 hidden=256 layers=2")
+    report_step("lstm_step dtype=f32 T=64 B=32 hidden=256 layers=2", torch.optim.SGD(lstm.parameters(), lr=0.01),
+                lambda: F.mse_loss(lstm(seq)[0], seq_target), reps)
 
 
 def main():

@@ -7,8 +7,9 @@
 // differentiable ops, unfold_windows and fold_windows, each the other's backward, so every op in this
 // file is a composite: convolution is unfold_windows plus one matmul with the weight (unless the device
 // has a direct kernel, Note [direct convolution]), pooling a reduction over the window offsets, and
-// every backward, double backward included, comes from the ops it is made of. Max pooling's indices come from a table of the flat input index each window
-// offset reads (window_index), gathered at the maxima.
+// every backward, double backward included, comes from the ops it is made of. Max pooling's indices
+// come from a table of the flat input index each window offset reads (window_index), gathered at the
+// maxima.
 
 #include <array>
 #include <cmath>
@@ -142,6 +143,22 @@ std::array<Tensor, 2> kernel_operands(const Tensor& a, const Tensor& b, const ch
   return {a.detach().contiguous(), b.detach().contiguous()};
 }
 
+/// Records out = f(a, b), bilinear, as one node: a's gradient is grad_a(g, b) and b's is grad_b(a, g) for the
+/// incoming gradient g, each saving only the operand the other's gradient needs.
+template <class GradA, class GradB>
+void record_bilinear(const char* name, const Tensor& a, const Tensor& b, const Tensor& out, GradA grad_a,
+                     GradB grad_b) {
+  auto node = autograd::record(name, a, b, out);
+  if (!node) return;
+  const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+  node->backward = [saved_a = need_b ? autograd::SavedVariable(a) : autograd::SavedVariable(),
+                    saved_b = need_a ? autograd::SavedVariable(b) : autograd::SavedVariable(), need_a, need_b, grad_a,
+                    grad_b](const tensor_list& grads) -> tensor_list {
+    return {need_a ? grad_a(grads[0], saved_b.unpack()) : Tensor(),
+            need_b ? grad_b(saved_a.unpack(), grads[0]) : Tensor()};
+  };
+}
+
 /// The convolution of x [N, C, H, W] with weight [O, C / groups, kH, kW] over g, without bias: [N, O, oH, oW].
 Tensor convolution(const Tensor& x, const Tensor& weight, const Window& g, int64_t groups, const char* op) {
   const int64_t n = x.size(0), c = x.size(1), o = weight.size(0);
@@ -152,15 +169,10 @@ Tensor convolution(const Tensor& x, const Tensor& weight, const Window& g, int64
     Tensor cols = unfold_windows(x, g, 0).reshape({n, groups, depth, g.positions()});
     return matmul(weight.reshape({groups, o / groups, depth}), cols).reshape({n, o, g.out[0], g.out[1]});
   }
-  if (auto node = autograd::record("ConvolutionBackward0", x, weight, out)) {
-    const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
-    node->backward = [saved_x = need_w ? autograd::SavedVariable(x) : autograd::SavedVariable(),
-                      saved_w = need_x ? autograd::SavedVariable(weight) : autograd::SavedVariable(), g, groups, need_x,
-                      need_w, op](const tensor_list& grads) -> tensor_list {
-      return {need_x ? convolution_backward_input(grads[0], saved_w.unpack(), g, groups, op) : Tensor(),
-              need_w ? convolution_backward_weight(saved_x.unpack(), grads[0], g, groups, op) : Tensor()};
-    };
-  }
+  record_bilinear(
+      "ConvolutionBackward0", x, weight, out,
+      [g, groups, op](const Tensor& dy, const Tensor& w) { return convolution_backward_input(dy, w, g, groups, op); },
+      [g, groups, op](const Tensor& x, const Tensor& dy) { return convolution_backward_weight(x, dy, g, groups, op); });
   return out;
 }
 
@@ -177,15 +189,12 @@ Tensor convolution_backward_input(const Tensor& grad_out, const Tensor& weight, 
     Tensor cols = matmul(w_t, grad_out.reshape({n, groups, o / groups, g.positions()}));  // [N, G, depth, L]
     return fold_windows(cols.reshape({n, c, g.offsets() * g.positions()}), g);
   }
-  if (auto node = autograd::record("ConvolutionBackwardInput", grad_out, weight, grad_in)) {
-    const bool need_dy = grad_out.requires_grad(), need_w = weight.requires_grad();
-    node->backward = [saved_dy = need_w ? autograd::SavedVariable(grad_out) : autograd::SavedVariable(),
-                      saved_w = need_dy ? autograd::SavedVariable(weight) : autograd::SavedVariable(), g, groups,
-                      need_dy, need_w, op](const tensor_list& grads) -> tensor_list {
-      return {need_dy ? convolution(grads[0], saved_w.unpack(), g, groups, op) : Tensor(),
-              need_w ? convolution_backward_weight(grads[0], saved_dy.unpack(), g, groups, op) : Tensor()};
-    };
-  }
+  record_bilinear(
+      "ConvolutionBackwardInput", grad_out, weight, grad_in,
+      [g, groups, op](const Tensor& gg, const Tensor& w) { return convolution(gg, w, g, groups, op); },
+      [g, groups, op](const Tensor& dy, const Tensor& gg) {
+        return convolution_backward_weight(gg, dy, g, groups, op);
+      });
   return grad_in;
 }
 
@@ -202,15 +211,10 @@ Tensor convolution_backward_weight(const Tensor& x, const Tensor& grad_out, cons
     Tensor per_sample = matmul(grad_out.reshape({n, groups, o / groups, g.positions()}), cols.transpose(-1, -2));
     return sum(per_sample, {0}).reshape(grad_w.sizes());  // [G, O / G, depth] summed over the batch
   }
-  if (auto node = autograd::record("ConvolutionBackwardWeight", x, grad_out, grad_w)) {
-    const bool need_x = x.requires_grad(), need_dy = grad_out.requires_grad();
-    node->backward = [saved_x = need_dy ? autograd::SavedVariable(x) : autograd::SavedVariable(),
-                      saved_dy = need_x ? autograd::SavedVariable(grad_out) : autograd::SavedVariable(), g, groups,
-                      need_x, need_dy, op](const tensor_list& grads) -> tensor_list {
-      return {need_x ? convolution_backward_input(saved_dy.unpack(), grads[0], g, groups, op) : Tensor(),
-              need_dy ? convolution(saved_x.unpack(), grads[0], g, groups, op) : Tensor()};
-    };
-  }
+  record_bilinear(
+      "ConvolutionBackwardWeight", x, grad_out, grad_w,
+      [g, groups, op](const Tensor& gg, const Tensor& dy) { return convolution_backward_input(dy, gg, g, groups, op); },
+      [g, groups, op](const Tensor& x, const Tensor& gg) { return convolution(x, gg, g, groups, op); });
   return grad_w;
 }
 

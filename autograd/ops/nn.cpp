@@ -145,7 +145,7 @@ Tensor normalize_by_batch(const Tensor& x, const Tensor& centered, const Tensor&
       const Tensor& dy = grads[0];
       const Tensor centered = saved_centered.unpack(), invstd = saved_invstd.unpack();
       const Tensor sum_dy = sum(dy, dims, /*keepdim=*/true);
-      const Tensor dweight = sum(dy * centered, dims, /*keepdim=*/true) * invstd;
+      const Tensor dweight = need_x || need_w ? sum(dy * centered, dims, /*keepdim=*/true) * invstd : Tensor();
       Tensor dx;
       if (need_x) {
         const Tensor w = saved_w.unpack();

@@ -30,8 +30,9 @@ using dnnl::memory;
 
 enum class Pass : int64_t { Forward, BackwardInput, BackwardWeight };
 
-/// One pass ready to run: the primitive, its two operands' and its result's oneDNN argument ids, their plain
-/// layouts and the layouts the primitive wants, with a reorder where the two differ, and the scratchpad's size.
+/// One pass ready to run: the primitive, its two operands' and its result's oneDNN arguments (roles_of), their
+/// plain layouts and the layouts the primitive wants, with a reorder where the two differ, and the scratchpad's
+/// size.
 struct Plan {
   dnnl::primitive primitive;
   std::array<int, 3> args;
@@ -39,6 +40,25 @@ struct Plan {
   std::array<std::optional<dnnl::reorder>, 3> reorders;  // plain to wanted for operands, wanted to plain for the result
   size_t scratchpad = 0;
 };
+
+/// What each pass reads as its two operands and writes as its result: which of the forward convolution's tensors
+/// (0 src, 1 weights, 2 dst) and as which oneDNN argument.
+struct Roles {
+  std::array<int, 3> tensor;
+  std::array<int, 3> arg;
+};
+
+Roles roles_of(Pass pass) {
+  switch (pass) {
+    case Pass::Forward:
+      return {{0, 1, 2}, {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST}};
+    case Pass::BackwardInput:
+      return {{2, 1, 0}, {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC}};
+    case Pass::BackwardWeight:
+      return {{0, 2, 1}, {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS}};
+  }
+  return {};
+}
 
 const dnnl::engine& engine() {
   static const dnnl::engine e(dnnl::engine::kind::cpu, 0);
@@ -78,40 +98,38 @@ Plan make_plan(Pass pass, const Tensor& src, const Tensor& weights, const Tensor
                                       strides, dilates, pad_before, pad_after),
       attr, engine());
   Plan plan;
+  dnnl::primitive_desc pd;
   if (pass == Pass::Forward) {
+    pd = forward;
     plan.primitive = dnnl::convolution_forward(forward);
-    plan.args = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
-    plan.plain = {src_plain, weight_plain, dst_plain};
-    plan.wanted = {forward.src_desc(), forward.weights_desc(), forward.dst_desc()};
-    plan.scratchpad = forward.scratchpad_desc().get_size();
   } else if (pass == Pass::BackwardInput) {
-    const dnnl::convolution_backward_data::primitive_desc pd(
+    const dnnl::convolution_backward_data::primitive_desc data(
         dnnl::convolution_backward_data::desc(algorithm, src_any, weight_any, dst_any, strides, dilates, pad_before,
                                               pad_after),
         attr, engine(), forward);
-    plan.primitive = dnnl::convolution_backward_data(pd);
-    plan.args = {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC};
-    plan.plain = {dst_plain, weight_plain, src_plain};
-    plan.wanted = {pd.diff_dst_desc(), pd.weights_desc(), pd.diff_src_desc()};
-    plan.scratchpad = pd.scratchpad_desc().get_size();
+    pd = data;
+    plan.primitive = dnnl::convolution_backward_data(data);
   } else {
-    const dnnl::convolution_backward_weights::primitive_desc pd(
+    const dnnl::convolution_backward_weights::primitive_desc weight(
         dnnl::convolution_backward_weights::desc(algorithm, src_any, weight_any, dst_any, strides, dilates, pad_before,
                                                  pad_after),
         attr, engine(), forward);
-    plan.primitive = dnnl::convolution_backward_weights(pd);
-    plan.args = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS};
-    plan.plain = {src_plain, dst_plain, weight_plain};
-    plan.wanted = {pd.src_desc(), pd.diff_dst_desc(), pd.diff_weights_desc()};
-    plan.scratchpad = pd.scratchpad_desc().get_size();
+    pd = weight;
+    plan.primitive = dnnl::convolution_backward_weights(weight);
   }
+  const Roles roles = roles_of(pass);
+  const std::array<memory::desc, 3> plain{src_plain, weight_plain, dst_plain};
+  plan.args = roles.arg;
+  plan.scratchpad = pd.scratchpad_desc().get_size();
   for (size_t i = 0; i < 3; ++i) {
+    plan.plain[i] = plain[static_cast<size_t>(roles.tensor[i])];
+    plan.wanted[i] = pd.query_md(dnnl::query::exec_arg_md, roles.arg[i]);
     if (plan.plain[i] == plan.wanted[i]) continue;
     const bool operand = i < 2;
-    const dnnl::reorder::primitive_desc pd(engine(), operand ? plan.plain[i] : plan.wanted[i], engine(),
-                                           operand ? plan.wanted[i] : plan.plain[i], attr);
-    plan.reorders[i].emplace(pd);
-    plan.scratchpad = std::max(plan.scratchpad, pd.scratchpad_desc().get_size());
+    const dnnl::reorder::primitive_desc reorder(engine(), operand ? plan.plain[i] : plan.wanted[i], engine(),
+                                                operand ? plan.wanted[i] : plan.plain[i], attr);
+    plan.reorders[i].emplace(reorder);
+    plan.scratchpad = std::max(plan.scratchpad, reorder.scratchpad_desc().get_size());
   }
   return plan;
 }
@@ -209,9 +227,10 @@ bool convolve(Pass pass, const char* op, const Tensor& src, const Tensor& weight
     STRATA_CHECK(false, op, ": oneDNN could not plan the convolution of input ", src.sizes(), " with weight ",
                  weights.sizes(), ": ", e.what());
   }
-  const std::array<const Tensor*, 3> order = pass == Pass::Forward         ? std::array{&src, &weights, &dst}
-                                             : pass == Pass::BackwardInput ? std::array{&dst, &weights, &src}
-                                                                           : std::array{&src, &dst, &weights};
+  const std::array<const Tensor*, 3> by_role{&src, &weights, &dst};
+  const Roles roles = roles_of(pass);
+  std::array<const Tensor*, 3> order{};
+  for (size_t i = 0; i < 3; ++i) order[i] = by_role[static_cast<size_t>(roles.tensor[i])];
   try {
     run(*plan, order);
   } catch (const dnnl::error& e) {
