@@ -182,7 +182,8 @@ PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, const Pip
   STRATA_CHECK(options_.micro_batches >= 1, "PipelineEngine: micro_batches must be at least 1, got ",
                options_.micro_batches);
   STRATA_CHECK(options_.schedule == "train" || options_.schedule == "gpipe",
-               "PipelineEngine: schedule must be \"train\" or \"gpipe\", got \"", options_.schedule, "\"");
+               "PipelineEngine: schedule must be \"train\" or \"gpipe\", got \"", options_.schedule,
+               "\" (the interleaved and zero-bubble schedules are for planning with strata-pipe)");
   std::unordered_set<const TensorImpl*> own;
   for (const Tensor& p : module_->parameters()) own.insert(p.impl_ptr().get());
   for (const auto& group : optimizer_->param_groups())
@@ -390,6 +391,10 @@ void PipelineEngine::execute(const PipeInstruction& ins) {
       st.p2p.wait();
       break;
     }
+    case PipeInstruction::BackwardInput:
+    case PipeInstruction::BackwardWeight:
+      // The constructor admits only schedules without split backward passes.
+      STRATA_INTERNAL_ASSERT(false);
     case PipeInstruction::ReduceTiedGrads:
       for (const State::Tie& tie : st.ties)
         for (const Tensor& p : tie.params) dist::all_reduce(grad_or_zeros(p), dist::ReduceOp::SUM, tie.group);

@@ -29,6 +29,7 @@ bool PipeInstruction::has_buffer() const {
 std::ostream& operator<<(std::ostream& os, const PipeInstruction& instruction) {
   os << name(instruction.kind) << '(';
   if (instruction.has_buffer()) os << instruction.buffer_id;
+  if (instruction.chunk != 0) os << (instruction.has_buffer() ? ", " : "") << "chunk " << instruction.chunk;
   return os << ')';
 }
 
@@ -44,6 +45,26 @@ bool PipeStep::operator==(const PipeStep& other) const {
 std::ostream& operator<<(std::ostream& os, const PipeStep& step) {
   for (int i = 0; i < step.size(); ++i) os << (i ? " " : "") << step[i];
   return os;
+}
+
+int StageLayout::virtual_stage(int stage, int chunk) const {
+  STRATA_CHECK(0 <= stage && stage < stages && 0 <= chunk && chunk < chunks, "StageLayout: stage ", stage, " chunk ",
+               chunk, " is out of range for ", stages, " stages of ", chunks, " chunks");
+  if (v_shape && chunk == 1) return 2 * stages - 1 - stage;
+  return chunk * stages + stage;
+}
+
+int StageLayout::stage_of(int virtual_stage) const {
+  STRATA_CHECK(0 <= virtual_stage && virtual_stage < num_virtual_stages(), "StageLayout: virtual stage ", virtual_stage,
+               " is out of range for ", num_virtual_stages());
+  if (v_shape && virtual_stage >= stages) return 2 * stages - 1 - virtual_stage;
+  return virtual_stage % stages;
+}
+
+int StageLayout::chunk_of(int virtual_stage) const {
+  STRATA_CHECK(0 <= virtual_stage && virtual_stage < num_virtual_stages(), "StageLayout: virtual stage ", virtual_stage,
+               " is out of range for ", num_virtual_stages());
+  return virtual_stage / stages;
 }
 
 PipeSchedule::PipeSchedule(int micro_batches, int stages, int stage_id)
@@ -180,13 +201,32 @@ PipeStep GPipeSchedule::step(int step_id) const {
   return out;
 }
 
-std::unique_ptr<PipeSchedule> make_schedule(std::string_view name, int micro_batches, int stages, int stage_id) {
+const std::vector<std::string_view>& schedule_names() {
+  static const std::vector<std::string_view> kNames = {"train",       "inference", "dataparallel", "gpipe",
+                                                       "interleaved", "zb-h1",     "zb-v"};
+  return kNames;
+}
+
+std::unique_ptr<PipeSchedule> make_schedule(std::string_view name, int micro_batches, int stages, int stage_id,
+                                            int chunks) {
+  const auto& names = schedule_names();
+  if (std::find(names.begin(), names.end(), name) == names.end()) {
+    std::string choices;
+    for (size_t i = 0; i < names.size(); ++i)
+      choices += std::string(i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + std::string(names[i]);
+    STRATA_CHECK(false, "make_schedule: unknown schedule \"", name, "\"; expected ", choices);
+  }
+  if (name == "interleaved")
+    return std::make_unique<Interleaved1F1BSchedule>(micro_batches, stages, stage_id, chunks == 0 ? 2 : chunks);
+  const int own = name == "zb-v" ? 2 : 1;
+  STRATA_CHECK(chunks == 0 || chunks == own, "make_schedule: the ", name, " schedule has ", own, " chunk",
+               own == 1 ? "" : "s", " per stage, got chunks = ", chunks, "; only interleaved takes another number");
   if (name == "train") return std::make_unique<TrainSchedule>(micro_batches, stages, stage_id);
   if (name == "inference") return std::make_unique<InferenceSchedule>(micro_batches, stages, stage_id);
   if (name == "dataparallel") return std::make_unique<DataParallelSchedule>(micro_batches, stages, stage_id);
-  STRATA_CHECK(name == "gpipe", "make_schedule: unknown schedule \"", name,
-               "\"; expected train, inference, dataparallel or gpipe");
-  return std::make_unique<GPipeSchedule>(micro_batches, stages, stage_id);
+  if (name == "gpipe") return std::make_unique<GPipeSchedule>(micro_batches, stages, stage_id);
+  if (name == "zb-h1") return std::make_unique<ZeroBubbleH1Schedule>(micro_batches, stages, stage_id);
+  return std::make_unique<ZeroBubbleVSchedule>(micro_batches, stages, stage_id);
 }
 
 std::ostream& operator<<(std::ostream& os, const PipeSchedule& schedule) {

@@ -8,7 +8,10 @@
 //   // 1: SendActivation(0)
 //   // 2: LoadMicroBatch(1) ForwardPass(1) ...
 //   auto report = pipe::validate_schedule("train", /*micro_batches=*/8, /*stages=*/4);
-//   std::cout << report;   // steps, bubble fraction, peak live buffers per stage
+//   std::cout << report;   // steps, bubble fraction, simulated time, peak live buffers per stage
+//   pipe::ZeroBubbleVSchedule zbv(/*micro_batches=*/8, /*stages=*/4, /*stage_id=*/1);   // two chunks in a V
+//   std::cout << zbv.step(6);   // "RecvActivation(5) SendActivation(4) RecvActivation(0, chunk 1)
+//                               //  ForwardPass(0, chunk 1)": chunk 1 of stage 1 is virtual stage 6 of 8
 //
 // A step's instructions run in order; p2p instructions are blocking and meet their peer's in the same step.
 
@@ -29,6 +32,8 @@ namespace strata::pipe {
   X(LoadMicroBatch, true)   /* the next micro-batch's inputs (first stage) or labels (last stage) into the buffer */ \
   X(ForwardPass, true)      /* runs this stage's layers on the buffer's inputs */                                    \
   X(BackwardPass, true)     /* backpropagates the buffer's outputs (loss on the last stage, received grads) */       \
+  X(BackwardInput, true)    /* the input-gradient half of BackwardPass (zero-bubble "B"): what SendGrad sends */     \
+  X(BackwardWeight, true)   /* the parameter-gradient half (zero-bubble "W"), after the buffer's BackwardInput */    \
   X(SendActivation, true)   /* sends the buffer's outputs to the next stage */                                       \
   X(RecvActivation, true)   /* receives the previous stage's outputs into the buffer */                              \
   X(SendGrad, true)         /* sends the gradient of the buffer's inputs to the previous stage */                    \
@@ -49,19 +54,20 @@ struct PipeInstruction {
 #undef STRATA_PIPE_KIND_COUNT
   Kind kind;               ///< what to do
   int32_t buffer_id = -1;  ///< the pipe buffer of a buffer op, -1 for the others
+  int16_t chunk = 0;       ///< the stage's model chunk it works on (interleaved and V schedules; 0 otherwise)
 
   bool has_buffer() const;  ///< whether this kind names a buffer
   bool operator==(const PipeInstruction&) const = default;
 };
 /// The instruction's name, e.g. "RecvGrad".
 std::string_view name(PipeInstruction::Kind kind);
-/// "RecvGrad(0)" for buffer ops, "OptimizerStep()" for the others.
+/// "RecvGrad(0)" for buffer ops, "OptimizerStep()" for the others; "RecvGrad(0, chunk 1)" past chunk 0.
 std::ostream& operator<<(std::ostream& os, const PipeInstruction& instruction);
 
-/// The instructions of one step, in order (at most six; no allocation).
+/// The instructions of one step, in order (at most twelve; no allocation).
 class PipeStep {
  public:
-  static constexpr int kCapacity = 6;           ///< the most instructions any schedule puts in one step
+  static constexpr int kCapacity = 12;          ///< the most instructions any schedule puts in one step
   void push_back(PipeInstruction instruction);  ///< appends; throws past kCapacity
   int size() const { return size_; }            ///< number of instructions
   bool empty() const { return size_ == 0; }     ///< no instructions
@@ -77,6 +83,21 @@ class PipeStep {
 /// The instructions separated by single spaces: "RecvGrad(0) SendActivation(2) BackwardPass(0)"; empty when none.
 std::ostream& operator<<(std::ostream& os, const PipeStep& step);
 
+/// Where a model cut into stages x chunks pieces (virtual stages, in model order) lives. Without chunks,
+/// virtual stage s is stage s. Megatron's interleaving loops: virtual stage c * stages + s is chunk c of
+/// stage s. The V goes down and back up: chunk 0 of stage s is virtual stage s, chunk 1 is 2 * stages - 1 - s,
+/// so the first and the last virtual stage share stage 0 and the turn is local to the last stage.
+struct StageLayout {
+  int stages = 1;                                             ///< pipeline stages (ranks along the pipe axis)
+  int chunks = 1;                                             ///< model chunks per stage
+  bool v_shape = false;                                       ///< the V placement (two chunks) instead of the loop
+  int num_virtual_stages() const { return stages * chunks; }  ///< stages x chunks
+  int virtual_stage(int stage, int chunk) const;              ///< where chunk `chunk` of `stage` is in the model
+  int stage_of(int virtual_stage) const;                      ///< the stage holding a virtual stage
+  int chunk_of(int virtual_stage) const;                      ///< its chunk there
+  bool operator==(const StageLayout&) const = default;
+};
+
 /// The steps one stage runs for one batch of micro_batches; step(t) is computed on demand.
 class PipeSchedule {
  public:
@@ -84,13 +105,15 @@ class PipeSchedule {
   PipeSchedule(int micro_batches, int stages, int stage_id);
   virtual ~PipeSchedule() = default;
 
-  virtual std::string_view name() const = 0;         ///< "train", "inference", "dataparallel" or "gpipe"
+  virtual std::string_view name() const = 0;         ///< as make_schedule takes it, e.g. "train"
   virtual int num_steps() const = 0;                 ///< number of steps in one batch
   virtual PipeStep step(int step_id) const = 0;      ///< the instructions of step step_id
   virtual int num_pipe_buffers() const = 0;          ///< buffers this stage needs; ids are 0..n-1
   virtual bool is_training() const { return true; }  ///< whether it runs backward passes
   /// Whether stages pass activations and grads to each other; false when every stage is a whole-model replica.
   virtual bool is_pipelined() const { return true; }
+  /// Where the model's chunks live; one chunk per stage unless the schedule interleaves.
+  virtual StageLayout layout() const { return {stages(), 1, false}; }
   std::vector<PipeStep> steps() const;  ///< every step, in order
 
   int micro_batches() const { return micro_batches_; }             ///< micro-batches per batch
@@ -153,30 +176,115 @@ class GPipeSchedule : public PipeSchedule {
   int num_pipe_buffers() const override { return micro_batches(); }
 };
 
-/// The schedule named "train", "inference", "dataparallel" or "gpipe"; throws naming the choices otherwise.
-std::unique_ptr<PipeSchedule> make_schedule(std::string_view name, int micro_batches, int stages, int stage_id);
+struct SchedulePlan;
+
+/// A training schedule planned for all stages at once (the interleaved and zero-bubble ones). Each stage's
+/// order of compute instructions comes from the algorithm, each instruction runs in the first step after
+/// everything it needs was computed (one compute instruction per stage and step), and a result crosses to
+/// another stage in the step after it was computed: the sender's SendActivation or SendGrad meets the
+/// receiver's Recv there. Within a step every stage orders its p2p by (lower stage, higher stage, direction),
+/// one order for all, so no two stages wait on each other. Buffer ids are micro-batch ids, one set per chunk.
+/// A chunk whose neighbour in the model is on the same stage hands its outputs (and gets its gradients)
+/// through the neighbour's buffer of the same id, without p2p.
+class PlannedSchedule : public PipeSchedule {
+ public:
+  int num_steps() const override;
+  PipeStep step(int step_id) const override;
+  int num_pipe_buffers() const override { return micro_batches(); }  ///< per chunk
+  StageLayout layout() const override { return layout_; }
+
+ protected:
+  /// Plans (or takes from a one-plan cache shared by the stages) the steps of every stage.
+  PlannedSchedule(int micro_batches, int stages, int stage_id, StageLayout layout, std::string_view algorithm);
+
+ private:
+  StageLayout layout_;
+  std::shared_ptr<const SchedulePlan> plan_;
+};
+
+/// Megatron's interleaved 1F1B: `chunks` model chunks per stage on the loop layout, micro-batches taken in
+/// groups of S through the chunks in turn, warm-up of 2(S - s - 1) + (chunks - 1)S forward passes, then one
+/// forward and one whole backward pass alternating. The bubble shrinks by the number of chunks at the cost of
+/// more p2p. micro_batches must be a multiple of stages (Megatron's rule; an error says so).
+class Interleaved1F1BSchedule : public PlannedSchedule {
+ public:
+  Interleaved1F1BSchedule(int micro_batches, int stages, int stage_id, int chunks = 2);
+  std::string_view name() const override { return "interleaved"; }
+  /// Whether Megatron's order is defined for the counts: micro_batches a multiple of stages.
+  static bool defined_for(int micro_batches, int stages) { return micro_batches % stages == 0; }
+};
+
+/// Zero bubble ZB-H1 (Qi et al., 2024): 1F1B with the backward split into BackwardInput (B) and
+/// BackwardWeight (W). B is on the critical path and runs first; W fills the time a stage would wait. A
+/// stage keeps at most min(S - s, M) micro-batches between forward and W, 1F1B's activation memory, and the
+/// bubble is about a third of 1F1B's when forward, B and W take the same time.
+class ZeroBubbleH1Schedule : public PlannedSchedule {
+ public:
+  ZeroBubbleH1Schedule(int micro_batches, int stages, int stage_id);
+  std::string_view name() const override { return "zb-h1"; }
+};
+
+/// Zero bubble ZB-V: two chunks per stage in a V (StageLayout::v_shape), B and W split as in ZB-H1, chunk 1's
+/// work first when both chunks could go on. Each stage keeps at most 2S chunk activations (S stages' worth,
+/// 1F1B's peak) and the bubble nearly vanishes once micro-batches outnumber stages twice over.
+class ZeroBubbleVSchedule : public PlannedSchedule {
+ public:
+  ZeroBubbleVSchedule(int micro_batches, int stages, int stage_id);
+  std::string_view name() const override { return "zb-v"; }
+};
+
+/// The schedule names make_schedule takes, in a stable order.
+const std::vector<std::string_view>& schedule_names();
+/// The schedule named "train", "inference", "dataparallel", "gpipe", "interleaved", "zb-h1" or "zb-v";
+/// throws naming the choices otherwise. chunks: model chunks per stage, 0 for the schedule's own (2 for
+/// interleaved and zb-v, 1 for the others); only "interleaved" takes another number.
+std::unique_ptr<PipeSchedule> make_schedule(std::string_view name, int micro_batches, int stages, int stage_id,
+                                            int chunks = 0);
 
 /// One line per step: "5: RecvGrad(0) SendActivation(2) BackwardPass(0)", "8:" for an empty step.
 std::ostream& operator<<(std::ostream& os, const PipeSchedule& schedule);
 
+/// What each compute instruction costs on the validator's clock: times for one micro-batch through one
+/// stage's share of the model (a chunk's instruction takes 1/chunks of it), and what a transfer adds.
+struct ScheduleCosts {
+  double forward = 1;          ///< ForwardPass
+  double backward_input = 1;   ///< BackwardInput (B)
+  double backward_weight = 1;  ///< BackwardWeight (W); BackwardPass costs B + W
+  double p2p = 0;              ///< from the later of sender and receiver reaching a transfer to both going on
+};
+
 /// What the validator found for one stage.
 struct StageReport {
-  int compute_steps = 0;  ///< steps with a ForwardPass or BackwardPass
-  /// The most buffers at any moment holding a micro-batch still needed (or labels awaiting their forward)
+  int compute_steps = 0;  ///< steps with a compute instruction (ForwardPass, BackwardPass, BackwardInput/Weight)
+  /// The most buffers, over all chunks, at any moment holding a micro-batch still needed (or labels awaiting
+  /// their forward); a chunk's buffer holds 1/chunks of a stage's activations
   int peak_live_buffers = 0;
-  int num_pipe_buffers = 0;  ///< the buffers the schedule declares
+  int num_pipe_buffers = 0;  ///< the buffers the schedule declares per chunk
+  /// Training: the most micro-batches, over all chunks, between their forward and their weight gradients,
+  /// each keeping the activations backward needs (a chunk's are 1/chunks of a stage's)
+  int peak_activations = 0;
+  double busy = 0;  ///< time spent computing on the simulated clock
 };
 /// What the validator found for a whole schedule.
 struct ScheduleReport {
   std::string schedule;                          ///< the schedule's name
   int micro_batches = 0, stages = 0, steps = 0;  ///< M, S and the number of steps
-  /// Idle stage-steps over all stage-steps: 1 - (steps with a forward or backward pass, summed over stages)
+  int chunks = 1;                                ///< model chunks per stage
+  /// Idle stage-steps over all stage-steps: 1 - (steps with a compute instruction, summed over stages)
   /// / (S x steps), each step one unit of time; (S - 1) / (M + S - 1) for train, inference and gpipe, 0 for
   /// dataparallel.
   double bubble_fraction = 0;
+  /// The batch's time on the simulated clock: each stage runs its instructions in order, a compute
+  /// instruction takes its cost, a transfer starts when both sides have reached it and takes costs.p2p.
+  double time = 0;
+  double idle_fraction = 0;            ///< 1 - (busy time summed over stages) / (S x time)
+  ScheduleCosts costs;                 ///< the costs the clock used
   std::vector<StageReport> per_stage;  ///< indexed by stage
+  /// The largest peak_activations over stages, in stages' worth of activations (divided by chunks).
+  double peak_activations() const;
 };
-/// Several lines: the schedule, M, S, steps and bubble fraction, then one line per stage.
+/// Several lines: the schedule, M, S, chunks, steps and bubble fraction; the simulated time and idle fraction;
+/// then one line per stage.
 std::ostream& operator<<(std::ostream& os, const ScheduleReport& report);
 
 /// One executed instruction, as the validator saw it: what a trace shows.
@@ -184,22 +292,45 @@ struct TraceEvent {
   int stage, step, position;    ///< where: the stage, the step, the instruction's index in its step
   PipeInstruction instruction;  ///< what
   int micro_batch;              ///< the micro-batch it worked on, -1 for the end-of-batch instructions
+  double start = 0, end = 0;    ///< when, on the simulated clock (a transfer starts when its side reached it)
+};
+
+/// How validate_schedule runs.
+struct ValidateOptions {
+  int chunks = 0;       ///< for the named schedule: model chunks per stage, 0 for the schedule's own
+  ScheduleCosts costs;  ///< the simulated clock's costs
+  std::function<void(const TraceEvent&)> on_event;  ///< sees every instruction as it runs, when given
 };
 
 /// Runs all stages' instruction streams in lockstep with blocking p2p, and proves: every send meets the
-/// matching receive of the same micro-batch in the same step (no deadlock); every micro-batch is forwarded
-/// (and, when training, then backwarded) exactly once per stage; no buffer is overwritten while still needed;
-/// buffer ids are within num_pipe_buffers(); the end-of-batch instructions come after the last backward.
-/// Throws strata::Error naming the stage, step and instruction of the first violation. Memory stays
-/// O(stages x buffers): steps are generated one at a time. `on_event`, when given, sees every instruction.
+/// matching receive of the same micro-batch and the neighbouring chunk in the same step (no deadlock); every
+/// micro-batch is forwarded (and, when training, then backwarded, B before W when split) exactly once per
+/// stage and chunk; no buffer is overwritten while still needed; buffer and chunk ids are in range; the
+/// end-of-batch instructions come after the last backward. Throws strata::Error naming the stage, step and
+/// instruction of the first violation. Memory stays O(stages x chunks x buffers) beyond the schedules'.
 ScheduleReport validate_schedule(std::string_view name, int micro_batches, int stages,
-                                 const std::function<void(const TraceEvent&)>& on_event = {});
-/// The same for any schedule: make_stage(s) gives stage s's schedule (tests validate hand-broken ones with it).
+                                 const ValidateOptions& options = {});
+/// The same for any schedule: make_stage(s) gives stage s's schedule (tests validate hand-broken ones with it);
+/// options.chunks is unused.
 ScheduleReport validate_schedule(const std::function<std::unique_ptr<PipeSchedule>(int stage_id)>& make_stage,
-                                 int stages, const std::function<void(const TraceEvent&)>& on_event = {});
+                                 int stages, const ValidateOptions& options = {});
 
 /// Writes the simulated schedule as a Chrome trace (JSON; chrome://tracing or ui.perfetto.dev open it):
-/// one row per stage, one step per millisecond, each instruction a slice labelled with its micro-batch.
-void write_chrome_trace(std::ostream& os, std::string_view name, int micro_batches, int stages);
+/// one row per stage, one step per millisecond, each instruction a slice labelled with its micro-batch (and
+/// chunk, for interleaved schedules).
+void write_chrome_trace(std::ostream& os, std::string_view name, int micro_batches, int stages, int chunks = 0);
+
+/// One schedule's prediction from simulate_schedules.
+struct SchedulePrediction {
+  std::string schedule;   ///< its name
+  std::string why_not;    ///< why it is not defined for the shape (then the report is empty)
+  ScheduleReport report;  ///< the validator's report with the given costs
+};
+/// Validates every training schedule for S stages and M micro-batches with `costs` and predicts its time,
+/// idle fraction and peak activations (interleaved with `chunks`, 0 for its own 2).
+std::vector<SchedulePrediction> simulate_schedules(int micro_batches, int stages, const ScheduleCosts& costs,
+                                                   int chunks = 0);
+/// The fastest prediction whose peak activations stay within 1F1B's ("train"); its index in `predictions`.
+size_t recommend(const std::vector<SchedulePrediction>& predictions);
 
 }  // namespace strata::pipe

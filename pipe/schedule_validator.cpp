@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iomanip>
+#include <limits>
 #include <sstream>
 
 #include "strata/pipe/schedule.h"
@@ -18,10 +19,13 @@ bool is_p2p(Instr::Kind kind) {
          kind == Instr::RecvGrad;
 }
 bool is_send(Instr::Kind kind) { return kind == Instr::SendActivation || kind == Instr::SendGrad; }
-// SendActivation and RecvGrad talk to the next stage, RecvActivation and SendGrad to the previous one.
-int peer_of(int stage, Instr::Kind kind) {
-  return kind == Instr::SendActivation || kind == Instr::RecvGrad ? stage + 1 : stage - 1;
+bool is_compute(Instr::Kind kind) {
+  return kind == Instr::ForwardPass || kind == Instr::BackwardPass || kind == Instr::BackwardInput ||
+         kind == Instr::BackwardWeight;
 }
+// SendActivation and RecvGrad talk to the chunk after this one in the model, RecvActivation and SendGrad to
+// the one before.
+bool to_next(Instr::Kind kind) { return kind == Instr::SendActivation || kind == Instr::RecvGrad; }
 Instr::Kind partner_of(Instr::Kind kind) {
   switch (kind) {
     case Instr::SendActivation:
@@ -35,23 +39,34 @@ Instr::Kind partner_of(Instr::Kind kind) {
   }
 }
 
-// What one pipe buffer of one stage holds during the simulation.
+// What one pipe buffer of one chunk holds during the simulation.
 struct BufferState {
-  int micro_batch = -1;  // whose inputs (loaded or received) it holds; -1 before the first
-  int labels = -1;       // whose labels wait for the forward pass (label-loading stages); -1 when none
+  int micro_batch = -1;  // whose inputs (loaded, received or handed over) it holds; -1 before the first
+  int labels = -1;       // whose labels wait for the forward pass (the last virtual stage); -1 when none
   bool forwarded = false, output_sent = false, grad_received = false, backwarded = false, grad_sent = false;
+  bool weighted = false;  // its parameter gradients are done (BackwardPass or BackwardWeight)
+};
+
+// One chunk of a stage: where it is in the model and who its neighbours are.
+struct ChunkState {
+  int prev = -1, next = -1;  // the stages holding the virtual stages before and after, -1 at the ends
+  int prev_chunk = 0, next_chunk = 0;
+  bool prev_local = false, next_local = false;  // the neighbour is a chunk of this stage: no p2p between them
+  bool first = false, last = false;             // loads the inputs / the labels
+  std::vector<BufferState> buffers;
 };
 
 struct StageState {
   std::unique_ptr<PipeSchedule> schedule;
-  std::vector<BufferState> buffers;
-  bool loads_inputs = false, loads_labels = false, has_prev = false, has_next = false;
+  std::vector<ChunkState> chunks;
+  int label_chunk = -1;  // the chunk whose buffers receive this stage's labels, -1 when it loads none
   PipeStep step;         // the current step's instructions
   int position = 0;      // the next one to run
   bool waiting = false;  // blocked on the p2p instruction at `position` until the peer reaches its partner
-  int next_inputs = 0, next_labels = 0;  // the micro-batch the next LoadMicroBatch takes
-  int forwards = 0, backwards = 0, live_buffers = 0;
+  int next_load = 0;     // the micro-batch the next LoadMicroBatch takes
+  int forwards = 0, backwards = 0, weights = 0, live_buffers = 0, activations = 0;
   bool grads_reduced = false, optimizer_stepped = false;
+  double clock = 0, arrived = 0;  // the simulated time, and when it reached the p2p it waits in
   StageReport report;
 };
 
@@ -73,39 +88,53 @@ std::ostream& operator<<(std::ostream& os, const At& at) {
 // instruction. If the peer is already waiting on the partner instruction, both complete (the micro-batch id
 // travels with the message) and the peer resumes; otherwise this stage waits. Each instruction is looked at
 // once, so a step costs O(stages), and a step after which a stage still waits is a deadlock. Only the
-// current step of each stage exists at any time.
+// current step of each stage exists at any time. The simulated clock rides along: a stage's clock advances by
+// each compute instruction's cost, and a transfer ends costs.p2p after the later of its two sides arrived,
+// which does not depend on the order in which the lockstep loop visits the stages.
 class Simulator {
  public:
   Simulator(const std::function<std::unique_ptr<PipeSchedule>(int)>& make_stage, int stages,
-            const std::function<void(const TraceEvent&)>& on_event);
+            const ValidateOptions& options);
   ScheduleReport run();
 
  private:
   void advance(int s);
   std::string waiting_stages() const;
+  int peer_of(int s, const Instr& in) const {
+    const ChunkState& c = stages_[s].chunks[in.chunk];
+    return to_next(in.kind) ? c.next : c.prev;
+  }
+  int peer_chunk(int s, const Instr& in) const {
+    const ChunkState& c = stages_[s].chunks[in.chunk];
+    return to_next(in.kind) ? c.next_chunk : c.prev_chunk;
+  }
   void start_p2p(int s, const Instr& in);
   void meet(int sender, int receiver);
   void run_local(int s, const Instr& in);
+  void forward(int s, const Instr& in);
+  void backward(int s, const Instr& in);
   void check_end_of_batch(int s, const Instr& in);
   void load(int s, const Instr& in);
-  const char* why_needed(const StageState& st, const BufferState& b) const;
-  void set_live(StageState& st, bool was_live, const BufferState& b);
-  bool is_live(const StageState& st, const BufferState& b) const { return why_needed(st, b) || b.labels >= 0; }
-  void emit(int s, const Instr& in, int micro_batch);
+  double cost(Instr::Kind kind) const;
+  void computed(int s, const Instr& in, int micro_batch);
+  const char* why_needed(const ChunkState& c, const BufferState& b) const;
+  void set_live(StageState& st, bool was_live, const ChunkState& c, const BufferState& b);
+  bool is_live(const ChunkState& c, const BufferState& b) const { return why_needed(c, b) || b.labels >= 0; }
+  void emit(int s, const Instr& in, int micro_batch, double start);
   At at(int s, const Instr& in, int micro_batch) const { return {name_, s, step_id_, in, micro_batch}; }
   BufferState& holding(int s, const Instr& in);
 
   std::vector<StageState> stages_;
-  const std::function<void(const TraceEvent&)>& on_event_;
+  const ValidateOptions& options_;
   std::string name_;
-  int micro_batches_ = 0, num_steps_ = 0, step_id_ = 0;
+  int micro_batches_ = 0, num_steps_ = 0, step_id_ = 0, chunks_ = 1;
   bool training_ = true, pipelined_ = true;
   std::vector<int> ready_;  // stages that can run on
 };
 
 Simulator::Simulator(const std::function<std::unique_ptr<PipeSchedule>(int)>& make_stage, int stages,
-                     const std::function<void(const TraceEvent&)>& on_event)
-    : stages_(stages), on_event_(on_event) {
+                     const ValidateOptions& options)
+    : stages_(stages), options_(options) {
   for (int s = 0; s < stages; ++s) {
     StageState& st = stages_[s];
     st.schedule = make_stage(s);
@@ -113,29 +142,56 @@ Simulator::Simulator(const std::function<std::unique_ptr<PipeSchedule>(int)>& ma
     const PipeSchedule& sched = *st.schedule;
     STRATA_CHECK(sched.stage_id() == s && sched.stages() == stages, "validate_schedule: the factory's schedule for ",
                  "stage ", s, " of ", stages, " is for stage ", sched.stage_id(), " of ", sched.stages());
+    const StageLayout layout = sched.layout();
     if (s == 0) {
       name_ = sched.name();
       micro_batches_ = sched.micro_batches();
       num_steps_ = sched.num_steps();
       training_ = sched.is_training();
       pipelined_ = sched.is_pipelined();
+      chunks_ = layout.chunks;
     }
     const PipeSchedule& first = *stages_[0].schedule;
-    STRATA_CHECK(sched.name() == first.name() && sched.micro_batches() == first.micro_batches() &&
-                     sched.num_steps() == first.num_steps() && sched.is_training() == first.is_training() &&
-                     sched.is_pipelined() == first.is_pipelined(),
-                 "validate_schedule: stage ", s, "'s schedule (", sched.name(), ", ", sched.micro_batches(),
-                 " micro-batches, ", sched.num_steps(), " steps) does not match stage 0's (", first.name(), ", ",
-                 first.micro_batches(), " micro-batches, ", first.num_steps(), " steps)");
+    if (sched.name() != first.name() || sched.micro_batches() != first.micro_batches() ||
+        sched.num_steps() != first.num_steps() || sched.is_training() != first.is_training() ||
+        sched.is_pipelined() != first.is_pipelined() || layout != first.layout()) {
+      auto describe = [](const PipeSchedule& x) {
+        std::ostringstream os;
+        os << x.name() << ", " << x.micro_batches() << " micro-batches, " << x.num_steps() << " steps";
+        if (x.layout().chunks > 1) os << ", " << x.layout().chunks << " chunks";
+        return os.str();
+      };
+      STRATA_CHECK(false, "validate_schedule: stage ", s, "'s schedule (", describe(sched),
+                   ") does not match stage 0's (", describe(first), ")");
+    }
+    STRATA_CHECK(layout.stages == stages && layout.chunks >= 1 && (!layout.v_shape || layout.chunks == 2),
+                 "validate_schedule: stage ", s, "'s layout has ", layout.stages, " stages of ", layout.chunks,
+                 " chunks", layout.v_shape ? " in a V" : "", " for a pipeline of ", stages, " stages");
     STRATA_CHECK(sched.num_pipe_buffers() >= 1, "validate_schedule: stage ", s, " declares ", sched.num_pipe_buffers(),
                  " pipe buffers");
-    st.buffers.resize(sched.num_pipe_buffers());
     st.report.num_pipe_buffers = sched.num_pipe_buffers();
-    // A stage of a data-parallel schedule holds the whole model: it loads its own inputs and labels.
-    st.loads_inputs = !pipelined_ || sched.is_first_stage();
-    st.loads_labels = !pipelined_ || sched.is_last_stage();
-    st.has_prev = pipelined_ && !sched.is_first_stage();
-    st.has_next = pipelined_ && !sched.is_last_stage();
+    st.chunks.resize(layout.chunks);
+    const int last = layout.num_virtual_stages() - 1;
+    for (int c = 0; c < layout.chunks; ++c) {
+      ChunkState& ch = st.chunks[c];
+      ch.buffers.resize(sched.num_pipe_buffers());
+      // A stage of a data-parallel schedule holds the whole model: it loads its own inputs and labels.
+      const int vs = pipelined_ ? layout.virtual_stage(s, c) : 0;
+      const int end = pipelined_ ? last : 0;
+      ch.first = vs == 0;
+      ch.last = vs == end;
+      if (ch.last) st.label_chunk = c;
+      if (vs > 0) {
+        ch.prev = layout.stage_of(vs - 1);
+        ch.prev_chunk = layout.chunk_of(vs - 1);
+        ch.prev_local = ch.prev == s;
+      }
+      if (vs < end) {
+        ch.next = layout.stage_of(vs + 1);
+        ch.next_chunk = layout.chunk_of(vs + 1);
+        ch.next_local = ch.next == s;
+      }
+    }
   }
 }
 
@@ -148,7 +204,7 @@ std::string Simulator::waiting_stages() const {
     if (!st.waiting) continue;
     if (waiting++ == 8) return os.str() + "; and more";
     os << (waiting > 1 ? "; " : "") << "stage " << s << " waits in " << st.step[st.position] << " for stage "
-       << peer_of(s, st.step[st.position].kind);
+       << peer_of(s, st.step[st.position]);
   }
   return os.str();
 }
@@ -160,9 +216,8 @@ ScheduleReport Simulator::run() {
     for (StageState& st : stages_) {
       st.step = st.schedule->step(step_id_);
       st.position = 0;
-      const bool computes = std::any_of(st.step.begin(), st.step.end(), [](const Instr& in) {
-        return in.kind == Instr::ForwardPass || in.kind == Instr::BackwardPass;
-      });
+      const bool computes =
+          std::any_of(st.step.begin(), st.step.end(), [](const Instr& in) { return is_compute(in.kind); });
       st.report.compute_steps += computes;
       compute += computes;
     }
@@ -178,20 +233,34 @@ ScheduleReport Simulator::run() {
     STRATA_CHECK(!stuck, "validate_schedule: ", name_, " schedule deadlocks at step ", step_id_, ": ",
                  waiting_stages());
   }
-  ScheduleReport report{name_, micro_batches_, stages, num_steps_, 0, {}};
+  ScheduleReport report;
+  report.schedule = name_;
+  report.micro_batches = micro_batches_;
+  report.stages = stages;
+  report.steps = num_steps_;
+  report.chunks = chunks_;
+  report.costs = options_.costs;
+  const int expected = micro_batches_ * chunks_;
+  double busy = 0;
   for (int s = 0; s < stages; ++s) {
     const StageState& st = stages_[s];
-    STRATA_CHECK(st.forwards == micro_batches_, "validate_schedule: ", name_, " schedule, stage ", s, " forwarded ",
-                 st.forwards, " of ", micro_batches_, " micro-batches");
+    const char* of = chunks_ > 1 ? " (micro-batches x chunks)" : " micro-batches";
+    STRATA_CHECK(st.forwards == expected, "validate_schedule: ", name_, " schedule, stage ", s, " forwarded ",
+                 st.forwards, " of ", expected, of);
     if (training_) {
-      STRATA_CHECK(st.backwards == micro_batches_, "validate_schedule: ", name_, " schedule, stage ", s, " backwarded ",
-                   st.backwards, " of ", micro_batches_, " micro-batches");
+      STRATA_CHECK(st.backwards == expected, "validate_schedule: ", name_, " schedule, stage ", s, " backwarded ",
+                   st.backwards, " of ", expected, of);
+      STRATA_CHECK(st.weights == expected, "validate_schedule: ", name_, " schedule, stage ", s,
+                   " computed the weight gradients of ", st.weights, " of ", expected, of);
       STRATA_CHECK(st.optimizer_stepped, "validate_schedule: ", name_, " schedule, stage ", s,
                    " never runs OptimizerStep");
     }
     report.per_stage.push_back(st.report);
+    report.time = std::max(report.time, st.clock);
+    busy += st.report.busy;
   }
   report.bubble_fraction = 1 - static_cast<double>(compute) / (static_cast<double>(stages) * num_steps_);
+  report.idle_fraction = report.time > 0 ? 1 - busy / (stages * report.time) : 0;
   return report;
 }
 
@@ -201,18 +270,24 @@ void Simulator::advance(int s) {
     const Instr& in = st.step[st.position];
     STRATA_CHECK(!in.has_buffer() || (0 <= in.buffer_id && in.buffer_id < st.report.num_pipe_buffers), at(s, in, -1),
                  ": buffer ", in.buffer_id, " is out of range for ", st.report.num_pipe_buffers, " pipe buffers");
+    STRATA_CHECK(0 <= in.chunk && in.chunk < chunks_ && (in.has_buffer() || in.chunk == 0), at(s, in, -1), ": chunk ",
+                 in.chunk, " is out of range for ", chunks_, " chunks", in.has_buffer() ? "" : " (or not 0)");
     if (!is_p2p(in.kind)) {
       run_local(s, in);
       ++st.position;
       continue;
     }
     start_p2p(s, in);
-    StageState& peer = stages_[peer_of(s, in.kind)];
-    if (!peer.waiting || peer.step[peer.position].kind != partner_of(in.kind)) {
+    const int p = peer_of(s, in);
+    StageState& peer = stages_[p];
+    if (!peer.waiting || peer.step[peer.position].kind != partner_of(in.kind) ||
+        peer_of(p, peer.step[peer.position]) != s) {
       st.waiting = true;
       return;
     }
-    const int p = peer_of(s, in.kind);
+    const Instr& other = peer.step[peer.position];
+    STRATA_CHECK(other.chunk == peer_chunk(s, in) && peer_chunk(p, other) == in.chunk, at(s, in, -1), ": meets stage ",
+                 p, "'s ", other, ", but chunk ", in.chunk, " talks to chunk ", peer_chunk(s, in));
     is_send(in.kind) ? meet(s, p) : meet(p, s);
     peer.waiting = false;
     ++peer.position;
@@ -223,11 +298,19 @@ void Simulator::advance(int s) {
 
 // Checks what a p2p instruction can check before its peer arrives: that the peer exists and what is sent.
 void Simulator::start_p2p(int s, const Instr& in) {
-  const StageState& st = stages_[s];
+  StageState& st = stages_[s];
   STRATA_CHECK(pipelined_, at(s, in, -1), ": the stages of a ", name_, " schedule are replicas and exchange nothing");
-  const bool to_next = peer_of(s, in.kind) > s;
-  STRATA_CHECK(to_next ? st.has_next : st.has_prev, at(s, in, -1), ": stage ", s, " has no ",
-               to_next ? "next" : "previous", " stage");
+  const ChunkState& c = st.chunks[in.chunk];
+  const bool next = to_next(in.kind);
+  const int peer = next ? c.next : c.prev;
+  if (chunks_ == 1) {
+    STRATA_CHECK(peer >= 0, at(s, in, -1), ": stage ", s, " has no ", next ? "next" : "previous", " stage");
+  } else {
+    STRATA_CHECK(peer >= 0, at(s, in, -1), ": chunk ", in.chunk, " of stage ", s, " is the ", next ? "last" : "first",
+                 " piece of the model");
+    STRATA_CHECK(peer != s, at(s, in, -1), ": chunk ", in.chunk, "'s ", next ? "next" : "previous",
+                 " piece is on the same stage, which hands it over without p2p");
+  }
   STRATA_CHECK(training_ || in.kind == Instr::SendActivation || in.kind == Instr::RecvActivation, at(s, in, -1),
                ": gradients in a schedule that does not train");
   if (in.kind == Instr::SendActivation) {
@@ -241,21 +324,25 @@ void Simulator::start_p2p(int s, const Instr& in) {
     STRATA_CHECK(!b.grad_sent, at(s, in, b.micro_batch), ": the grad of micro-batch ", b.micro_batch,
                  " was already sent");
   }
+  st.arrived = st.clock;
 }
 
 void Simulator::meet(int sender, int receiver) {
   StageState &from = stages_[sender], &to = stages_[receiver];
   const Instr &send = from.step[from.position], &recv = to.step[to.position];
-  BufferState &out = from.buffers[send.buffer_id], &in = to.buffers[recv.buffer_id];
+  ChunkState &out_chunk = from.chunks[send.chunk], &in_chunk = to.chunks[recv.chunk];
+  BufferState &out = out_chunk.buffers[send.buffer_id], &in = in_chunk.buffers[recv.buffer_id];
   const int m = out.micro_batch;
-  bool was_live = is_live(from, out);
+  const double done = std::max(from.arrived, to.arrived) + options_.costs.p2p;
+  from.clock = to.clock = done;
+  bool was_live = is_live(out_chunk, out);
   (send.kind == Instr::SendActivation ? out.output_sent : out.grad_sent) = true;
-  set_live(from, was_live, out);
-  emit(sender, send, m);
+  set_live(from, was_live, out_chunk, out);
+  emit(sender, send, m, from.arrived);
 
-  was_live = is_live(to, in);
+  was_live = is_live(in_chunk, in);
   if (recv.kind == Instr::RecvActivation) {
-    const char* needed = why_needed(to, in);
+    const char* needed = why_needed(in_chunk, in);
     STRATA_CHECK(!needed, at(receiver, recv, m), ": overwrites micro-batch ", in.micro_batch, ", which is ", needed);
     in = BufferState{m, in.labels};
   } else {
@@ -263,8 +350,24 @@ void Simulator::meet(int sender, int receiver) {
                  in.micro_batch);
     in.grad_received = true;
   }
-  set_live(to, was_live, in);
-  emit(receiver, recv, m);
+  set_live(to, was_live, in_chunk, in);
+  emit(receiver, recv, m, to.arrived);
+}
+
+double Simulator::cost(Instr::Kind kind) const {
+  const ScheduleCosts& c = options_.costs;
+  switch (kind) {
+    case Instr::ForwardPass:
+      return c.forward / chunks_;
+    case Instr::BackwardPass:
+      return (c.backward_input + c.backward_weight) / chunks_;
+    case Instr::BackwardInput:
+      return c.backward_input / chunks_;
+    case Instr::BackwardWeight:
+      return c.backward_weight / chunks_;
+    default:
+      return 0;
+  }
 }
 
 void Simulator::run_local(int s, const Instr& in) {
@@ -273,48 +376,110 @@ void Simulator::run_local(int s, const Instr& in) {
     case Instr::LoadMicroBatch:
       load(s, in);
       return;
-    case Instr::ForwardPass: {
-      BufferState& b = holding(s, in);
-      const At where = at(s, in, b.micro_batch);
-      STRATA_CHECK(!b.forwarded, where, ": micro-batch ", b.micro_batch, " was already forwarded");
-      if (st.loads_labels) {
-        STRATA_CHECK(b.labels >= 0, where, ": no labels loaded for the loss");
-        STRATA_CHECK(b.labels == b.micro_batch, where, ": the buffer holds the labels of micro-batch ", b.labels);
-      }
-      const bool was_live = is_live(st, b);
-      b.forwarded = true;
-      b.labels = -1;
-      set_live(st, was_live, b);
-      ++st.forwards;
-      emit(s, in, b.micro_batch);
+    case Instr::ForwardPass:
+      forward(s, in);
       return;
-    }
-    case Instr::BackwardPass: {
-      BufferState& b = holding(s, in);
-      const At where = at(s, in, b.micro_batch);
-      STRATA_CHECK(training_, where, ": a backward pass in a schedule that does not train");
-      STRATA_CHECK(b.forwarded, where, ": micro-batch ", b.micro_batch, " is not forwarded yet");
-      STRATA_CHECK(!b.backwarded, where, ": micro-batch ", b.micro_batch, " was already backwarded");
-      STRATA_CHECK(!st.has_next || b.grad_received, where, ": the grad of micro-batch ", b.micro_batch,
-                   " was not received");
-      const bool was_live = is_live(st, b);
-      b.backwarded = true;
-      set_live(st, was_live, b);
-      ++st.backwards;
-      emit(s, in, b.micro_batch);
+    case Instr::BackwardPass:
+    case Instr::BackwardInput:
+    case Instr::BackwardWeight:
+      STRATA_CHECK(training_, at(s, in, holding(s, in).micro_batch),
+                   ": a backward pass in a schedule that does not train");
+      backward(s, in);
       return;
-    }
     default:
       check_end_of_batch(s, in);
-      emit(s, in, -1);
+      emit(s, in, -1, st.clock);
   }
+}
+
+void Simulator::forward(int s, const Instr& in) {
+  StageState& st = stages_[s];
+  ChunkState& c = st.chunks[in.chunk];
+  BufferState& b = c.buffers[in.buffer_id];
+  if (c.prev_local) {
+    // The chunk before, on this stage, hands over its output of the same buffer id.
+    ChunkState& pc = st.chunks[c.prev_chunk];
+    BufferState& pb = pc.buffers[in.buffer_id];
+    const At where = at(s, in, pb.micro_batch);
+    STRATA_CHECK(pb.micro_batch >= 0 && pb.forwarded && !pb.output_sent, where, ": chunk ", c.prev_chunk, "'s buffer ",
+                 in.buffer_id, " holds no output to hand over");
+    const char* needed = why_needed(c, b);
+    STRATA_CHECK(!needed, where, ": overwrites micro-batch ", b.micro_batch, ", which is ", needed);
+    bool was_live = is_live(pc, pb);
+    pb.output_sent = true;
+    set_live(st, was_live, pc, pb);
+    was_live = is_live(c, b);
+    b = BufferState{pb.micro_batch, b.labels};
+    set_live(st, was_live, c, b);
+  }
+  BufferState& held = holding(s, in);
+  const At where = at(s, in, held.micro_batch);
+  STRATA_CHECK(!held.forwarded, where, ": micro-batch ", held.micro_batch, " was already forwarded");
+  if (c.last) {
+    STRATA_CHECK(held.labels >= 0, where, ": no labels loaded for the loss");
+    STRATA_CHECK(held.labels == held.micro_batch, where, ": the buffer holds the labels of micro-batch ", held.labels);
+  }
+  const bool was_live = is_live(c, held);
+  held.forwarded = true;
+  held.labels = -1;
+  set_live(st, was_live, c, held);
+  ++st.forwards;
+  if (training_) st.report.peak_activations = std::max(st.report.peak_activations, ++st.activations);
+  computed(s, in, held.micro_batch);
+}
+
+void Simulator::backward(int s, const Instr& in) {
+  StageState& st = stages_[s];
+  ChunkState& c = st.chunks[in.chunk];
+  BufferState& b = holding(s, in);
+  const At where = at(s, in, b.micro_batch);
+  STRATA_CHECK(b.forwarded, where, ": micro-batch ", b.micro_batch, " is not forwarded yet");
+  const bool was_live = is_live(c, b);
+  if (in.kind == Instr::BackwardWeight) {
+    STRATA_CHECK(b.backwarded, where, ": comes before the BackwardInput of micro-batch ", b.micro_batch);
+    STRATA_CHECK(!b.weighted, where, ": the weight gradients of micro-batch ", b.micro_batch, " were already computed");
+    b.weighted = true;
+    ++st.weights;
+  } else {
+    STRATA_CHECK(!b.backwarded, where, ": micro-batch ", b.micro_batch, " was already backwarded");
+    if (c.next_local) {
+      const BufferState& nb = st.chunks[c.next_chunk].buffers[in.buffer_id];
+      STRATA_CHECK(nb.micro_batch == b.micro_batch && nb.backwarded, where, ": chunk ", c.next_chunk,
+                   " has not backwarded micro-batch ", b.micro_batch, " in buffer ", in.buffer_id, " yet");
+    } else {
+      STRATA_CHECK(c.next < 0 || b.grad_received, where, ": the grad of micro-batch ", b.micro_batch,
+                   " was not received");
+    }
+    b.backwarded = true;
+    ++st.backwards;
+    if (c.prev_local) b.grad_sent = true;  // handed to the chunk before, on this stage
+    if (in.kind == Instr::BackwardPass) {
+      b.weighted = true;
+      ++st.weights;
+    }
+  }
+  if (b.weighted) --st.activations;
+  set_live(st, was_live, c, b);
+  computed(s, in, b.micro_batch);
+}
+
+// A compute instruction takes its cost on the stage's clock.
+void Simulator::computed(int s, const Instr& in, int micro_batch) {
+  StageState& st = stages_[s];
+  const double start = st.clock;
+  st.clock += cost(in.kind);
+  st.report.busy += cost(in.kind);
+  emit(s, in, micro_batch, start);
 }
 
 void Simulator::check_end_of_batch(int s, const Instr& in) {
   StageState& st = stages_[s];
   STRATA_CHECK(training_, at(s, in, -1), ": end-of-batch instruction in a schedule that does not train");
-  STRATA_CHECK(st.backwards == micro_batches_, at(s, in, -1), ": comes before every micro-batch is backwarded (",
-               st.backwards, " of ", micro_batches_, ")");
+  const int expected = micro_batches_ * chunks_;
+  STRATA_CHECK(st.backwards == expected, at(s, in, -1), ": comes before every micro-batch is backwarded (",
+               st.backwards, " of ", expected, ")");
+  STRATA_CHECK(st.weights == expected, at(s, in, -1), ": comes before every weight gradient is computed (", st.weights,
+               " of ", expected, ")");
   STRATA_CHECK(!st.optimizer_stepped, at(s, in, -1), ": comes after the optimizer step");
   if (in.kind == Instr::ReduceGrads) st.grads_reduced = true;
   if (in.kind == Instr::OptimizerStep) {
@@ -323,87 +488,147 @@ void Simulator::check_end_of_batch(int s, const Instr& in) {
   }
 }
 
-// The first stage (and a replica) loads the next micro-batch's inputs, the last stage its labels.
+// A stage takes each micro-batch once: the inputs go to the first virtual stage's chunk (when it holds it),
+// the labels to the last's, in the buffer the instruction names.
 void Simulator::load(int s, const Instr& in) {
   StageState& st = stages_[s];
-  BufferState& b = st.buffers[in.buffer_id];
-  STRATA_CHECK(st.loads_inputs || st.loads_labels, at(s, in, -1),
-               ": only the first and the last stage load micro-batches");
-  const int m = st.loads_inputs ? st.next_inputs : st.next_labels;
+  ChunkState& c = st.chunks[in.chunk];
+  STRATA_CHECK(c.first || c.last, at(s, in, -1),
+               chunks_ == 1 ? ": only the first and the last stage load micro-batches"
+                            : ": only the chunks holding the first and the last piece of the model load micro-batches");
+  STRATA_CHECK(c.first || !st.chunks[0].first || chunks_ == 1, at(s, in, -1),
+               ": this stage loads each micro-batch with its first chunk");
+  const int m = st.next_load;
   const At where = at(s, in, m);
   STRATA_CHECK(m < micro_batches_, where, ": the batch has only ", micro_batches_, " micro-batches");
-  const bool was_live = is_live(st, b);
-  if (st.loads_inputs) {
-    const char* needed = why_needed(st, b);
+  if (c.first) {
+    BufferState& b = c.buffers[in.buffer_id];
+    const char* needed = why_needed(c, b);
     STRATA_CHECK(!needed, where, ": overwrites micro-batch ", b.micro_batch, ", which is ", needed);
-    b = BufferState{st.next_inputs++, b.labels};
+    const bool was_live = is_live(c, b);
+    b = BufferState{m, b.labels};
+    set_live(st, was_live, c, b);
   }
-  if (st.loads_labels) {
+  if (st.label_chunk >= 0) {
+    ChunkState& lc = st.chunks[st.label_chunk];
+    BufferState& b = lc.buffers[in.buffer_id];
     STRATA_CHECK(b.labels < 0, where, ": overwrites the labels of micro-batch ", b.labels,
                  ", not yet used by a forward pass");
-    b.labels = st.next_labels++;
+    const bool was_live = is_live(lc, b);
+    b.labels = m;
+    set_live(st, was_live, lc, b);
   }
-  set_live(st, was_live, b);
-  emit(s, in, m);
+  ++st.next_load;
+  emit(s, in, m, st.clock);
 }
 
 // Why the buffer's micro-batch is still needed, or nullptr when it may be overwritten: a training stage keeps
-// it for the backward pass and then until its grad is sent; an inference stage until its output is sent.
-const char* Simulator::why_needed(const StageState& st, const BufferState& b) const {
+// it for the backward pass, its weight gradients, and until its grad is sent; an inference stage until its
+// output is sent.
+const char* Simulator::why_needed(const ChunkState& c, const BufferState& b) const {
   if (b.micro_batch < 0) return nullptr;
   if (training_) {
     if (!b.backwarded) return "not yet backwarded";
-    if (st.has_prev && !b.grad_sent) return "backwarded but its grad is not yet sent";
+    if (!b.weighted) return "backwarded but its weight gradients are not yet computed";
+    if (c.prev >= 0 && !b.grad_sent) return "backwarded but its grad is not yet sent";
     return nullptr;
   }
   if (!b.forwarded) return "not yet forwarded";
-  if (st.has_next && !b.output_sent) return "forwarded but its output is not yet sent";
+  if (c.next >= 0 && !b.output_sent) return "forwarded but its output is not yet sent";
   return nullptr;
 }
 
-void Simulator::set_live(StageState& st, bool was_live, const BufferState& b) {
-  st.live_buffers += static_cast<int>(is_live(st, b)) - static_cast<int>(was_live);
+void Simulator::set_live(StageState& st, bool was_live, const ChunkState& c, const BufferState& b) {
+  st.live_buffers += static_cast<int>(is_live(c, b)) - static_cast<int>(was_live);
   st.report.peak_live_buffers = std::max(st.report.peak_live_buffers, st.live_buffers);
 }
 
 BufferState& Simulator::holding(int s, const Instr& in) {
-  BufferState& b = stages_[s].buffers[in.buffer_id];
+  BufferState& b = stages_[s].chunks[in.chunk].buffers[in.buffer_id];
   STRATA_CHECK(b.micro_batch >= 0, at(s, in, -1), ": buffer ", in.buffer_id, " holds no micro-batch");
   return b;
 }
 
-void Simulator::emit(int s, const Instr& in, int micro_batch) {
-  if (on_event_) on_event_(TraceEvent{s, step_id_, stages_[s].position, in, micro_batch});
+void Simulator::emit(int s, const Instr& in, int micro_batch, double start) {
+  if (options_.on_event)
+    options_.on_event(TraceEvent{s, step_id_, stages_[s].position, in, micro_batch, start, stages_[s].clock});
 }
 
 }  // namespace
 
 ScheduleReport validate_schedule(const std::function<std::unique_ptr<PipeSchedule>(int stage_id)>& make_stage,
-                                 int stages, const std::function<void(const TraceEvent&)>& on_event) {
+                                 int stages, const ValidateOptions& options) {
   STRATA_CHECK(stages >= 1, "validate_schedule: stages must be at least 1, got ", stages);
   STRATA_CHECK(make_stage, "validate_schedule: no schedule factory given");
-  return Simulator(make_stage, stages, on_event).run();
+  const ScheduleCosts& c = options.costs;
+  STRATA_CHECK(c.forward >= 0 && c.backward_input >= 0 && c.backward_weight >= 0 && c.p2p >= 0,
+               "validate_schedule: costs must be non-negative, got forward ", c.forward, ", backward_input ",
+               c.backward_input, ", backward_weight ", c.backward_weight, ", p2p ", c.p2p);
+  return Simulator(make_stage, stages, options).run();
 }
 
-ScheduleReport validate_schedule(std::string_view name, int micro_batches, int stages,
-                                 const std::function<void(const TraceEvent&)>& on_event) {
-  return validate_schedule([&](int s) { return make_schedule(name, micro_batches, stages, s); }, stages, on_event);
+ScheduleReport validate_schedule(std::string_view name, int micro_batches, int stages, const ValidateOptions& options) {
+  return validate_schedule([&](int s) { return make_schedule(name, micro_batches, stages, s, options.chunks); }, stages,
+                           options);
+}
+
+double ScheduleReport::peak_activations() const {
+  int peak = 0;
+  for (const StageReport& s : per_stage) peak = std::max(peak, s.peak_activations);
+  return static_cast<double>(peak) / chunks;
 }
 
 std::ostream& operator<<(std::ostream& os, const ScheduleReport& report) {
-  std::ostringstream bubble;
-  bubble << std::fixed << std::setprecision(4) << report.bubble_fraction;
-  os << "schedule " << report.schedule << "  stages " << report.stages << "  micro-batches " << report.micro_batches
-     << "  steps " << report.steps << "  bubble " << bubble.str() << '\n';
+  std::ostringstream line;
+  line << std::fixed << std::setprecision(4);
+  line << "schedule " << report.schedule << "  stages " << report.stages << "  micro-batches " << report.micro_batches;
+  if (report.chunks > 1) line << "  chunks " << report.chunks;
+  line << "  steps " << report.steps << "  bubble " << report.bubble_fraction << '\n';
+  line << std::defaultfloat << "time " << report.time << " (forward " << report.costs.forward << ", backward input "
+       << report.costs.backward_input << ", backward weight " << report.costs.backward_weight << ", p2p "
+       << report.costs.p2p << ")  idle " << std::fixed << report.idle_fraction << std::defaultfloat
+       << "  peak activations " << report.peak_activations() << " stages\n";
+  os << line.str();
   for (size_t s = 0; s < report.per_stage.size(); ++s) {
     const StageReport& stage = report.per_stage[s];
     os << "stage " << s << ": compute " << stage.compute_steps << " steps, peak live buffers "
-       << stage.peak_live_buffers << " of " << stage.num_pipe_buffers << '\n';
+       << stage.peak_live_buffers << " of " << stage.num_pipe_buffers * report.chunks << ", busy " << stage.busy
+       << '\n';
   }
   return os;
 }
 
-void write_chrome_trace(std::ostream& os, std::string_view name, int micro_batches, int stages) {
+std::vector<SchedulePrediction> simulate_schedules(int micro_batches, int stages, const ScheduleCosts& costs,
+                                                   int chunks) {
+  std::vector<SchedulePrediction> out;
+  for (std::string_view name : schedule_names()) {
+    if (name == "inference" || name == "dataparallel") continue;
+    SchedulePrediction p{std::string(name), {}, {}};
+    if (name == "interleaved" && !Interleaved1F1BSchedule::defined_for(micro_batches, stages))
+      p.why_not = str("micro-batches (", micro_batches, ") must be a multiple of stages (", stages, ")");
+    else
+      p.report = validate_schedule(name, micro_batches, stages, {name == "interleaved" ? chunks : 0, costs, {}});
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+size_t recommend(const std::vector<SchedulePrediction>& predictions) {
+  double budget = std::numeric_limits<double>::infinity();
+  for (const SchedulePrediction& p : predictions)
+    if (p.schedule == "train" && p.why_not.empty()) budget = p.report.peak_activations();
+  size_t best = predictions.size();
+  for (size_t i = 0; i < predictions.size(); ++i) {
+    const SchedulePrediction& p = predictions[i];
+    if (!p.why_not.empty() || p.report.peak_activations() > budget + 1e-9) continue;
+    if (best == predictions.size() || p.report.time < predictions[best].report.time) best = i;
+  }
+  STRATA_CHECK(best < predictions.size(), "recommend: no schedule fits 1F1B's activation memory among ",
+               predictions.size(), " predictions");
+  return best;
+}
+
+void write_chrome_trace(std::ostream& os, std::string_view name, int micro_batches, int stages, int chunks) {
   // The events go to a buffer first, so a schedule that fails validation throws before anything is written.
   constexpr int kStepMicros = 1000;
   std::ostringstream body;
@@ -420,23 +645,35 @@ void write_chrome_trace(std::ostream& os, std::string_view name, int micro_batch
     for (const TraceEvent& e : pending) {
       const int dur = kStepMicros / count[e.stage];
       body << ",\n{\"name\":\"";
-      if (e.instruction.kind == Instr::ForwardPass || e.instruction.kind == Instr::BackwardPass)
-        body << (e.instruction.kind == Instr::ForwardPass ? 'F' : 'B') << e.micro_batch;
-      else
+      // Compute slices by their short names (zero bubble's B is BackwardInput), the rest in full.
+      const Instr::Kind kind = e.instruction.kind;
+      if (is_compute(kind)) {
+        body << (kind == Instr::ForwardPass     ? "F"
+                 : kind == Instr::BackwardPass  ? "B"
+                 : kind == Instr::BackwardInput ? "BI"
+                                                : "W")
+             << e.micro_batch;
+        if (e.instruction.chunk != 0) body << " chunk " << e.instruction.chunk;
+      } else {
         body << e.instruction;
+      }
       body << "\",\"ph\":\"X\",\"pid\":0,\"tid\":" << e.stage
            << ",\"ts\":" << static_cast<int64_t>(e.step) * kStepMicros + e.position * dur << ",\"dur\":" << dur
            << ",\"args\":{";
       if (e.instruction.has_buffer())
-        body << "\"micro_batch\":" << e.micro_batch << ",\"buffer\":" << e.instruction.buffer_id << ",";
+        body << "\"micro_batch\":" << e.micro_batch << ",\"buffer\":" << e.instruction.buffer_id
+             << ",\"chunk\":" << e.instruction.chunk << ",";
       body << "\"step\":" << e.step << "}}";
     }
     pending.clear();
   };
-  validate_schedule(name, micro_batches, stages, [&](const TraceEvent& e) {
+  ValidateOptions options;
+  options.chunks = chunks;
+  options.on_event = [&](const TraceEvent& e) {
     if (!pending.empty() && e.step != pending.front().step) flush();
     pending.push_back(e);
-  });
+  };
+  validate_schedule(name, micro_batches, stages, options);
   flush();
   os << "{\"traceEvents\":[" << body.str() << "\n]}\n";
 }

@@ -20,10 +20,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
+#include <limits>
 #include <iostream>
 #include <map>
 #include <optional>
 #include <span>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -37,15 +40,21 @@ namespace {
 
 const char* kUsage =
     "usage: strata-pipe <command> [options]\n"
-    "  schedule  --schedule train|inference|dataparallel|gpipe --stages S --micro-batches M [--stage s]\n"
-    "            the instructions of each step, for stage s or for every stage\n"
+    "  schedule  --schedule NAME --stages S --micro-batches M [--chunks v] [--stage s]\n"
+    "            the instructions of each step, for stage s or for every stage; NAME is train (1F1B),\n"
+    "            inference, dataparallel, gpipe, interleaved (Megatron's, v chunks, default 2), zb-h1 or zb-v\n"
     "  partition --method uniform|parameters|type:REGEX --weights w1,w2,... [--names n1,n2,...] --stages S\n"
     "            the S + 1 stage boundaries, then each stage's weight (--names: the layer type names, for type:)\n"
     "  topology  --axes a1,a2,... --dims d1,d2,...\n"
     "            each rank's coordinate, the last axis varying fastest\n"
-    "  validate  --schedule NAME --stages S --micro-batches M\n"
-    "            runs every stage in lockstep; prints steps, bubble fraction and peak buffers per stage\n"
-    "  trace     --schedule NAME --stages S --micro-batches M --out FILE\n"
+    "  validate  --schedule NAME --stages S --micro-batches M [--chunks v]\n"
+    "            runs every stage in lockstep; prints steps, bubble fraction, simulated time (forward, B and W\n"
+    "            1 each) and peak buffers per stage\n"
+    "  simulate  --stages S --micro-batches M [--forward F --backward-input B --backward-weight W --p2p L]\n"
+    "            [--chunks v]   predicts every training schedule's time for one batch, idle fraction and peak\n"
+    "            activations from per-stage times (default 1 each, p2p 0), and recommends the fastest that\n"
+    "            stays within 1F1B's activation memory\n"
+    "  trace     --schedule NAME --stages S --micro-batches M [--chunks v] --out FILE\n"
     "            writes the simulated schedule as a Chrome trace (open it in ui.perfetto.dev)\n"
     "  help      this message (also --help or -h)\n";
 
@@ -108,6 +117,16 @@ class Options {
     throw UsageError("missing --" + name);
   }
   int number(const std::string& name, int min) const { return parse_number("--" + name, required(name), min); }
+  int chunks() const { return get("chunks") ? number("chunks", 1) : 0; }
+  // A non-negative time, `fallback` when not given.
+  double seconds(const std::string& name, double fallback) const {
+    const auto text = get(name);
+    if (!text) return fallback;
+    const std::optional<double> value = cli::parse_number<double>(*text);
+    if (!value || !(*value >= 0) || *value == std::numeric_limits<double>::infinity())
+      throw UsageError("--" + name + " expects a finite non-negative number, got '" + *text + "'");
+    return *value;
+  }
 
  private:
   std::map<std::string, std::string> values_;
@@ -125,11 +144,11 @@ void run_schedule(const Options& opt) {
   const std::string name = opt.required("schedule");
   const int stages = opt.number("stages", 1), micro_batches = opt.number("micro-batches", 1);
   if (opt.get("stage")) {
-    std::cout << *pipe::make_schedule(name, micro_batches, stages, opt.number("stage", 0));
+    std::cout << *pipe::make_schedule(name, micro_batches, stages, opt.number("stage", 0), opt.chunks());
     return;
   }
   for (int stage = 0; stage < stages; ++stage) {
-    const auto schedule = pipe::make_schedule(name, micro_batches, stages, stage);
+    const auto schedule = pipe::make_schedule(name, micro_batches, stages, stage, opt.chunks());
     std::cout << "stage " << stage << "\n" << *schedule;
   }
 }
@@ -163,7 +182,35 @@ void run_topology(const Options& opt) {
 void run_validate(const Options& opt) {
   const std::string name = opt.required("schedule");
   const int stages = opt.number("stages", 1), micro_batches = opt.number("micro-batches", 1);
-  std::cout << pipe::validate_schedule(name, micro_batches, stages);
+  pipe::ValidateOptions options;
+  options.chunks = opt.chunks();
+  std::cout << pipe::validate_schedule(name, micro_batches, stages, options);
+}
+
+void run_simulate(const Options& opt) {
+  const int stages = opt.number("stages", 1), micro_batches = opt.number("micro-batches", 1);
+  const pipe::ScheduleCosts costs{opt.seconds("forward", 1), opt.seconds("backward-input", 1),
+                                  opt.seconds("backward-weight", 1), opt.seconds("p2p", 0)};
+  const std::vector<pipe::SchedulePrediction> predictions =
+      pipe::simulate_schedules(micro_batches, stages, costs, opt.chunks());
+  std::cout << "stages " << stages << "  micro-batches " << micro_batches << "  forward " << costs.forward
+            << "  backward input " << costs.backward_input << "  backward weight " << costs.backward_weight << "  p2p "
+            << costs.p2p << "\n";
+  std::cout << "schedule      time   idle    peak activations (stages)\n";
+  for (const pipe::SchedulePrediction& p : predictions) {
+    std::ostringstream label;
+    label << p.schedule;
+    if (p.schedule == "interleaved" && p.why_not.empty()) label << '/' << p.report.chunks;
+    std::cout << std::left << std::setw(12) << label.str();
+    if (!p.why_not.empty()) {
+      std::cout << "  not defined: " << p.why_not << "\n";
+      continue;
+    }
+    std::cout << std::right << std::setw(7) << std::setprecision(4) << p.report.time << "  " << std::fixed
+              << std::setprecision(3) << p.report.idle_fraction << std::defaultfloat << "  " << std::setw(6)
+              << p.report.peak_activations() << "\n";
+  }
+  std::cout << "recommended: " << predictions[pipe::recommend(predictions)].schedule << "\n";
 }
 
 void run_trace(const Options& opt) {
@@ -173,7 +220,7 @@ void run_trace(const Options& opt) {
   std::ofstream file(path);
   if (!file) throw std::runtime_error("cannot open " + path + " for writing");
   try {
-    pipe::write_chrome_trace(file, name, micro_batches, stages);
+    pipe::write_chrome_trace(file, name, micro_batches, stages, opt.chunks());
     file.close();
     if (!file) throw std::runtime_error("could not write " + path);
   } catch (...) {
@@ -194,11 +241,14 @@ struct Command {
 };
 
 const Command kCommands[] = {
-    {"schedule", {"schedule", "stages", "micro-batches", "stage"}, run_schedule},
+    {"schedule", {"schedule", "stages", "micro-batches", "chunks", "stage"}, run_schedule},
     {"partition", {"method", "weights", "names", "stages"}, run_partition},
     {"topology", {"axes", "dims"}, run_topology},
-    {"validate", {"schedule", "stages", "micro-batches"}, run_validate},
-    {"trace", {"schedule", "stages", "micro-batches", "out"}, run_trace},
+    {"validate", {"schedule", "stages", "micro-batches", "chunks"}, run_validate},
+    {"simulate",
+     {"stages", "micro-batches", "chunks", "forward", "backward-input", "backward-weight", "p2p"},
+     run_simulate},
+    {"trace", {"schedule", "stages", "micro-batches", "chunks", "out"}, run_trace},
 };
 
 void run(const std::vector<std::string>& args) {

@@ -1,6 +1,6 @@
 # The strata-pipe command, one group of cases per CTest test:
 #   cmake -DEXE=<strata-pipe> -DGROUP=<group> -DWORK_DIR=<scratch dir> [-DPYTHON=<python3>] -P cli.cmake
-# GROUP is schedule, partition, topology, validate, trace or usage. Each case checks the exit status and
+# GROUP is schedule, partition, topology, validate, simulate, trace or usage. Each case checks the exit status and
 # either the exact stdout or the first line of stderr; every failing case is reported, then the script fails.
 
 foreach(var EXE GROUP WORK_DIR)
@@ -105,6 +105,22 @@ stage 1
     ARGS schedule --schedule train --stages 2 --micro-batches 4 --stage 2)
   expect(unknown_schedule EXIT 1 STDERR_HAS "strata-pipe: make_schedule: unknown schedule \"zigzag\""
     ARGS schedule --schedule zigzag --stages 2 --micro-batches 4)
+  # ZB-H1 (pipe/schedule_plan.cpp): 1F1B's order of F and B, with W where the stage would wait.
+  expect(zb_h1 EXIT 0 ARGS schedule --schedule zb-h1 --stages 2 --micro-batches 3 --stage 1 STDOUT [[0:
+1: RecvActivation(0) LoadMicroBatch(0) ForwardPass(0)
+2: RecvActivation(1) BackwardInput(0)
+3: SendGrad(0) LoadMicroBatch(1) ForwardPass(1)
+4: BackwardInput(1)
+5: SendGrad(1) BackwardWeight(0)
+6: RecvActivation(2) LoadMicroBatch(2) ForwardPass(2)
+7: BackwardInput(2)
+8: SendGrad(2) BackwardWeight(1)
+9: BackwardWeight(2) ReduceTiedGrads() ReduceGrads() OptimizerStep()
+]])
+  expect(interleaved_needs_multiple EXIT 1 STDERR_HAS "micro_batches (3) must be a multiple of stages (2)"
+    ARGS schedule --schedule interleaved --stages 2 --micro-batches 3)
+  expect(chunks_for_train EXIT 1 STDERR_HAS "the train schedule has 1 chunk per stage, got chunks = 3"
+    ARGS schedule --schedule train --stages 2 --micro-batches 4 --chunks 3)
 
 elseif(GROUP STREQUAL "partition")
   # The heaviest stage weighs 6, and no split does better.
@@ -155,6 +171,39 @@ elseif(GROUP STREQUAL "validate")
   endif()
   expect(unknown_schedule EXIT 1 STDERR_HAS "unknown schedule \"zigzag\""
     ARGS validate --schedule zigzag --stages 2 --micro-batches 4)
+  expect(zb_v EXIT 0 ARGS validate --schedule zb-v --stages 2 --micro-batches 4 STDOUT [[schedule zb-v  stages 2  micro-batches 4  chunks 2  steps 25  bubble 0.0400
+time 12.5 (forward 1, backward input 1, backward weight 1, p2p 0)  idle 0.0400  peak activations 2 stages
+stage 0: compute 24 steps, peak live buffers 6 of 8, busy 12
+stage 1: compute 24 steps, peak live buffers 5 of 8, busy 12
+]])
+
+elseif(GROUP STREQUAL "simulate")
+  # Forward, B and W one unit each: 1F1B idles 3(S - 1) units, ZB-H1 S - 1, ZB-V (S - 1) / 2.
+  expect(unit_costs EXIT 0 ARGS simulate --stages 4 --micro-batches 8 STDOUT [[stages 4  micro-batches 8  forward 1  backward input 1  backward weight 1  p2p 0
+schedule      time   idle    peak activations (stages)
+train            33  0.273       4
+gpipe            33  0.273       8
+interleaved/2   28.5  0.158     5.5
+zb-h1            27  0.111       4
+zb-v           25.5  0.059       4
+recommended: zb-v
+]])
+  expect(not_a_multiple EXIT 0 ARGS simulate --stages 4 --micro-batches 6 --p2p 0.25 --backward-weight 0.5
+    STDOUT [[stages 4  micro-batches 6  forward 1  backward input 1  backward weight 0.5  p2p 0.25
+schedule      time   idle    peak activations (stages)
+train          28.5  0.474       4
+gpipe            30  0.500       6
+interleaved   not defined: micro-batches (6) must be a multiple of stages (4)
+zb-h1         27.25  0.450       4
+zb-v          32.75  0.542       4
+recommended: zb-h1
+]])
+  expect_usage_error(negative_time "--p2p expects a finite non-negative number, got '-1'"
+    simulate --stages 2 --micro-batches 4 --p2p -1)
+  expect_usage_error(nan_time "--forward expects a finite non-negative number, got 'nan'"
+    simulate --stages 2 --micro-batches 4 --forward nan)
+  expect_usage_error(zero_chunks "--chunks must be at least 1, got 0"
+    simulate --stages 2 --micro-batches 4 --chunks 0)
 
 elseif(GROUP STREQUAL "trace")
   file(REMOVE_RECURSE ${WORK_DIR})

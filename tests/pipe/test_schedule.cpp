@@ -2,6 +2,7 @@
 // for every small shape, and the validator on every schedule and on hand-broken ones.
 
 #include <algorithm>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -48,16 +49,16 @@ TEST(PipeSchedule, PrintsInstructionsAndSteps) {
 TEST(PipeSchedule, EveryKindHasItsNameAndBufferFlag) {
   // STRATA_PIPE_INSTRUCTION_KINDS is the one list: the enum, the names, has_buffer() and kNumKinds all follow it.
   const std::vector<std::pair<std::string, bool>> expected = {
-      {"LoadMicroBatch", true}, {"ForwardPass", true},   {"BackwardPass", true}, {"SendActivation", true},
-      {"RecvActivation", true}, {"SendGrad", true},      {"RecvGrad", true},     {"ReduceTiedGrads", false},
-      {"ReduceGrads", false},   {"OptimizerStep", false}};
+      {"LoadMicroBatch", true}, {"ForwardPass", true},      {"BackwardPass", true},   {"BackwardInput", true},
+      {"BackwardWeight", true}, {"SendActivation", true},   {"RecvActivation", true}, {"SendGrad", true},
+      {"RecvGrad", true},       {"ReduceTiedGrads", false}, {"ReduceGrads", false},   {"OptimizerStep", false}};
   ASSERT_EQ(Instr::kNumKinds, expected.size());
   for (size_t k = 0; k < Instr::kNumKinds; ++k) {
     const auto kind = static_cast<Instr::Kind>(k);
     EXPECT_EQ(name(kind), expected[k].first);
     EXPECT_EQ(Instr{kind}.has_buffer(), expected[k].second) << expected[k].first;
   }
-  EXPECT_THROW_MSG(name(static_cast<Instr::Kind>(Instr::kNumKinds)), "PipeInstruction: invalid kind 10");
+  EXPECT_THROW_MSG(name(static_cast<Instr::Kind>(Instr::kNumKinds)), "PipeInstruction: invalid kind 12");
 }
 
 TEST(PipeScheduleTrain, GoldenFourMicroBatchesTwoStages) {
@@ -278,7 +279,8 @@ TEST(ScheduleValidator, MicroBatchIdsTravelWithTheMessages) {
   for (int S = 1; S <= 6; ++S)
     for (int M = 1; M <= 12; ++M) {
       int forwards = 0, backwards = 0, receives = 0;
-      validate_schedule("train", M, S, [&](const TraceEvent& e) {
+      ValidateOptions options;
+      options.on_event = [&](const TraceEvent& e) {
         const Instr::Kind kind = e.instruction.kind;
         forwards += kind == Instr::ForwardPass;
         backwards += kind == Instr::BackwardPass;
@@ -293,7 +295,8 @@ TEST(ScheduleValidator, MicroBatchIdsTravelWithTheMessages) {
         } else {
           EXPECT_EQ(e.micro_batch, -1);
         }
-      });
+      };
+      validate_schedule("train", M, S, options);
       EXPECT_EQ(forwards, M * S);
       EXPECT_EQ(backwards, M * S);
       EXPECT_EQ(receives, M * (S - 1));
@@ -303,10 +306,19 @@ TEST(ScheduleValidator, MicroBatchIdsTravelWithTheMessages) {
 TEST(ScheduleValidator, ReportText) {
   EXPECT_EQ(text(validate_schedule("train", 8, 4)),
             "schedule train  stages 4  micro-batches 8  steps 22  bubble 0.2727\n"
-            "stage 0: compute 16 steps, peak live buffers 4 of 4\n"
-            "stage 1: compute 16 steps, peak live buffers 3 of 3\n"
-            "stage 2: compute 16 steps, peak live buffers 2 of 2\n"
-            "stage 3: compute 16 steps, peak live buffers 1 of 2\n");
+            "time 33 (forward 1, backward input 1, backward weight 1, p2p 0)  idle 0.2727  peak activations 4 stages\n"
+            "stage 0: compute 16 steps, peak live buffers 4 of 4, busy 24\n"
+            "stage 1: compute 16 steps, peak live buffers 3 of 3, busy 24\n"
+            "stage 2: compute 16 steps, peak live buffers 2 of 2, busy 24\n"
+            "stage 3: compute 16 steps, peak live buffers 1 of 2, busy 24\n");
+  ValidateOptions options;
+  options.costs = {2, 3, 1, 0.5};
+  EXPECT_EQ(text(validate_schedule("zb-v", 4, 2, options)),
+            "schedule zb-v  stages 2  micro-batches 4  chunks 2  steps 25  bubble 0.0400\n"
+            "time 39.5 (forward 2, backward input 3, backward weight 1, p2p 0.5)  idle 0.3924  peak activations 2 "
+            "stages\n"
+            "stage 0: compute 24 steps, peak live buffers 6 of 8, busy 24\n"
+            "stage 1: compute 24 steps, peak live buffers 5 of 8, busy 24\n");
 }
 
 // ---- the validator on hand-broken schedules ----------------------------------------------------
@@ -518,16 +530,25 @@ TEST(PipeSchedule, BadArguments) {
   EXPECT_THROW_MSG(make_schedule("inference", 4, 2, 2), "PipeSchedule: stage_id 2 is out of range for 2 stages");
   EXPECT_THROW_MSG(make_schedule("train", 4, 2, -1), "PipeSchedule: stage_id -1 is out of range for 2 stages");
   EXPECT_THROW_MSG(make_schedule("1f1b", 4, 2, 0),
-                   "make_schedule: unknown schedule \"1f1b\"; expected train, inference, dataparallel or gpipe");
+                   "make_schedule: unknown schedule \"1f1b\"; expected train, inference, dataparallel, gpipe, "
+                   "interleaved, zb-h1 or zb-v");
+  EXPECT_THROW_MSG(make_schedule("train", 4, 2, 0, 2),
+                   "make_schedule: the train schedule has 1 chunk per stage, got chunks = 2; only interleaved takes "
+                   "another number");
+  EXPECT_THROW_MSG(make_schedule("zb-v", 4, 2, 0, 3), "the zb-v schedule has 2 chunks per stage, got chunks = 3");
+  EXPECT_THROW_MSG(make_schedule("interleaved", 6, 4, 0),
+                   "Interleaved1F1BSchedule: micro_batches (6) must be a multiple of stages (4)");
+  EXPECT_THROW_MSG(make_schedule("interleaved", 4, 4, 0, 1),
+                   "Interleaved1F1BSchedule: chunks must be at least 2, got 1");
+  EXPECT_THROW_MSG(make_schedule("zb-h1", 0, 4, 0), "PipeSchedule: micro_batches must be at least 1, got 0");
+  EXPECT_THROW_MSG(make_schedule("interleaved", 4, 0, 0), "PipeSchedule: stages must be at least 1, got 0");
+  EXPECT_THROW_MSG(make_schedule("zb-v", 1 << 20, 64, 0), "zb-v schedule: planning 64 stages x 1048576 micro-batches");
+  EXPECT_THROW_MSG(ZeroBubbleVSchedule(4, 2, 0).step(25), "zb-v schedule: step 25 is out of range [0, 25)");
   EXPECT_THROW_MSG(TrainSchedule(4, 2, 0).step(10), "train schedule: step 10 is out of range [0, 10)");
   EXPECT_THROW_MSG(GPipeSchedule(4, 2, 0).step(-1), "gpipe schedule: step -1 is out of range [0, 10)");
-  PipeStep full = make_step({{Instr::ReduceGrads},
-                             {Instr::ReduceGrads},
-                             {Instr::ReduceGrads},
-                             {Instr::ReduceGrads},
-                             {Instr::ReduceGrads},
-                             {Instr::ReduceGrads}});
-  EXPECT_THROW_MSG(full.push_back({Instr::OptimizerStep}), "PipeStep: more than 6 instructions in one step");
+  PipeStep full;
+  for (int i = 0; i < PipeStep::kCapacity; ++i) full.push_back({Instr::ReduceGrads});
+  EXPECT_THROW_MSG(full.push_back({Instr::OptimizerStep}), "PipeStep: more than 12 instructions in one step");
 }
 
 TEST(ScheduleValidator, BadArguments) {
@@ -577,11 +598,11 @@ TEST(ScheduleValidator, ChromeTraceIsValidJson) {
   };
   // Stage 0, step 0: LoadMicroBatch(0) ForwardPass(0), half a millisecond each.
   const auto forward = nlohmann::json::parse(R"json({"name":"F0","ph":"X","pid":0,"tid":0,"ts":500,"dur":500,
-      "args":{"micro_batch":0,"buffer":0,"step":0}})json");
+      "args":{"micro_batch":0,"buffer":0,"chunk":0,"step":0}})json");
   EXPECT_EQ(find(0, 0, "F0"), forward);
   // Stage 1, step 5: SendGrad(1) RecvActivation(0) LoadMicroBatch(0) ForwardPass(0) on micro-batch 2.
   const auto receive = nlohmann::json::parse(R"json({"name":"RecvActivation(0)","ph":"X","pid":0,"tid":1,"ts":5250,
-      "dur":250,"args":{"micro_batch":2,"buffer":0,"step":5}})json");
+      "dur":250,"args":{"micro_batch":2,"buffer":0,"chunk":0,"step":5}})json");
   EXPECT_EQ(find(1, 5, "RecvActivation(0)"), receive);
   const auto optimizer_step = nlohmann::json::parse(R"json({"name":"OptimizerStep()","ph":"X","pid":0,"tid":0,
       "ts":9800,"dur":200,"args":{"step":9}})json");
@@ -592,6 +613,208 @@ TEST(ScheduleValidator, ChromeTraceOfAnUnknownScheduleWritesNothing) {
   std::ostringstream os;
   EXPECT_THROW_MSG(write_chrome_trace(os, "pipedream", 4, 2), "unknown schedule");
   EXPECT_EQ(os.str(), "");
+}
+
+// ---- the planned schedules: interleaved 1F1B, ZB-H1, ZB-V ----------------------------------------
+
+TEST(StageLayout, LoopAndVPlaceEveryVirtualStageOnce) {
+  EXPECT_EQ(text(Instr{Instr::ForwardPass, 3, 1}), "ForwardPass(3, chunk 1)");
+  EXPECT_EQ(text(Instr{Instr::BackwardWeight, 0}), "BackwardWeight(0)");
+  for (int S = 1; S <= 16; ++S)
+    for (const StageLayout layout : {StageLayout{S, 1, false}, StageLayout{S, 3, false}, StageLayout{S, 2, true}}) {
+      std::vector<int> seen(layout.num_virtual_stages(), 0);
+      for (int s = 0; s < S; ++s)
+        for (int c = 0; c < layout.chunks; ++c) {
+          const int vs = layout.virtual_stage(s, c);
+          ++seen.at(vs);
+          ASSERT_EQ(layout.stage_of(vs), s);
+          ASSERT_EQ(layout.chunk_of(vs), c);
+        }
+      ASSERT_TRUE(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
+    }
+  // The V: stage 0 holds the first and the last piece, the last stage turns around locally.
+  const StageLayout v{4, 2, true};
+  EXPECT_EQ(v.virtual_stage(0, 1), 7);
+  EXPECT_EQ(v.virtual_stage(3, 0), 3);
+  EXPECT_EQ(v.virtual_stage(3, 1), 4);
+  const StageLayout loop{4, 2, false};
+  EXPECT_EQ(loop.virtual_stage(0, 1), 4);
+  EXPECT_EQ(loop.stage_of(5), 1);
+  EXPECT_THROW_MSG(loop.stage_of(8), "StageLayout: virtual stage 8 is out of range for 8");
+  EXPECT_THROW_MSG(v.virtual_stage(0, 2), "StageLayout: stage 0 chunk 2 is out of range for 4 stages of 2 chunks");
+}
+
+TEST(PlannedSchedule, GoldenZeroBubbleH1TwoStages) {
+  // 1F1B's order of F and B; stage 0 may hold S = 2 micro-batches, so W(0) must come before F(2).
+  EXPECT_EQ(listing("zb-h1", 3, 2, 0),
+            "0: LoadMicroBatch(0) ForwardPass(0)\n"
+            "1: SendActivation(0) LoadMicroBatch(1) ForwardPass(1)\n"
+            "2: SendActivation(1)\n"
+            "3: RecvGrad(0) BackwardInput(0)\n"
+            "4: BackwardWeight(0)\n"
+            "5: RecvGrad(1) LoadMicroBatch(2) ForwardPass(2)\n"
+            "6: SendActivation(2) BackwardInput(1)\n"
+            "7: BackwardWeight(1)\n"
+            "8: RecvGrad(2) BackwardInput(2)\n"
+            "9: BackwardWeight(2) ReduceTiedGrads() ReduceGrads() OptimizerStep()\n");
+  // The last stage sends each grad right after B and leaves W for when it would wait.
+  EXPECT_EQ(listing("zb-h1", 3, 2, 1),
+            "0:\n"
+            "1: RecvActivation(0) LoadMicroBatch(0) ForwardPass(0)\n"
+            "2: RecvActivation(1) BackwardInput(0)\n"
+            "3: SendGrad(0) LoadMicroBatch(1) ForwardPass(1)\n"
+            "4: BackwardInput(1)\n"
+            "5: SendGrad(1) BackwardWeight(0)\n"
+            "6: RecvActivation(2) LoadMicroBatch(2) ForwardPass(2)\n"
+            "7: BackwardInput(2)\n"
+            "8: SendGrad(2) BackwardWeight(1)\n"
+            "9: BackwardWeight(2) ReduceTiedGrads() ReduceGrads() OptimizerStep()\n");
+}
+
+TEST(PlannedSchedule, GoldenInterleavedTwoStages) {
+  // Megatron's order on stage 1 of 2 with 2 chunks: warm-up F(0) F(1) on chunk 0, then a forward and a
+  // backward together in each step, micro-batches in groups of S = 2 through the chunks. Within a step the
+  // messages with stage 0 go stage 0 -> 1 first (activations, then grads), then 1 -> 0.
+  EXPECT_EQ(listing("interleaved", 4, 2, 1),
+            "0:\n"
+            "1: RecvActivation(0) ForwardPass(0)\n"
+            "2: RecvActivation(1) SendActivation(0) ForwardPass(1)\n"
+            "3: RecvActivation(0, chunk 1) SendActivation(1) LoadMicroBatch(0, chunk 1) ForwardPass(0, chunk 1) "
+            "BackwardPass(0, chunk 1)\n"
+            "4: RecvActivation(1, chunk 1) SendGrad(0, chunk 1) LoadMicroBatch(1, chunk 1) ForwardPass(1, chunk 1) "
+            "BackwardPass(1, chunk 1)\n"
+            "5: RecvActivation(2) RecvGrad(0) SendGrad(1, chunk 1) ForwardPass(2) BackwardPass(0)\n"
+            "6: RecvActivation(3) RecvGrad(1) SendActivation(2) SendGrad(0) ForwardPass(3) BackwardPass(1)\n"
+            "7: RecvActivation(2, chunk 1) SendActivation(3) SendGrad(1) LoadMicroBatch(2, chunk 1) "
+            "ForwardPass(2, chunk 1) BackwardPass(2, chunk 1)\n"
+            "8: RecvActivation(3, chunk 1) SendGrad(2, chunk 1) LoadMicroBatch(3, chunk 1) ForwardPass(3, chunk 1) "
+            "BackwardPass(3, chunk 1)\n"
+            "9: RecvGrad(2) SendGrad(3, chunk 1) BackwardPass(2)\n"
+            "10: RecvGrad(3) SendGrad(2) BackwardPass(3)\n"
+            "11: SendGrad(3) ReduceTiedGrads() ReduceGrads() OptimizerStep()\n");
+  // With M = S Megatron runs every forward first.
+  EXPECT_EQ(listing("interleaved", 2, 2, 1).substr(0, 120).find("BackwardPass"), std::string::npos);
+}
+
+TEST(PlannedSchedule, GoldenZeroBubbleVStageOneTurnsAroundLocally) {
+  // Stage 1 of 2 holds virtual stages 1 and 2: chunk 1 takes chunk 0's output without p2p.
+  const std::string stage1 = listing("zb-v", 2, 2, 1);
+  EXPECT_EQ(stage1.substr(0, stage1.find("\n3:")),
+            "0:\n"
+            "1: RecvActivation(0) ForwardPass(0)\n"
+            "2: RecvActivation(1) ForwardPass(0, chunk 1)");
+  EXPECT_EQ(ZeroBubbleVSchedule(2, 2, 1).layout(), (StageLayout{2, 2, true}));
+  EXPECT_EQ(Interleaved1F1BSchedule(4, 2, 1, 3).layout(), (StageLayout{2, 3, false}));
+}
+
+// Every planned schedule validates for every S <= 16 and M <= 64 (the interleaved one where M is a multiple
+// of S), with the properties that define it on the simulated clock (forward, B and W one unit each).
+TEST(PlannedSchedule, EveryShapeValidatesWithItsBubbleAndMemory) {
+  for (int S = 1; S <= 16; ++S)
+    for (int M = 1; M <= 64; ++M) {
+      const std::string where = " M " + std::to_string(M) + " S " + std::to_string(S);
+      ScheduleReport train, h1, v;
+      try {
+        train = validate_schedule("train", M, S);
+        h1 = validate_schedule("zb-h1", M, S);
+        v = validate_schedule("zb-v", M, S);
+      } catch (const Error& e) {
+        FAIL() << where << ": " << e.what();
+      }
+      // 1F1B idles 3(S - 1) units, ZB-H1 a third of that once M >= S: B and W fill what F leaves.
+      ASSERT_EQ(train.time, 3.0 * (M + S - 1)) << where;
+      if (M >= S) {
+        ASSERT_EQ(h1.time - 3 * M, S - 1) << where;
+      }
+      ASSERT_LE(h1.time, train.time) << where;
+      // ZB-V idles (S - 1) / 2 for S <= 4, the least a V allows (stage S - 1 starts after S - 1 half-stage
+      // forwards), and at most 0.9 (S - 1) for S <= 16, once M >= S.
+      if (M >= S) {
+        ASSERT_LE(v.time - 3 * M, (S <= 4 ? 0.5 : 0.9) * (S - 1) + 1e-9) << where;
+      }
+      ASSERT_LE(v.time, h1.time) << where;
+      // Both keep within 1F1B's peak activation memory: stage 0's min(S, M) micro-batches.
+      ASSERT_EQ(train.peak_activations(), std::min(S, M)) << where;
+      ASSERT_LE(h1.peak_activations(), std::min(S, M)) << where;
+      ASSERT_LE(v.peak_activations(), std::min(S, M)) << where;
+      for (const ScheduleReport* r : {&h1, &v})
+        for (const StageReport& stage : r->per_stage) ASSERT_EQ(stage.busy, 3.0 * M) << where;
+      for (int chunks = 2; chunks <= (S <= 8 ? 4 : 2) && M % S == 0; ++chunks) {
+        ValidateOptions options;
+        options.chunks = chunks;
+        ScheduleReport interleaved;
+        try {
+          interleaved = validate_schedule("interleaved", M, S, options);
+        } catch (const Error& e) {
+          FAIL() << where << " chunks " << chunks << ": " << e.what();
+        }
+        ASSERT_EQ(interleaved.chunks, chunks);
+        // Megatron's bubble: (S - 1)(F + B + W) / chunks, once past the all-warm-up case M = S.
+        if (M > S) {
+          ASSERT_NEAR(interleaved.time - 3 * M, 3.0 * (S - 1) / chunks, 1e-9) << where << " v " << chunks;
+        }
+      }
+    }
+}
+
+// On the hand-broken V: the validator checks what chunks and split backward passes add.
+TEST(PlannedSchedule, ValidatorChecksChunksAndSplitBackward) {
+  const auto broken = [](int M, int S, std::function<PipeStep(int, int, PipeStep)> edit) {
+    return validate_edited<ZeroBubbleVSchedule>(M, S, edit);
+  };
+  // Stage 0, step 4 is BackwardInput(0, chunk 1): turned into BackwardWeight, it comes before B.
+  EXPECT_EQ(text(ZeroBubbleVSchedule(4, 2, 0).step(4)), "BackwardInput(0, chunk 1)");
+  EXPECT_THROW_MSG(broken(4, 2, replace(0, 4, make_step({{Instr::BackwardWeight, 0, 1}}))),
+                   "validate_schedule: zb-v schedule, stage 0, step 4, BackwardWeight(0, chunk 1) (micro-batch 0): "
+                   "comes before the BackwardInput of micro-batch 0");
+  // Without its W (step 5 sends the grad and runs W), the buffer stays needed and the end of batch is early.
+  EXPECT_THROW_MSG(broken(4, 2, replace(0, 5, make_step({{Instr::SendGrad, 0, 1}, {Instr::RecvActivation, 1, 1}}))),
+                   "ReduceTiedGrads(): comes before every weight gradient is computed (7 of 8)");
+  // Chunk 2 does not exist; chunk 1's forward on stage 1 has no p2p to its chunk 0, which is local.
+  EXPECT_THROW_MSG(broken(4, 2, replace(0, 0, make_step({{Instr::LoadMicroBatch, 0, 2}}))),
+                   "LoadMicroBatch(0, chunk 2): chunk 2 is out of range for 2 chunks");
+  EXPECT_THROW_MSG(
+      broken(4, 2, replace(1, 2, make_step({{Instr::RecvActivation, 1}, {Instr::RecvActivation, 0, 1}}))),
+      "validate_schedule: zb-v schedule, stage 1, step 2, RecvActivation(0, chunk 1): chunk 1's previous piece is "
+      "on the same stage, which hands it over without p2p");
+  // Stage 1's local hand-over needs chunk 0's output.
+  EXPECT_THROW_MSG(broken(4, 2, replace(1, 1, make_step({{Instr::RecvActivation, 0}}))),
+                   "ForwardPass(0, chunk 1) (micro-batch 0): chunk 0's buffer 0 holds no output to hand over");
+  // A p2p whose chunks do not neighbour each other in the model.
+  EXPECT_THROW_MSG(
+      broken(4, 2,
+             replace(0, 1,
+                     make_step({{Instr::SendActivation, 0, 1}, {Instr::LoadMicroBatch, 1}, {Instr::ForwardPass, 1}}))),
+      "SendActivation(0, chunk 1)");
+}
+
+TEST(PlannedSchedule, SimulateRecommendsTheFastestWithinOneFOneBMemory) {
+  const std::vector<SchedulePrediction> p = simulate_schedules(8, 4, {});
+  std::vector<std::string> names;
+  for (const SchedulePrediction& x : p) names.push_back(x.schedule);
+  EXPECT_EQ(names, (std::vector<std::string>{"train", "gpipe", "interleaved", "zb-h1", "zb-v"}));
+  EXPECT_EQ(p[recommend(p)].schedule, "zb-v");
+  // With a slow transfer the V's and the interleaving's extra hops cost more than their bubbles save.
+  const std::vector<SchedulePrediction> slow = simulate_schedules(8, 4, {1, 1, 1, 2});
+  EXPECT_EQ(slow[recommend(slow)].schedule, "train");
+  EXPECT_GT(slow[4].report.time, slow[0].report.time);
+  const std::vector<SchedulePrediction> odd = simulate_schedules(6, 4, {});
+  EXPECT_EQ(odd[2].why_not, "micro-batches (6) must be a multiple of stages (4)");
+  EXPECT_EQ(odd[2].report.steps, 0);
+  // GPipe holds every micro-batch: it is never recommended over 1F1B's memory.
+  const std::vector<SchedulePrediction> gpipe_only_fast = simulate_schedules(2, 4, {});
+  EXPECT_NE(gpipe_only_fast[recommend(gpipe_only_fast)].schedule, "gpipe");
+  EXPECT_THROW_MSG(validate_schedule("zb-h1", 4, 2, {0, {1, -1, 1, 0}, {}}), "costs must be non-negative");
+}
+
+TEST(PlannedSchedule, ChromeTraceLabelsChunksAndSplitBackward) {
+  std::ostringstream os;
+  write_chrome_trace(os, "zb-v", 2, 2);
+  const nlohmann::json trace = nlohmann::json::parse(os.str());
+  std::set<std::string> names;
+  for (const nlohmann::json& e : trace.at("traceEvents")) names.insert(e.at("name").get<std::string>());
+  for (const char* expected : {"F0", "F0 chunk 1", "BI1 chunk 1", "W1", "SendActivation(0)"})
+    EXPECT_TRUE(names.count(expected)) << expected;
 }
 
 }  // namespace

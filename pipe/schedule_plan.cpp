@@ -1,0 +1,351 @@
+// The schedules planned for all stages at once: Megatron's interleaved 1F1B and the zero-bubble ZB-H1 and ZB-V.
+//
+// Note [planned schedules]: planning has two parts. First, time: in each step every stage runs the next
+// group of compute instructions its algorithm chooses among those whose inputs were computed in an earlier
+// step. Interleaved 1F1B follows Megatron's fixed order, with a forward and a backward pass together in each
+// steady-state step as Megatron runs them between two exchanges; the zero-bubble schedules run one
+// instruction per step, chosen greedily: B, else F while fewer than `cap` micro-batches wait for their W,
+// else the oldest W. Then transport: a result needed on another stage goes out in the next step, where the
+// receiver takes it, before either computes. The validator checks the outcome like any other schedule.
+
+#include <algorithm>
+#include <climits>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <tuple>
+
+#include "strata/pipe/schedule.h"
+#include "strata/tensor/error.h"
+
+namespace strata::pipe {
+
+using Instr = PipeInstruction;
+
+struct SchedulePlan {
+  std::vector<std::vector<PipeStep>> steps;  // [stage][step]
+};
+
+namespace {
+
+enum class Algorithm { kInterleaved, kZeroBubbleH1, kZeroBubbleV };
+
+struct Compute {
+  Instr::Kind kind;  // ForwardPass, BackwardPass, BackwardInput or BackwardWeight
+  int chunk, micro_batch;
+};
+
+using Group = std::vector<Compute>;  // what a stage computes in one step
+
+// Megatron's interleaved order for one stage: forward k works on chunk (k / S) % v of micro-batch
+// (k / Sv) S + k % S, backward k on chunk v - 1 - (k / S) % v of the same; warm-up forwards first, then a
+// forward and a backward together, then the remaining backwards.
+std::vector<Group> interleaved_order(int M, int S, int v, int s) {
+  const int total = M * v;
+  const int warmup = M == S ? total : std::min(2 * (S - s - 1) + (v - 1) * S, total);
+  auto micro_batch = [&](int k) { return k / (S * v) * S + k % S; };
+  auto forward = [&](int k) { return Compute{Instr::ForwardPass, k / S % v, micro_batch(k)}; };
+  auto backward = [&](int k) { return Compute{Instr::BackwardPass, v - 1 - k / S % v, micro_batch(k)}; };
+  std::vector<Group> order;
+  for (int k = 0; k < warmup; ++k) order.push_back({forward(k)});
+  for (int k = 0; k < total - warmup; ++k) order.push_back({forward(warmup + k), backward(k)});
+  for (int k = total - warmup; k < total; ++k) order.push_back({backward(k)});
+  return order;
+}
+
+// 1F1B's order for one stage, with BackwardInput for the backward: S - s - 1 warm-up forwards, then a forward
+// and a backward in turn, then the remaining backwards.
+std::vector<Group> one_f_one_b_order(int M, int S, int s) {
+  const int warmup = std::min(S - s - 1, M);
+  std::vector<Group> order;
+  for (int m = 0; m < warmup; ++m) order.push_back({{Instr::ForwardPass, 0, m}});
+  for (int m = 0; m < M - warmup; ++m) {
+    order.push_back({{Instr::ForwardPass, 0, warmup + m}});
+    order.push_back({{Instr::BackwardInput, 0, m}});
+  }
+  for (int m = M - warmup; m < M; ++m) order.push_back({{Instr::BackwardInput, 0, m}});
+  return order;
+}
+
+class Planner {
+ public:
+  Planner(Algorithm algorithm, int micro_batches, StageLayout layout)
+      : algorithm_(algorithm),
+        M_(micro_batches),
+        S_(layout.stages),
+        V_(layout.num_virtual_stages()),
+        layout_(layout),
+        forward_at_(static_cast<size_t>(V_) * M_, INT_MAX),
+        backward_at_(static_cast<size_t>(V_) * M_, INT_MAX),
+        stages_(S_) {
+    for (int s = 0; s < S_; ++s) {
+      StageState& st = stages_[s];
+      st.next_forward.assign(layout.chunks, 0);
+      st.next_backward.assign(layout.chunks, 0);
+      if (algorithm == Algorithm::kInterleaved) st.order = interleaved_order(M_, S_, layout.chunks, s);
+      if (algorithm == Algorithm::kZeroBubbleH1) st.order = one_f_one_b_order(M_, S_, s);
+      // 1F1B's peak activation memory is stage 0's S micro-batches (or all M): every stage may hold as much,
+      // which lets the later stages leave W for the tail. The V holds two half-stages per micro-batch.
+      st.cap = std::min(S_, M_) * layout.chunks;
+    }
+  }
+
+  SchedulePlan plan();
+
+ private:
+  struct StageState {
+    std::vector<Group> order;                      // interleaved and ZB-H1: the fixed order (of F and B for ZB-H1)
+    size_t next = 0;                               // the next of `order`
+    std::vector<int> next_forward, next_backward;  // zero bubble: per chunk, the next micro-batch in order
+    std::deque<Compute> weights;                   // zero bubble: W waiting, oldest first
+    int live = 0, cap = 0;                         // zero bubble: micro-batches between F and W, and the limit
+    std::vector<Group> timeline;                   // per step
+  };
+
+  int& forward_at(int vs, int m) { return forward_at_[static_cast<size_t>(vs) * M_ + m]; }
+  int& backward_at(int vs, int m) { return backward_at_[static_cast<size_t>(vs) * M_ + m]; }
+  bool can_forward(int vs, int m, int t) { return vs == 0 || forward_at(vs - 1, m) < t; }
+  bool can_backward(int vs, int m, int t) {
+    // Its own forward is on this stage, earlier in the same step at the latest.
+    return forward_at(vs, m) <= t && (vs == V_ - 1 || backward_at(vs + 1, m) < t);
+  }
+  bool ready(int s, const Compute& c, int t);
+  Group choose(int s, int t);
+  void run(int s, const Compute& c, int t);
+  SchedulePlan transport(int compute_steps) const;
+
+  Algorithm algorithm_;
+  int M_, S_, V_;
+  StageLayout layout_;
+  std::vector<int> forward_at_, backward_at_;  // the step of F and B per (virtual stage, micro-batch)
+  std::vector<StageState> stages_;
+};
+
+bool Planner::ready(int s, const Compute& c, int t) {
+  const int vs = layout_.virtual_stage(s, c.chunk);
+  return c.kind == Instr::ForwardPass ? can_forward(vs, c.micro_batch, t) : can_backward(vs, c.micro_batch, t);
+}
+
+Group Planner::choose(int s, int t) {
+  StageState& st = stages_[s];
+  if (algorithm_ == Algorithm::kInterleaved) {
+    if (st.next == st.order.size()) return {};
+    // A group's backward may need the group's own forward (the last virtual stage's loss): the forward is
+    // marked done for the check and unmarked when the group has to wait.
+    const Group& next = st.order[st.next];
+    for (size_t i = 0; i < next.size(); ++i) {
+      if (ready(s, next[i], t)) {
+        if (next[i].kind == Instr::ForwardPass)
+          forward_at(layout_.virtual_stage(s, next[i].chunk), next[i].micro_batch) = t;
+        continue;
+      }
+      for (size_t j = 0; j < i; ++j)
+        if (next[j].kind == Instr::ForwardPass)
+          forward_at(layout_.virtual_stage(s, next[j].chunk), next[j].micro_batch) = INT_MAX;
+      return {};
+    }
+    return st.order[st.next++];
+  }
+  if (algorithm_ == Algorithm::kZeroBubbleH1) {
+    // 1F1B's order of F and B; W when that has to wait, or when a forward would pass the cap.
+    if (st.next < st.order.size()) {
+      const Compute& c = st.order[st.next].front();
+      if (ready(s, c, t) && (c.kind == Instr::BackwardInput || st.live < st.cap)) return st.order[st.next++];
+    }
+    if (!st.weights.empty()) return {st.weights.front()};
+    return {};
+  }
+  // B first: the earliest micro-batch, then the later virtual stage, since it unblocks the stage before.
+  std::optional<Compute> best;
+  std::pair<int, int> best_key;
+  for (int c = 0; c < layout_.chunks; ++c) {
+    const Compute b{Instr::BackwardInput, c, st.next_backward[c]};
+    if (b.micro_batch == M_ || !ready(s, b, t)) continue;
+    const std::pair<int, int> key{b.micro_batch, -layout_.virtual_stage(s, c)};
+    if (!best || key < best_key) std::tie(best, best_key) = std::make_pair(b, key);
+  }
+  if (best) return {*best};
+  // Then F while under the cap, the later virtual stage first: its backward can start soonest.
+  if (st.live < st.cap)
+    for (int c = layout_.chunks - 1; c >= 0; --c) {
+      const Compute f{Instr::ForwardPass, c, st.next_forward[c]};
+      if (f.micro_batch < M_ && ready(s, f, t)) return {f};
+    }
+  // W fills what would be idle time.
+  if (!st.weights.empty()) return {st.weights.front()};
+  return {};
+}
+
+void Planner::run(int s, const Compute& c, int t) {
+  StageState& st = stages_[s];
+  const int vs = layout_.virtual_stage(s, c.chunk);
+  switch (c.kind) {
+    case Instr::ForwardPass:
+      forward_at(vs, c.micro_batch) = t;
+      ++st.next_forward[c.chunk];
+      ++st.live;
+      break;
+    case Instr::BackwardPass:
+      backward_at(vs, c.micro_batch) = t;
+      break;
+    case Instr::BackwardInput:
+      backward_at(vs, c.micro_batch) = t;
+      ++st.next_backward[c.chunk];
+      st.weights.push_back({Instr::BackwardWeight, c.chunk, c.micro_batch});
+      break;
+    default:
+      st.weights.pop_front();
+      --st.live;
+  }
+}
+
+SchedulePlan Planner::plan() {
+  const int per_stage = algorithm_ == Algorithm::kInterleaved ? 2 * M_ * layout_.chunks : 3 * M_ * layout_.chunks;
+  int64_t remaining = static_cast<int64_t>(per_stage) * S_;
+  int t = 0;
+  for (; remaining > 0; ++t) {
+    bool progress = false;
+    for (int s = 0; s < S_; ++s) {
+      const Group group = choose(s, t);
+      for (const Compute& c : group) run(s, c, t);
+      progress |= !group.empty();
+      remaining -= static_cast<int64_t>(group.size());
+      stages_[s].timeline.push_back(group);
+    }
+    // Every algorithm here always has a ready instruction somewhere; an idle step everywhere is a planner bug.
+    STRATA_INTERNAL_ASSERT(progress);
+  }
+  return transport(t);
+}
+
+SchedulePlan Planner::transport(int compute_steps) const {
+  // Messages per step: (lower stage, higher stage, direction, kind) orders them the same way on both sides.
+  struct Message {
+    int from, to;
+    Instr send, recv;
+    std::tuple<int, int, bool, bool> key() const {
+      return {std::min(from, to), std::max(from, to), from > to, send.kind == Instr::SendGrad};
+    }
+  };
+  std::vector<std::vector<Message>> messages(compute_steps + 1);
+  int num_steps = compute_steps;
+  for (int s = 0; s < S_; ++s)
+    for (int t = 0; t < compute_steps; ++t)
+      for (const Compute& computed : stages_[s].timeline[t]) {
+        const Compute* c = &computed;
+        if (c->kind == Instr::BackwardWeight) continue;
+        const int vs = layout_.virtual_stage(s, c->chunk);
+        const bool forward = c->kind == Instr::ForwardPass;
+        const int to_vs = forward ? vs + 1 : vs - 1;
+        if (to_vs < 0 || to_vs == V_ || layout_.stage_of(to_vs) == s) continue;
+        const int m = c->micro_batch;
+        const auto to_chunk = static_cast<int16_t>(layout_.chunk_of(to_vs));
+        const auto chunk = static_cast<int16_t>(c->chunk);
+        messages[t + 1].push_back({s,
+                                   layout_.stage_of(to_vs),
+                                   {forward ? Instr::SendActivation : Instr::SendGrad, m, chunk},
+                                   {forward ? Instr::RecvActivation : Instr::RecvGrad, m, to_chunk}});
+        num_steps = std::max(num_steps, t + 2);
+      }
+  const int first_stage = layout_.stage_of(0);
+  SchedulePlan plan;
+  plan.steps.assign(S_, std::vector<PipeStep>(num_steps));
+  for (int t = 0; t < num_steps; ++t) {
+    if (t < static_cast<int>(messages.size())) {
+      std::vector<Message>& step = messages[t];
+      std::sort(step.begin(), step.end(), [](const Message& a, const Message& b) { return a.key() < b.key(); });
+      for (const Message& msg : step) {
+        plan.steps[msg.from][t].push_back(msg.send);
+        plan.steps[msg.to][t].push_back(msg.recv);
+      }
+    }
+    for (int s = 0; s < S_; ++s) {
+      PipeStep& out = plan.steps[s][t];
+      if (t < compute_steps)
+        for (const Compute& computed : stages_[s].timeline[t]) {
+          const Compute* c = &computed;
+          const Instr in{c->kind, c->micro_batch, static_cast<int16_t>(c->chunk)};
+          const int vs = layout_.virtual_stage(s, c->chunk);
+          // A stage loads each micro-batch once, at the first forward that needs it: the first virtual stage's
+          // inputs, and the labels of the last (kept until its forward when the same stage holds both).
+          if (c->kind == Instr::ForwardPass && (vs == 0 || (vs == V_ - 1 && first_stage != s)))
+            out.push_back({Instr::LoadMicroBatch, c->micro_batch, in.chunk});
+          out.push_back(in);
+        }
+      if (t == num_steps - 1) {
+        out.push_back({Instr::ReduceTiedGrads});
+        out.push_back({Instr::ReduceGrads});
+        out.push_back({Instr::OptimizerStep});
+      }
+    }
+  }
+  return plan;
+}
+
+std::shared_ptr<const SchedulePlan> plan_for(std::string_view algorithm, int micro_batches, StageLayout layout) {
+  // The stages of one run (and the validator, which makes every stage's schedule) share the last plan.
+  static std::mutex mutex;
+  static std::tuple<std::string, int, StageLayout> last_key;
+  static std::shared_ptr<const SchedulePlan> last;
+  auto key = std::make_tuple(std::string(algorithm), micro_batches, layout);
+  {
+    std::lock_guard lock(mutex);
+    if (last && last_key == key) return last;
+  }
+  const Algorithm a = algorithm == "interleaved" ? Algorithm::kInterleaved
+                      : algorithm == "zb-h1"     ? Algorithm::kZeroBubbleH1
+                                                 : Algorithm::kZeroBubbleV;
+  auto plan = std::make_shared<const SchedulePlan>(Planner(a, micro_batches, layout).plan());
+  std::lock_guard lock(mutex);
+  last_key = std::move(key);
+  last = plan;
+  return plan;
+}
+
+}  // namespace
+
+PlannedSchedule::PlannedSchedule(int micro_batches, int stages, int stage_id, StageLayout layout,
+                                 std::string_view algorithm)
+    : PipeSchedule(micro_batches, stages, stage_id), layout_(layout) {
+  // Steps grow as (3 M chunks + 2 S chunks) per stage, kept for every stage while planning.
+  constexpr int64_t kMaxStageSteps = int64_t{1} << 22;
+  const int64_t estimate =
+      static_cast<int64_t>(stages) * (3 * static_cast<int64_t>(micro_batches) + 2 * stages) * layout.chunks;
+  STRATA_CHECK(estimate <= kMaxStageSteps, algorithm, " schedule: planning ", stages, " stages x ", micro_batches,
+               " micro-batches x ", layout.chunks, " chunks needs about ", estimate, " stage-steps, more than the ",
+               kMaxStageSteps, " it plans");
+  plan_ = plan_for(algorithm, micro_batches, layout);
+}
+
+int PlannedSchedule::num_steps() const { return static_cast<int>(plan_->steps[stage_id()].size()); }
+
+PipeStep PlannedSchedule::step(int step_id) const {
+  STRATA_CHECK(0 <= step_id && step_id < num_steps(), name(), " schedule: step ", step_id, " is out of range [0, ",
+               num_steps(), ")");
+  return plan_->steps[stage_id()][step_id];
+}
+
+namespace {
+StageLayout interleaved_layout(int micro_batches, int stages, int chunks) {
+  STRATA_CHECK(chunks >= 2, "Interleaved1F1BSchedule: chunks must be at least 2, got ", chunks,
+               " (one chunk per stage is TrainSchedule, \"train\")");
+  // Bad counts are left to PipeSchedule's checks.
+  STRATA_CHECK(stages < 1 || micro_batches < 1 || Interleaved1F1BSchedule::defined_for(micro_batches, stages),
+               "Interleaved1F1BSchedule: micro_batches (", micro_batches, ") must be a multiple of stages (", stages,
+               "): Megatron's interleaving takes micro-batches through the chunks in groups of one per stage");
+  return {stages, chunks, false};
+}
+}  // namespace
+
+Interleaved1F1BSchedule::Interleaved1F1BSchedule(int micro_batches, int stages, int stage_id, int chunks)
+    : PlannedSchedule(micro_batches, stages, stage_id, interleaved_layout(micro_batches, stages, chunks),
+                      "interleaved") {}
+
+ZeroBubbleH1Schedule::ZeroBubbleH1Schedule(int micro_batches, int stages, int stage_id)
+    : PlannedSchedule(micro_batches, stages, stage_id, {stages, 1, false}, "zb-h1") {}
+
+ZeroBubbleVSchedule::ZeroBubbleVSchedule(int micro_batches, int stages, int stage_id)
+    : PlannedSchedule(micro_batches, stages, stage_id, {stages, 2, true}, "zb-v") {}
+
+}  // namespace strata::pipe
