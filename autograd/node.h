@@ -43,6 +43,11 @@ struct Node : std::enable_shared_from_this<Node> {
   virtual tensor_list apply(tensor_list&& grads) = 0;  ///< one gradient per output in, one per edge out
   virtual const char* name() const = 0;                ///< e.g. "MulBackward"
   virtual void release_variables() {}                  ///< drops saved tensors after a backward without retain_graph
+  /// Whether apply_some() computes only the gradients asked for (a split backward then defers the rest).
+  virtual bool splits() const { return false; }
+  /// For a split backward (autograd::backward_input): the gradients of the edges `wanted` marks, the others
+  /// undefined; grads stays the caller's, who asks for the rest later. The default computes all of them.
+  virtual tensor_list apply_some(const tensor_list& grads, const std::vector<bool>& wanted);
 
   std::vector<Edge> next_edges;  ///< one per differentiable input
   uint32_t num_outputs;          ///< how many gradients apply() receives
@@ -63,10 +68,18 @@ struct LambdaNode final : Node {
   LambdaNode(const char* name, uint32_t num_outputs) : Node(num_outputs), name_(name) {}
   tensor_list apply(tensor_list&& grads) override;
   const char* name() const override { return name_; }
-  void release_variables() override { backward = nullptr; }
+  void release_variables() override {
+    backward = nullptr;
+    backward_some = nullptr;
+  }
+  bool splits() const override { return static_cast<bool>(backward_some); }
+  tensor_list apply_some(const tensor_list& grads, const std::vector<bool>& wanted) override;
   /// Gradients of the outputs to gradients of the inputs (one per edge; undefined = none). A multi-output
   /// node gets undefined tensors for outputs that received no gradient.
   std::function<tensor_list(const tensor_list&)> backward;
+  /// Optional: the same for only the inputs `wanted` marks (the others undefined). Ops whose input gradients
+  /// are separate products (matmul, convolution) set it, so a split backward computes the weight's in W.
+  std::function<tensor_list(const tensor_list&, const std::vector<bool>& wanted)> backward_some;
 
  private:
   const char* name_;

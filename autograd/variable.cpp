@@ -66,6 +66,18 @@ tensor_list LambdaNode::apply(tensor_list&& grads) {
   return backward(grads);
 }
 
+tensor_list Node::apply_some(const tensor_list& grads, const std::vector<bool>& wanted) {
+  tensor_list all = apply(tensor_list(grads));
+  for (size_t i = 0; i < all.size() && i < wanted.size(); ++i)
+    if (!wanted[i]) all[i] = Tensor();
+  return all;
+}
+
+tensor_list LambdaNode::apply_some(const tensor_list& grads, const std::vector<bool>& wanted) {
+  if (!backward_some) throw_released(name());
+  return backward_some(grads, wanted);
+}
+
 AutogradMeta* meta(const Tensor& t) { return static_cast<AutogradMeta*>(t.impl().autograd_meta.get()); }
 
 AutogradMeta& ensure_meta(const Tensor& t) {

@@ -151,11 +151,16 @@ void record_bilinear(const char* name, const Tensor& a, const Tensor& b, const T
   auto node = autograd::record(name, a, b, out);
   if (!node) return;
   const bool need_a = a.requires_grad(), need_b = b.requires_grad();
-  node->backward = [saved_a = need_b ? autograd::SavedVariable(a) : autograd::SavedVariable(),
+  // Either gradient alone is one convolution: a split backward computes b's (the weight's) later.
+  auto gradients = [saved_a = need_b ? autograd::SavedVariable(a) : autograd::SavedVariable(),
                     saved_b = need_a ? autograd::SavedVariable(b) : autograd::SavedVariable(), need_a, need_b, grad_a,
-                    grad_b](const tensor_list& grads) -> tensor_list {
-    return {need_a ? grad_a(grads[0], saved_b.unpack()) : Tensor(),
-            need_b ? grad_b(saved_a.unpack(), grads[0]) : Tensor()};
+                    grad_b](const tensor_list& grads, bool want_a, bool want_b) -> tensor_list {
+    return {need_a && want_a ? grad_a(grads[0], saved_b.unpack()) : Tensor(),
+            need_b && want_b ? grad_b(saved_a.unpack(), grads[0]) : Tensor()};
+  };
+  node->backward = [gradients](const tensor_list& grads) { return gradients(grads, true, true); };
+  node->backward_some = [gradients](const tensor_list& grads, const std::vector<bool>& wanted) {
+    return gradients(grads, wanted[0], wanted[1]);
   };
 }
 

@@ -110,17 +110,18 @@ void record_matmul(const char* name, const Tensor& a, const Tensor& b, const Ten
   if (!node) return;
   const bool need_a = a.requires_grad(), need_b = b.requires_grad();
   const bool a_column_major = a.dim() == 2 && column_major(a), b_column_major = b.dim() == 2 && column_major(b);
-  node->backward = [saved_a = need_b ? autograd::SavedVariable(a) : autograd::SavedVariable(),
+  // Either gradient alone is one product: a split backward computes grad_b (the weight's) later.
+  auto gradients = [saved_a = need_b ? autograd::SavedVariable(a) : autograd::SavedVariable(),
                     saved_b = need_a ? autograd::SavedVariable(b) : autograd::SavedVariable(),
                     a_sizes = DimVector(a.sizes()), b_sizes = DimVector(b.sizes()), need_a, need_b, a_column_major,
-                    b_column_major](const tensor_list& grads) -> tensor_list {
+                    b_column_major](const tensor_list& grads, bool want_a, bool want_b) -> tensor_list {
     const size_t da = a_sizes.size(), db = b_sizes.size();
     // Put back the dims that 1-D operands dropped, so that g is [..., M, N].
     Tensor g = grads[0];
     if (db == 1) g = g.unsqueeze(-1);
     if (da == 1) g = g.unsqueeze(-2);
     Tensor grad_a, grad_b;
-    if (need_a) {
+    if (need_a && want_a) {
       Tensor b = saved_b.unpack();
       if (a_column_major && db == 2) {
         grad_a = matmul(b, g.t()).t();
@@ -129,7 +130,7 @@ void record_matmul(const char* name, const Tensor& a, const Tensor& b, const Ten
         grad_a = da == 1 ? ops::sum_to(grad_a, {1, a_sizes[0]}).reshape(a_sizes) : ops::sum_to(grad_a, a_sizes);
       }
     }
-    if (need_b) {
+    if (need_b && want_b) {
       Tensor a = saved_a.unpack();
       if (da >= 2 && db <= 2) {
         // One [K, rows] @ [rows, N] product; a's batch dims, if any, fold into the rows and are summed by it.
@@ -143,6 +144,10 @@ void record_matmul(const char* name, const Tensor& a, const Tensor& b, const Ten
       if (db == 1) grad_b = ops::sum_to(grad_b, {b_sizes[0], 1}).reshape(b_sizes);
     }
     return {grad_a, grad_b};
+  };
+  node->backward = [gradients](const tensor_list& grads) { return gradients(grads, true, true); };
+  node->backward_some = [gradients](const tensor_list& grads, const std::vector<bool>& wanted) {
+    return gradients(grads, wanted[0], wanted[1]);
   };
 }
 
