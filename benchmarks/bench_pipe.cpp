@@ -5,6 +5,7 @@
 //   strata_bench_pipe --part partition             # no processes
 //   mpirun -np 4 strata_bench_pipe --part engine [--reps R]   # S = world size stages; -np 1: no p2p
 //   mpirun -np 4 strata_bench_pipe --part bubble [--reps R]
+//   mpirun -np 4 strata_bench_pipe --part schedules [--reps R]
 //
 // schedule: TrainSchedule (1F1B) generation alone (step(t) of every stage and step) and
 //   validate_schedule("train", M, S) (which generates and checks every stage in lockstep), at several S x M;
@@ -27,7 +28,11 @@
 //   schedule's instruction streams (Note [bubble model]) with each stage's forward and backward CPU times
 //   measured outside the pipeline, once with a processor per stage and once with the stages sharing this
 //   machine's cores; both also predict the batch time.
-// --reps: batches timed per figure in engine and bubble (default 5), after warm-up batches.
+// schedules: the bubble model trained with every schedule (train, gpipe, interleaved with 2 chunks, zb-h1, zb-v) at
+//   M = 2S; the batch time measured beside the validator's prediction (strata-pipe simulate's clock) from one
+//   zb-h1 calibration run's per-micro-batch forward, B and W times, and beside Note [bubble model] with the
+//   stages sharing the machine's cores; the ratios to 1F1B, predicted and measured.
+// --reps: batches timed per figure in engine, bubble and schedules (default 5), after warm-up batches.
 
 #include <malloc.h>
 #include <time.h>
@@ -37,6 +42,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <memory>
 #include <fstream>
 #include <optional>
 #include <random>
@@ -105,10 +112,11 @@ struct Options {
 };
 
 Options parse_options(int argc, char** argv) {
-  const std::string usage = "usage: strata_bench_pipe --part schedule|partition|engine|bubble [--reps R]";
+  const std::string usage = "usage: strata_bench_pipe --part schedule|partition|engine|bubble|schedules [--reps R]";
   Options opt;
   strata_bench::parse_flags(argc, argv, usage, {{"--part", &opt.part}, {"--reps", &opt.reps}});
-  if (opt.part != "schedule" && opt.part != "partition" && opt.part != "engine" && opt.part != "bubble")
+  if (opt.part != "schedule" && opt.part != "partition" && opt.part != "engine" && opt.part != "bubble" &&
+      opt.part != "schedules")
     throw std::invalid_argument(usage + "; got --part '" + opt.part + "'");
   if (opt.reps < 1) throw std::invalid_argument("strata_bench_pipe: --reps must be >= 1");
   return opt;
@@ -263,14 +271,17 @@ struct Pipeline {
   std::shared_ptr<optim::SGD> sgd;
 };
 
-// One stage per rank over `layers`, split uniformly.
-Pipeline make_pipeline(std::vector<pipe::Layer> layers) {
+// One stage per rank over `layers`, split uniformly (into chunks per stage, in a V when v_shape).
+Pipeline make_pipeline(std::vector<pipe::Layer> layers, int chunks = 1, bool v_shape = false) {
   Pipeline p;
   p.grid = std::make_unique<pipe::PipelineParallelGrid>(dist::get_world_size());
-  p.module = std::make_shared<pipe::PipelineModule>(
-      std::move(layers), *p.grid,
-      pipe::PipelineModuleOptions{
-          .partition_method = "uniform", .partition = {}, .loss_fn = pipe::cross_entropy_loss, .seed_layers = true});
+  p.module = std::make_shared<pipe::PipelineModule>(std::move(layers), *p.grid,
+                                                    pipe::PipelineModuleOptions{.partition_method = "uniform",
+                                                                                .partition = {},
+                                                                                .loss_fn = pipe::cross_entropy_loss,
+                                                                                .seed_layers = true,
+                                                                                .chunks = chunks,
+                                                                                .v_shape = v_shape});
   p.sgd = std::make_shared<optim::SGD>(p.module->parameters(), optim::SGDOptions(1e-3));
   return p;
 }
@@ -367,46 +378,69 @@ void part_engine(int reps) {
         latency * 1e6);
 }
 
-// Note [bubble model]: each stage runs its instruction stream in order; ForwardPass and BackwardPass take the
-// stage's measured CPU time, everything else none; a Send and the peer's matching Recv complete together, when
-// the later of the two arrives (blocking p2p, no latency). With `cores` shared by the stages, the k stages
-// computing at a moment each progress at min(1, cores / k) (a waiting stage takes no CPU), so a computation
-// takes longer in wall time while more stages compute than there are cores, as on an oversubscribed machine.
+// Note [bubble model]: each stage runs its instruction stream in order; a compute instruction takes the
+// stage's measured CPU time for its kind (divided by the schedule's chunks), everything else none; a Send and
+// the peer's matching Recv complete together, when the later of the two arrives (blocking p2p, no latency).
+// This is the validator's clock (pipe::validate_schedule) plus one thing it leaves out: with `cores` shared by
+// the stages, the k stages computing at a moment each progress at min(1, cores / k) (a waiting stage takes
+// no CPU), so a computation takes longer in wall time while more stages compute than there are cores, as on
+// an oversubscribed machine.
 struct Simulated {
   double batch_seconds;        // the makespan
   std::vector<double> bubble;  // per stage: 1 - (wall seconds spent computing) / makespan
 };
-Simulated simulate(int M, int S, const std::vector<double>& forward, const std::vector<double>& backward,
-                   double cores) {
+Simulated simulate(const std::function<std::unique_ptr<pipe::PipeSchedule>(int)>& make_stage, int S,
+                   const std::vector<pipe::ScheduleCosts>& costs, double cores) {
   struct Stream {
     std::vector<pipe::PipeInstruction> ins;
     size_t next = 0;
     double left = -1, busy = 0;  // left: work remaining in the current computation, -1 before it starts
   };
   std::vector<Stream> st(S);
-  for (int s = 0; s < S; ++s)
-    for (const pipe::PipeStep& step : pipe::TrainSchedule(M, S, s).steps())
-      st[s].ins.insert(st[s].ins.end(), step.begin(), step.end());
+  pipe::StageLayout layout;
+  for (int s = 0; s < S; ++s) {
+    const auto sched = make_stage(s);
+    layout = sched->layout();
+    for (const pipe::PipeStep& step : sched->steps()) st[s].ins.insert(st[s].ins.end(), step.begin(), step.end());
+  }
   auto done = [&](int s) { return st[s].next == st[s].ins.size(); };
-  auto kind_at = [&](int s) { return st[s].ins[st[s].next].kind; };
-  auto computing = [&](int s) {
-    return !done(s) && (kind_at(s) == Kind::ForwardPass || kind_at(s) == Kind::BackwardPass);
+  auto at = [&](int s) { return st[s].ins[st[s].next]; };
+  auto cost = [&](int s, Kind k) {
+    const pipe::ScheduleCosts& c = costs[s];
+    const double whole = k == Kind::ForwardPass      ? c.forward
+                         : k == Kind::BackwardInput  ? c.backward_input
+                         : k == Kind::BackwardWeight ? c.backward_weight
+                                                     : c.backward_input + c.backward_weight;
+    return whole / layout.chunks;
   };
+  auto computing = [&](int s) {
+    if (done(s)) return false;
+    const Kind k = at(s).kind;
+    return k == Kind::ForwardPass || k == Kind::BackwardPass || k == Kind::BackwardInput || k == Kind::BackwardWeight;
+  };
+  // The stage and instruction a p2p instruction of stage s meets.
+  auto partner = [&](int s, const pipe::PipeInstruction& in) -> std::pair<int, pipe::PipeInstruction> {
+    const int vs = layout.virtual_stage(s, in.chunk);
+    const bool next = in.kind == Kind::SendActivation || in.kind == Kind::RecvGrad;
+    const int peer_vs = next ? vs + 1 : vs - 1;
+    const Kind want = in.kind == Kind::SendActivation   ? Kind::RecvActivation
+                      : in.kind == Kind::RecvActivation ? Kind::SendActivation
+                      : in.kind == Kind::SendGrad       ? Kind::RecvGrad
+                                                        : Kind::SendGrad;
+    return {layout.stage_of(peer_vs), {want, 0, static_cast<int16_t>(layout.chunk_of(peer_vs))}};
+  };
+  auto is_p2p = [](Kind k) { return k >= Kind::SendActivation && k <= Kind::RecvGrad; };
   double now = 0;
   for (;;) {
     for (bool moved = true; moved;) {  // every zero-time instruction that can complete now
       moved = false;
       for (int s = 0; s < S; ++s) {
         while (!done(s) && !computing(s)) {
-          const Kind k = kind_at(s);
-          int peer = -1;
-          Kind want{};
-          if (k == Kind::SendActivation) peer = s + 1, want = Kind::RecvActivation;
-          if (k == Kind::RecvActivation) peer = s - 1, want = Kind::SendActivation;
-          if (k == Kind::SendGrad) peer = s - 1, want = Kind::RecvGrad;
-          if (k == Kind::RecvGrad) peer = s + 1, want = Kind::SendGrad;
-          if (peer >= 0 && (done(peer) || kind_at(peer) != want)) break;
-          if (peer >= 0) ++st[peer].next;
+          if (is_p2p(at(s).kind)) {
+            const auto [peer, want] = partner(s, at(s));
+            if (done(peer) || at(peer).kind != want.kind || at(peer).chunk != want.chunk) break;
+            ++st[peer].next;
+          }
           ++st[s].next;
           moved = true;
         }
@@ -419,7 +453,7 @@ Simulated simulate(int M, int S, const std::vector<double>& forward, const std::
     const double rate = std::min(1.0, cores / static_cast<double>(active.size()));
     int first = active[0];
     for (int s : active) {
-      if (st[s].left < 0) st[s].left = kind_at(s) == Kind::ForwardPass ? forward[s] : backward[s];
+      if (st[s].left < 0) st[s].left = cost(s, at(s).kind);
       if (st[s].left < st[first].left) first = s;
     }
     const double dt = st[first].left / rate;
@@ -436,6 +470,16 @@ Simulated simulate(int M, int S, const std::vector<double>& forward, const std::
     out.bubble[s] = 1 - st[s].busy / now;
   }
   return out;
+}
+
+// S stages of per_stage x (Linear(width, width), tanh).
+std::vector<pipe::Layer> bubble_layers(int S, int64_t width, int per_stage) {
+  std::vector<pipe::Layer> layers;
+  for (int i = 0; i < S * per_stage; ++i) {
+    layers.push_back(pipe::LayerSpec::of<nn::Linear>(width, width));
+    layers.push_back([](const Tensor& x) { return tanh(x); });
+  }
+  return layers;
 }
 
 // The stage's forward and backward CPU seconds for one micro-batch outside the pipeline, as the engine runs them:
@@ -464,12 +508,7 @@ void part_bubble(int reps) {
   constexpr int64_t kWidth = 1024, kRows = 64;
   constexpr int kLayersPerStage = 2;
   const int S = dist::get_world_size(), rank = dist::get_rank();
-  std::vector<pipe::Layer> layers;
-  for (int i = 0; i < S * kLayersPerStage; ++i) {
-    layers.push_back(pipe::LayerSpec::of<nn::Linear>(kWidth, kWidth));
-    layers.push_back([](const Tensor& x) { return tanh(x); });
-  }
-  Pipeline p = make_pipeline(std::move(layers));
+  Pipeline p = make_pipeline(bubble_layers(S, kWidth, kLayersPerStage));
   const std::vector<pipe::MicroBatch> batches = random_micro_batches(16, kRows, kWidth, kWidth);
 
   const std::pair<double, double> cost = stage_compute(*p.module, batches[0]);
@@ -512,7 +551,11 @@ void part_bubble(int reps) {
       std::snprintf(cell, sizeof cell, "%s%.3f", s ? " " : "", per_stage[s]);
       cells += cell;
     }
-    const Simulated own = simulate(M, S, forward, backward, S), shared = simulate(M, S, forward, backward, cores);
+    // The backward is one BackwardPass: its cost is B + W, here all of it in B.
+    std::vector<pipe::ScheduleCosts> per_stage_costs;
+    for (int s = 0; s < S; ++s) per_stage_costs.push_back({forward[s], backward[s], 0, 0});
+    auto train = [&](int s) { return std::make_unique<pipe::TrainSchedule>(M, S, s); };
+    const Simulated own = simulate(train, S, per_stage_costs, S), shared = simulate(train, S, per_stage_costs, cores);
     std::printf("%3d | %10.3f %10.3f %11.3f | %7.3f  %-29s | %7.1f %7.1f %9.1f\n", M,
                 pipe::validate_schedule("train", M, S).bubble_fraction, mean(own.bubble), mean(shared.bubble),
                 mean(per_stage), cells.c_str(), own.batch_seconds * 1e3, shared.batch_seconds * 1e3, batch * 1e3);
@@ -530,6 +573,80 @@ void part_bubble(int reps) {
         static_cast<int>(cores));
 }
 
+// schedules: the model of part_bubble trained with every schedule at M = 2S; per schedule the batch time
+// measured beside two predictions from one calibration (a zb-h1 run: forward, B and W seconds per micro-batch
+// from engine.timings(), the mean over stages): the validator's clock (what strata-pipe simulate prints, a
+// processor per stage) and Note [bubble model] with the stages sharing this machine's cores.
+void part_schedules(int reps) {
+  constexpr int64_t kWidth = 1024, kRows = 64;
+  constexpr int kLayersPerStage = 2;
+  const int S = dist::get_world_size(), M = 2 * S;
+  const std::vector<pipe::MicroBatch> batches = random_micro_batches(M, kRows, kWidth, kWidth);
+  const pipe::DataIterator data = cycling(batches);
+  const double cores = std::max(1u, std::thread::hardware_concurrency());
+
+  // Median batch seconds (the slowest rank's) and this rank's timings of the last batch.
+  auto measure = [&](const std::string& schedule, int chunks, bool v_shape) {
+    Pipeline p = make_pipeline(bubble_layers(S, kWidth, kLayersPerStage), chunks, v_shape);
+    pipe::PipelineEngine engine(p.module, *p.grid, p.sgd, {.micro_batches = M, .schedule = schedule});
+    engine.train_batch(data);  // warm-up
+    std::vector<double> total;
+    for (int rep = 0; rep < reps; ++rep) {
+      engine.train_batch(data);
+      total.push_back(engine.timings().total);
+    }
+    Tensor slowest = tensor({median(total)});
+    dist::all_reduce(slowest, dist::ReduceOp::MAX);
+    return std::make_pair(slowest.item<double>(), engine.timings());
+  };
+
+  const auto [calibration_seconds, timings] = measure("zb-h1", 1, false);
+  const std::vector<double> mine = {timings.seconds[Kind::ForwardPass] / M, timings.seconds[Kind::BackwardInput] / M,
+                                    timings.seconds[Kind::BackwardWeight] / M};
+  const std::vector<double> all = gather(mine);
+  pipe::ScheduleCosts costs{0, 0, 0, 0};
+  for (int s = 0; s < S; ++s) {
+    costs.forward += all[s * 3] / S;
+    costs.backward_input += all[s * 3 + 1] / S;
+    costs.backward_weight += all[s * 3 + 2] / S;
+  }
+  if (dist::get_rank() == 0) {
+    std::printf(
+        "schedules: %d stages of %d x (Linear(%lld, %lld), tanh), M = %d micro-batches of %lld rows; medians of %d "
+        "batches,\n%s\ncalibration (zb-h1 run, mean over stages): forward %.2f ms, B %.2f ms, W %.2f ms per "
+        "micro-batch\n",
+        S, kLayersPerStage, static_cast<long long>(kWidth), static_cast<long long>(kWidth), M,
+        static_cast<long long>(kRows), reps, machine_load().c_str(), costs.forward * 1e3, costs.backward_input * 1e3,
+        costs.backward_weight * 1e3);
+    std::printf("%-12s | %12s %12s | %12s | %9s %9s\n", "schedule", "pred own ms", "pred shared", "measured ms",
+                "/1F1B pred", "/1F1B meas");
+  }
+  struct Row {
+    const char* name;
+    int chunks;
+    bool v_shape;
+  };
+  double train_predicted = 0, train_measured = 0;
+  for (const Row& row : {Row{"train", 1, false}, Row{"gpipe", 1, false}, Row{"interleaved", 2, false},
+                         Row{"zb-h1", 1, false}, Row{"zb-v", 2, true}}) {
+    const double measured = measure(row.name, row.chunks, row.v_shape).first;
+    const int chunks = std::string(row.name) == "interleaved" ? row.chunks : 0;
+    const pipe::ScheduleReport own = pipe::validate_schedule(row.name, M, S, {chunks, costs, {}});
+    const Simulated shared = simulate([&](int s) { return pipe::make_schedule(row.name, M, S, s, chunks); }, S,
+                                      std::vector<pipe::ScheduleCosts>(S, costs), cores);
+    if (std::string(row.name) == "train") train_predicted = own.time, train_measured = measured;
+    if (dist::get_rank() == 0)
+      std::printf("%-12s | %12.1f %12.1f | %12.1f | %9.3f %9.3f\n", row.name, own.time * 1e3,
+                  shared.batch_seconds * 1e3, measured * 1e3, own.time / train_predicted, measured / train_measured);
+  }
+  if (dist::get_rank() == 0)
+    std::printf(
+        "pred own: the validator's clock with the calibrated costs, a processor per stage (strata-pipe simulate "
+        "--forward\n%.5f --backward-input %.5f --backward-weight %.5f). pred shared: Note [bubble model] with the "
+        "stages sharing\nthe %d cores. With more ranks than cores compare the measured time with pred shared.\n",
+        costs.forward, costs.backward_input, costs.backward_weight, static_cast<int>(cores));
+}
+
 }  // namespace
 }  // namespace strata
 
@@ -544,12 +661,11 @@ int main(int argc, char** argv) {
   try {
     if (opt.part == "schedule") strata::part_schedule();
     if (opt.part == "partition") strata::part_partition();
-    if (opt.part == "engine" || opt.part == "bubble") {
+    if (opt.part == "engine" || opt.part == "bubble" || opt.part == "schedules") {
       strata::distributed::init();
-      if (opt.part == "engine")
-        strata::part_engine(opt.reps);
-      else
-        strata::part_bubble(opt.reps);
+      if (opt.part == "engine") strata::part_engine(opt.reps);
+      if (opt.part == "bubble") strata::part_bubble(opt.reps);
+      if (opt.part == "schedules") strata::part_schedules(opt.reps);
       strata::distributed::finalize();
     }
     return 0;

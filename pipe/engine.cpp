@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <limits>
 #include <iomanip>
 #include <sstream>
 #include <map>
@@ -89,10 +91,10 @@ Tensor grad_or_zeros(Tensor param) {
   return g;
 }
 
-std::string shape_change_message(int from_stage, const Meta& before, const Meta& after, int micro_batch) {
+std::string shape_change_message(int from_stage, int to_stage, const Meta& before, const Meta& after, int micro_batch) {
   std::ostringstream os;
-  os << "PipelineEngine: the activations stage " << from_stage << " sends to stage " << from_stage + 1
-     << " changed from " << describe(before) << " to " << describe(after) << " at micro-batch " << micro_batch
+  os << "PipelineEngine: the activations stage " << from_stage << " sends to stage " << to_stage << " changed from "
+     << describe(before) << " to " << describe(after) << " at micro-batch " << micro_batch
      << "; set PipelineEngineOptions::dynamic_shapes = true to let them change";
   return os.str();
 }
@@ -130,22 +132,46 @@ std::string optimizer_path(const std::string& dir, const PipelineParallelGrid& g
 }  // namespace
 
 double PipelineTimings::compute() const {
-  return seconds[PipeInstruction::ForwardPass] + seconds[PipeInstruction::BackwardPass];
+  return seconds[PipeInstruction::ForwardPass] + seconds[PipeInstruction::BackwardPass] +
+         seconds[PipeInstruction::BackwardInput] + seconds[PipeInstruction::BackwardWeight];
 }
 
 struct PipelineEngine::State {
-  State(const PipelineParallelGrid& grid, bool dynamic_shapes, Device device)
-      : grid(grid), dynamic_shapes(dynamic_shapes), device(device), p2p(grid) {}
+  State(const PipelineParallelGrid& grid, bool dynamic_shapes, Device device, StageLayout layout)
+      : grid(grid), dynamic_shapes(dynamic_shapes), device(device), p2p(grid), layout(layout) {
+    for (int mode : {kTrain, kEval}) {
+      sent[mode].resize(layout.chunks);
+      received[mode].resize(layout.chunks);
+    }
+    for (int c = 0; c < layout.chunks; ++c)
+      if (virtual_stage(c) == layout.num_virtual_stages() - 1) label_chunk = c;
+  }
 
-  // The header (and metadata when it changed) for `outputs`, sent to the next stage; returns their description.
-  MetaPtr send_meta(const tensor_list& outputs, int micro_batch);
-  // The description of the tensors the previous stage is about to send.
-  MetaPtr recv_meta(int micro_batch);
+  // The header (and metadata when it changed) for chunk c's `outputs`, sent to the next piece of the model;
+  // returns their description.
+  MetaPtr send_meta(const tensor_list& outputs, int chunk, int micro_batch);
+  // The description of the tensors the previous piece of the model is about to send to chunk c.
+  MetaPtr recv_meta(int chunk, int micro_batch);
+
+  // Where chunk c is in the model (StageLayout), and the stages of its neighbours.
+  int virtual_stage(int c) const { return layout.virtual_stage(grid.get_stage_id(), c); }
+  bool first(int c) const { return virtual_stage(c) == 0; }
+  bool last(int c) const { return virtual_stage(c) == layout.num_virtual_stages() - 1; }
+  int prev_stage(int c) const { return layout.stage_of(virtual_stage(c) - 1); }
+  int next_stage(int c) const { return layout.stage_of(virtual_stage(c) + 1); }
+  // The chunk of this stage holding the neighbouring piece, or -1 when another stage holds it (or none).
+  int local_prev(int c) const {
+    return !first(c) && prev_stage(c) == grid.get_stage_id() ? layout.chunk_of(virtual_stage(c) - 1) : -1;
+  }
+  int local_next(int c) const {
+    return !last(c) && next_stage(c) == grid.get_stage_id() ? layout.chunk_of(virtual_stage(c) + 1) : -1;
+  }
 
   struct Buffer {
     tensor_list inputs, outputs, labels, output_grads;
-    MetaPtr in_meta, out_meta;  // what was received into inputs / sent from outputs
-    Tensor loss;                // last stage, training: this micro-batch's loss until its backward
+    MetaPtr in_meta, out_meta;            // what was received into inputs / sent from outputs
+    Tensor loss;                          // last piece, training: this micro-batch's loss until its backward
+    autograd::DeferredWeightGrad weight;  // after BackwardInput: the weight gradients, until BackwardWeight
     int micro_batch = -1;
   };
   struct Tie {
@@ -153,20 +179,24 @@ struct PipelineEngine::State {
     dist::Group group;
     int root;  // global rank of the lowest stage holding the key
   };
+  Buffer& buffer(const PipeInstruction& ins) { return buffers.at(ins.chunk).at(ins.buffer_id); }
 
   const PipelineParallelGrid& grid;
   const bool dynamic_shapes;
   Device device;  // see Note [stage devices]
   P2P p2p;
+  StageLayout layout;
+  int label_chunk = -1;  // the chunk holding the model's last piece, -1 when another stage holds it
   std::vector<Tie> ties;
-  MetaPtr sent[2], received[2];       // the last description each way, per mode
-  Tensor header = empty({1}, kLong);  // reused: p2p sends and receives block until done
-  std::vector<Buffer> buffers;
+  std::vector<MetaPtr> sent[2], received[2];  // the last description each way, per mode and chunk
+  Tensor header = empty({1}, kLong);          // reused: p2p sends and receives block until done
+  std::vector<std::vector<Buffer>> buffers;   // [chunk][buffer id]
   // Per batch:
   int mode = kTrain;
   const DataIterator* data_iter = nullptr;
   std::vector<tensor_list>* eval_outputs = nullptr;
-  int loaded = 0, received_count = 0;
+  int loaded = 0;
+  std::vector<int> received_count;  // per chunk
   double loss_sum = 0;
 };
 
@@ -181,16 +211,32 @@ PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, const Pip
       " stages, but this rank is stage ", grid_.get_stage_id(), " of ", grid_.get_pipe_parallel_world_size());
   STRATA_CHECK(options_.micro_batches >= 1, "PipelineEngine: micro_batches must be at least 1, got ",
                options_.micro_batches);
-  STRATA_CHECK(options_.schedule == "train" || options_.schedule == "gpipe",
-               "PipelineEngine: schedule must be \"train\" or \"gpipe\", got \"", options_.schedule,
-               "\" (the interleaved and zero-bubble schedules are for planning with strata-pipe)");
+  STRATA_CHECK(
+      options_.schedule != "inference" && options_.schedule != "dataparallel",
+      "PipelineEngine: schedule must be a training schedule (train, gpipe, interleaved, zb-h1 or zb-v), got \"",
+      options_.schedule, "\"");
+  {
+    // The schedule's layout must be the module's: interleaving takes the module's chunk count.
+    const StageLayout module_layout = module_->layout();
+    const auto probe =
+        make_schedule(options_.schedule, options_.micro_batches, grid_.get_pipe_parallel_world_size(),
+                      grid_.get_stage_id(), options_.schedule == "interleaved" ? module_layout.chunks : 0);
+    const StageLayout want = probe->layout();
+    STRATA_CHECK(want == module_layout, "PipelineEngine: the ", options_.schedule, " schedule runs ", want.chunks,
+                 " model chunk", want.chunks == 1 ? "" : "s", " per stage", want.v_shape ? " in a V" : "",
+                 ", but the PipelineModule was built with chunks = ", module_layout.chunks,
+                 module_layout.v_shape ? " in a V" : "", "; set PipelineModuleOptions::chunks",
+                 want.v_shape      ? " = 2 and v_shape = true"
+                 : want.chunks > 1 ? ""
+                                   : " = 1");
+  }
   std::unordered_set<const TensorImpl*> own;
   for (const Tensor& p : module_->parameters()) own.insert(p.impl_ptr().get());
   for (const auto& group : optimizer_->param_groups())
     for (const Tensor& p : group.params())
       STRATA_CHECK(own.count(p.impl_ptr().get()), "PipelineEngine: the optimizer holds a tensor of shape ", p.sizes(),
                    " that is not a parameter of stage ", grid_.get_stage_id(), "'s module");
-  state_ = std::make_unique<State>(grid_, options_.dynamic_shapes, stage_device(*module_, grid_));
+  state_ = std::make_unique<State>(grid_, options_.dynamic_shapes, stage_device(*module_, grid_), module_->layout());
 
   // Replicas start from data-parallel rank 0's values; then each tie group from its lowest stage.
   if (grid_.get_data_parallel_world_size() > 1) nn::broadcast_state(*module_, grid_.get_data_parallel_group());
@@ -218,12 +264,13 @@ PipelineEngine::~PipelineEngine() = default;
 
 double PipelineEngine::train_batch(const DataIterator& data_iter) {
   STRATA_CHECK(static_cast<bool>(data_iter), "train_batch: got an empty data iterator");
-  STRATA_CHECK(!grid_.is_last_stage() || module_->options().loss_fn,
+  STRATA_CHECK(state_->label_chunk < 0 || module_->options().loss_fn,
                "train_batch: the PipelineModule has no loss_fn; set PipelineModuleOptions::loss_fn");
   module_->train();
   module_->zero_grad();  // a batch that threw half-way leaves partial gradients behind
-  std::unique_ptr<PipeSchedule> schedule = make_schedule(options_.schedule, options_.micro_batches,
-                                                         grid_.get_pipe_parallel_world_size(), grid_.get_stage_id());
+  std::unique_ptr<PipeSchedule> schedule =
+      make_schedule(options_.schedule, options_.micro_batches, grid_.get_pipe_parallel_world_size(),
+                    grid_.get_stage_id(), options_.schedule == "interleaved" ? module_->num_chunks() : 0);
   return run(*schedule, data_iter, nullptr);
 }
 
@@ -231,8 +278,10 @@ double PipelineEngine::eval_batch(const DataIterator& data_iter, std::vector<ten
   STRATA_CHECK(static_cast<bool>(data_iter), "eval_batch: got an empty data iterator");
   module_->eval();
   NoGradGuard no_grad;
-  InferenceSchedule schedule(options_.micro_batches, grid_.get_pipe_parallel_world_size(), grid_.get_stage_id());
-  return run(schedule, data_iter, outputs);
+  const int stages = grid_.get_pipe_parallel_world_size(), stage = grid_.get_stage_id();
+  if (module_->num_chunks() == 1)
+    return run(InferenceSchedule(options_.micro_batches, stages, stage), data_iter, outputs);
+  return run(ForwardSchedule(options_.micro_batches, stages, stage, module_->layout()), data_iter, outputs);
 }
 
 double PipelineEngine::run(const PipeSchedule& schedule, const DataIterator& data_iter,
@@ -241,29 +290,40 @@ double PipelineEngine::run(const PipeSchedule& schedule, const DataIterator& dat
   st.mode = schedule.is_training() ? kTrain : kEval;
   st.data_iter = &data_iter;
   st.eval_outputs = outputs;
-  st.loaded = st.received_count = 0;
+  st.loaded = 0;
+  st.received_count.assign(st.layout.chunks, 0);
   st.loss_sum = 0;
-  st.buffers.assign(schedule.num_pipe_buffers(), {});
+  st.buffers.clear();
+  st.buffers.resize(st.layout.chunks);
+  for (auto& chunk : st.buffers) chunk.resize(schedule.num_pipe_buffers());
   timings_ = {};
   using Clock = std::chrono::steady_clock;
   const auto batch_start = Clock::now();
+  auto seconds = [](Clock::time_point t) { return std::chrono::duration<double>(t.time_since_epoch()).count(); };
   for (int t = 0; t < schedule.num_steps(); ++t) {
     for (const PipeInstruction& ins : schedule.step(t)) {
       const auto start = Clock::now();
       execute(ins);
-      timings_.seconds[ins.kind] += std::chrono::duration<double>(Clock::now() - start).count();
+      const auto end = Clock::now();
+      timings_.seconds[ins.kind] += std::chrono::duration<double>(end - start).count();
       ++timings_.instructions;
+      if (!options_.record_trace) continue;
+      const int micro_batch = ins.kind == PipeInstruction::LoadMicroBatch ? st.loaded - 1
+                              : ins.has_buffer()                          ? st.buffer(ins).micro_batch
+                                                                          : -1;
+      timings_.executed.push_back({ins, t, micro_batch, seconds(start), seconds(end)});
     }
   }
   st.buffers.clear();
 
-  // The mean loss over micro-batches, averaged over replicas on the last stage, then sent up the pipe.
-  const bool has_loss = static_cast<bool>(module_->options().loss_fn);
-  Tensor loss = full({1}, grid_.is_last_stage() && has_loss ? st.loss_sum / options_.micro_batches : NAN, kDouble);
-  if (grid_.is_last_stage() && grid_.get_data_parallel_world_size() > 1)
+  // The mean loss over micro-batches, averaged over replicas on the stage holding the model's last piece (the
+  // last stage, or the first in a V), then sent to the other stages.
+  const bool has_loss = static_cast<bool>(module_->options().loss_fn), holds_loss = st.label_chunk >= 0;
+  Tensor loss = full({1}, holds_loss && has_loss ? st.loss_sum / options_.micro_batches : NAN, kDouble);
+  if (holds_loss && grid_.get_data_parallel_world_size() > 1)
     dist::all_reduce(loss, dist::ReduceOp::AVG, grid_.get_data_parallel_group());
   if (grid_.get_pipe_parallel_world_size() > 1)
-    dist::broadcast(loss, grid_.stage_to_global(grid_.get_pipe_parallel_world_size() - 1),
+    dist::broadcast(loss, grid_.stage_to_global(st.layout.stage_of(st.layout.num_virtual_stages() - 1)),
                     grid_.get_pipe_parallel_group());
   timings_.total = std::chrono::duration<double>(Clock::now() - batch_start).count();
   return loss.item<double>();
@@ -278,11 +338,10 @@ std::string PipelineEngine::where(const char* op) const {
 
 void PipelineEngine::execute(const PipeInstruction& ins) {
   State& st = *state_;
-  const int stage = grid_.get_stage_id();
   const bool training = st.mode == kTrain;
+  const int c = ins.chunk;
   switch (ins.kind) {
     case PipeInstruction::LoadMicroBatch: {
-      State::Buffer& buf = st.buffers.at(ins.buffer_id);
       std::optional<MicroBatch> mb = (*st.data_iter)();
       STRATA_CHECK(mb.has_value(), where(training ? "train_batch" : "eval_batch"), ": the data iterator ran dry after ",
                    st.loaded, " of ", options_.micro_batches, " micro-batches");
@@ -291,20 +350,34 @@ void PipelineEngine::execute(const PipeInstruction& ins) {
         for (Tensor& t : tensors) t = t.to(st.device);
         return tensors;
       };
-      if (grid_.is_first_stage()) {
+      if (st.first(c)) {
+        State::Buffer& buf = st.buffer(ins);
         STRATA_CHECK(!mb->inputs.empty(), where("LoadMicroBatch"), ": micro-batch ", st.loaded, " has no inputs");
         buf.inputs = on_stage(std::move(mb->inputs));
         buf.micro_batch = st.loaded;
       }
-      if (grid_.is_last_stage()) buf.labels = on_stage(std::move(mb->labels));
+      // The labels wait in the buffer of the chunk holding the model's last piece.
+      if (st.label_chunk >= 0) st.buffers.at(st.label_chunk).at(ins.buffer_id).labels = on_stage(std::move(mb->labels));
       ++st.loaded;
       break;
     }
     case PipeInstruction::ForwardPass: {
-      State::Buffer& buf = st.buffers.at(ins.buffer_id);
-      tensor_list outs = module_->forward(buf.inputs);
+      State::Buffer& buf = st.buffer(ins);
+      if (const int pc = st.local_prev(c); pc >= 0) {
+        // The piece before is this stage's chunk pc: its outputs become these inputs, cut from its graph as a
+        // transfer would, so each chunk's backward stops at its own inputs.
+        State::Buffer& prev = st.buffers.at(pc).at(ins.buffer_id);
+        prev.out_meta = std::make_shared<const Meta>(meta_of(prev.outputs, training));
+        buf.in_meta = prev.out_meta;
+        buf.micro_batch = prev.micro_batch;
+        buf.inputs.clear();
+        for (const Tensor& t : prev.outputs)
+          buf.inputs.push_back(training && t.requires_grad() ? t.detach().requires_grad_(true) : t.detach());
+        if (!training) prev.outputs.clear();
+      }
+      tensor_list outs = module_->forward(buf.inputs, c);
       STRATA_CHECK(!outs.empty(), where("ForwardPass"), ": the stage's layers returned no tensors");
-      if (!grid_.is_last_stage()) {
+      if (!st.last(c)) {
         buf.outputs = std::move(outs);
       } else {
         if (module_->options().loss_fn) {
@@ -323,42 +396,69 @@ void PipelineEngine::execute(const PipeInstruction& ins) {
       if (!training) buf.inputs.clear();
       break;
     }
-    case PipeInstruction::BackwardPass: {
-      State::Buffer& buf = st.buffers.at(ins.buffer_id);
-      if (grid_.is_last_stage()) {
+    case PipeInstruction::BackwardPass:
+    case PipeInstruction::BackwardInput: {
+      State::Buffer& buf = st.buffer(ins);
+      tensor_list outs, grads;
+      if (st.last(c)) {
         // The only place the loss is scaled: the batch loss is the mean over micro-batches.
-        autograd::backward({buf.loss}, {full_like(buf.loss, 1.0 / options_.micro_batches)});
-        buf.loss = {};
+        outs = {buf.loss};
+        grads = {full_like(buf.loss, 1.0 / options_.micro_batches)};
       } else {
-        tensor_list outs, grads;
         for (size_t i = 0; i < buf.out_meta->size(); ++i) {
           if (!(*buf.out_meta)[i].requires_grad) continue;
           outs.push_back(buf.outputs[i]);
           grads.push_back(buf.output_grads[i]);
         }
-        if (!outs.empty()) autograd::backward(outs, grads);
       }
+      if (!outs.empty() && ins.kind == PipeInstruction::BackwardPass) autograd::backward(outs, grads);
+      if (!outs.empty() && ins.kind == PipeInstruction::BackwardInput) {
+        tensor_list inputs;  // what the stage before waits for; the first piece has none
+        for (const Tensor& x : buf.inputs)
+          if (x.requires_grad()) inputs.push_back(x);
+        buf.weight = autograd::backward_input(outs, grads, inputs);
+      }
+      buf.loss = {};
       buf.outputs.clear();
       buf.output_grads.clear();
-      if (grid_.is_first_stage()) buf.inputs.clear();  // no SendGrad follows
+      if (const int pc = st.local_prev(c); pc >= 0) {
+        // Hand the input gradients to the chunk before on this stage, as SendGrad would.
+        State::Buffer& prev = st.buffers.at(pc).at(ins.buffer_id);
+        prev.output_grads.assign(buf.inputs.size(), Tensor());
+        for (size_t i = 0; i < buf.inputs.size(); ++i) {
+          if (!(*buf.in_meta)[i].requires_grad) continue;
+          const Tensor& g = buf.inputs[i].grad();
+          prev.output_grads[i] = g.defined() ? g : zeros_like(buf.inputs[i]);
+        }
+        buf.inputs.clear();
+      }
+      if (st.first(c)) buf.inputs.clear();  // no SendGrad follows
+      break;
+    }
+    case PipeInstruction::BackwardWeight: {
+      State::Buffer& buf = st.buffer(ins);
+      if (buf.weight.pending()) buf.weight.run();
+      buf.weight = {};
       break;
     }
     case PipeInstruction::SendActivation: {
-      State::Buffer& buf = st.buffers.at(ins.buffer_id);
-      buf.out_meta = st.send_meta(buf.outputs, buf.micro_batch);
-      for (const Tensor& t : buf.outputs) st.p2p.send(t.detach(), stage + 1, /*async_op=*/true);
+      State::Buffer& buf = st.buffer(ins);
+      const int next = st.next_stage(c);
+      buf.out_meta = st.send_meta(buf.outputs, c, buf.micro_batch);
+      for (const Tensor& t : buf.outputs) st.p2p.send(t.detach(), next, /*async_op=*/true);
       st.p2p.wait();
       if (!training) buf.outputs.clear();
       break;
     }
     case PipeInstruction::RecvActivation: {
-      State::Buffer& buf = st.buffers.at(ins.buffer_id);
-      buf.micro_batch = st.received_count++;
-      buf.in_meta = st.recv_meta(buf.micro_batch);
+      State::Buffer& buf = st.buffer(ins);
+      const int prev = st.prev_stage(c);
+      buf.micro_batch = st.received_count.at(c)++;
+      buf.in_meta = st.recv_meta(c, buf.micro_batch);
       buf.inputs.clear();
       for (const TensorMeta& m : *buf.in_meta) {
         Tensor t = empty(m.sizes, TensorOptions(m.dtype).device(st.device));
-        st.p2p.recv(t, stage - 1, /*async_op=*/true);
+        st.p2p.recv(t, prev, /*async_op=*/true);
         buf.inputs.push_back(t);
       }
       st.p2p.wait();
@@ -367,34 +467,32 @@ void PipelineEngine::execute(const PipeInstruction& ins) {
       break;
     }
     case PipeInstruction::SendGrad: {
-      State::Buffer& buf = st.buffers.at(ins.buffer_id);
+      State::Buffer& buf = st.buffer(ins);
+      const int prev = st.prev_stage(c);
       for (size_t i = 0; i < buf.in_meta->size(); ++i) {
         if (!(*buf.in_meta)[i].requires_grad) continue;
         // An input the stage did not use has no gradient; its sender still waits for one.
         Tensor g = buf.inputs[i].grad();
-        st.p2p.send(g.defined() ? g : zeros_like(buf.inputs[i]), stage - 1, /*async_op=*/true);
+        st.p2p.send(g.defined() ? g : zeros_like(buf.inputs[i]), prev, /*async_op=*/true);
       }
       st.p2p.wait();
       buf.inputs.clear();
       break;
     }
     case PipeInstruction::RecvGrad: {
-      State::Buffer& buf = st.buffers.at(ins.buffer_id);
+      State::Buffer& buf = st.buffer(ins);
+      const int next = st.next_stage(c);
       const Meta& out_meta = *buf.out_meta;
       buf.output_grads.assign(out_meta.size(), Tensor());
       for (size_t i = 0; i < out_meta.size(); ++i) {
         if (!out_meta[i].requires_grad) continue;
         const TensorOptions options = TensorOptions(out_meta[i].dtype).device(buf.outputs[i].device());
         buf.output_grads[i] = empty(out_meta[i].sizes, options);
-        st.p2p.recv(buf.output_grads[i], stage + 1, /*async_op=*/true);
+        st.p2p.recv(buf.output_grads[i], next, /*async_op=*/true);
       }
       st.p2p.wait();
       break;
     }
-    case PipeInstruction::BackwardInput:
-    case PipeInstruction::BackwardWeight:
-      // The constructor admits only schedules without split backward passes.
-      STRATA_INTERNAL_ASSERT(false);
     case PipeInstruction::ReduceTiedGrads:
       for (const State::Tie& tie : st.ties)
         for (const Tensor& p : tie.params) dist::all_reduce(grad_or_zeros(p), dist::ReduceOp::SUM, tie.group);
@@ -419,9 +517,9 @@ void PipelineEngine::reduce_grads() {
     dist::all_reduce_coalesced(grads, dist::ReduceOp::AVG, grid_.get_data_parallel_group());
 }
 
-MetaPtr PipelineEngine::State::send_meta(const tensor_list& outputs, int micro_batch) {
-  MetaPtr& last = sent[mode];
-  const int next = grid.get_stage_id() + 1;
+MetaPtr PipelineEngine::State::send_meta(const tensor_list& outputs, int chunk, int micro_batch) {
+  MetaPtr& last = sent[mode].at(chunk);
+  const int next = next_stage(chunk);
   const bool training = mode == kTrain;
   const bool changed = !last || !described_by(*last, outputs, training);
   auto meta = changed ? std::make_shared<const Meta>(meta_of(outputs, training)) : last;
@@ -431,28 +529,76 @@ MetaPtr PipelineEngine::State::send_meta(const tensor_list& outputs, int micro_b
   if (!changed) return meta;
   p2p.send(words, next);
   const MetaPtr before = std::exchange(last, meta);
-  STRATA_CHECK(!before || dynamic_shapes, shape_change_message(next - 1, *before, *meta, micro_batch));
+  STRATA_CHECK(!before || dynamic_shapes, shape_change_message(grid.get_stage_id(), next, *before, *meta, micro_batch));
   return meta;
 }
 
-MetaPtr PipelineEngine::State::recv_meta(int micro_batch) {
-  MetaPtr& last = received[mode];
-  const int stage = grid.get_stage_id();
-  p2p.recv(header, stage - 1);
+MetaPtr PipelineEngine::State::recv_meta(int chunk, int micro_batch) {
+  MetaPtr& last = received[mode].at(chunk);
+  const int stage = grid.get_stage_id(), prev = prev_stage(chunk);
+  p2p.recv(header, prev);
   const int64_t n = header.data_ptr<int64_t>()[0];
   if (n == 0) {
-    STRATA_CHECK(last != nullptr, "PipelineEngine RecvActivation (stage ", stage, "): stage ", stage - 1,
+    STRATA_CHECK(last != nullptr, "PipelineEngine RecvActivation (stage ", stage, "): stage ", prev,
                  " announced unchanged metadata before sending any");
     return last;
   }
   STRATA_CHECK(n > 0 && n < (1 << 20), "PipelineEngine RecvActivation (stage ", stage, "): bad metadata length ", n,
-               " from stage ", stage - 1);
+               " from stage ", prev);
   Tensor words = empty({n}, kLong);
-  p2p.recv(words, stage - 1);
+  p2p.recv(words, prev);
   auto meta = std::make_shared<const Meta>(decode(words, stage));
   const MetaPtr before = std::exchange(last, meta);
-  STRATA_CHECK(!before || dynamic_shapes, shape_change_message(stage - 1, *before, *meta, micro_batch));
+  STRATA_CHECK(!before || dynamic_shapes, shape_change_message(prev, stage, *before, *meta, micro_batch));
   return meta;
+}
+
+void PipelineEngine::write_trace(const std::string& path) const {
+  // Every rank's instructions as 7 numbers each, padded to the longest list, gathered everywhere; rank 0 writes.
+  constexpr int64_t kFields = 7, kHeader = 3;
+  const int world = dist::get_world_size();
+  Tensor count = tensor({static_cast<int64_t>(timings_.executed.size())});
+  Tensor counts = empty({world}, kLong);
+  dist::all_gather_into_tensor(counts, count);
+  const int64_t longest = counts.max().item<int64_t>();
+  Tensor mine = zeros({kHeader + longest * kFields}, kDouble);
+  double* m = mine.data_ptr<double>();
+  m[0] = static_cast<double>(timings_.executed.size());
+  m[1] = grid_.get_stage_id();
+  m[2] = grid_.get_data_parallel_id();
+  for (size_t i = 0; i < timings_.executed.size(); ++i) {
+    const ExecutedInstruction& e = timings_.executed[i];
+    double* f = m + kHeader + static_cast<int64_t>(i) * kFields;
+    f[0] = e.instruction.kind, f[1] = e.instruction.buffer_id, f[2] = e.instruction.chunk, f[3] = e.step;
+    f[4] = e.micro_batch, f[5] = e.start, f[6] = e.end;
+  }
+  Tensor all = empty({world * mine.numel()}, kDouble);
+  dist::all_gather_into_tensor(all, mine);
+  if (dist::get_rank() != 0) return;
+  const double* a = all.data_ptr<double>();
+  double t0 = std::numeric_limits<double>::infinity();
+  for (int r = 0; r < world; ++r) {
+    const double* rank = a + r * mine.numel();
+    for (int64_t i = 0; i < static_cast<int64_t>(rank[0]); ++i) t0 = std::min(t0, rank[kHeader + i * kFields + 5]);
+  }
+  std::vector<std::string> rows;
+  std::vector<TraceSlice> slices;
+  for (int r = 0; r < world; ++r) {
+    const double* rank = a + r * mine.numel();
+    rows.push_back(str("rank ", r, ": stage ", rank[1], ", replica ", rank[2]));
+    for (int64_t i = 0; i < static_cast<int64_t>(rank[0]); ++i) {
+      const double* f = rank + kHeader + i * kFields;
+      const PipeInstruction ins{static_cast<PipeInstruction::Kind>(f[0]), static_cast<int32_t>(f[1]),
+                                static_cast<int16_t>(f[2])};
+      slices.push_back(
+          {r, (f[5] - t0) * 1e6, (f[6] - f[5]) * 1e6, ins, static_cast<int>(f[4]), static_cast<int>(f[3])});
+    }
+  }
+  std::ofstream file(path);
+  STRATA_CHECK(file.is_open(), "PipelineEngine::write_trace: cannot open '", path, "' for writing");
+  write_trace_json(file, rows, slices);
+  file.close();
+  STRATA_CHECK(!file.fail(), "PipelineEngine::write_trace: could not write '", path, "'");
 }
 
 void PipelineEngine::save_checkpoint(const std::string& dir) {

@@ -45,11 +45,23 @@ using DataIterator = std::function<std::optional<MicroBatch>()>;
 
 /// How the engine runs.
 struct PipelineEngineOptions {
-  int micro_batches = 1;           ///< micro-batches per train_batch (DeepSpeed's gradient_accumulation_steps)
-  std::string schedule = "train";  ///< "train" (1F1B) or "gpipe"
+  int micro_batches = 1;  ///< micro-batches per train_batch (DeepSpeed's gradient_accumulation_steps)
+  /// "train" (1F1B), "gpipe", "interleaved" (a module of 2 or more chunks), "zb-h1", or "zb-v" (a module of 2
+  /// chunks in a V); see pipe/schedule.h
+  std::string schedule = "train";
   /// Let activation shapes and dtypes change between micro-batches (variable sequence lengths): the metadata
   /// then travels again whenever it changes. Off, it travels once, and a change is an error.
   bool dynamic_shapes = false;
+  /// Keep when each instruction of the last batch ran on this rank (timings().executed), for write_trace.
+  bool record_trace = false;
+};
+
+/// One instruction as this rank executed it (PipelineEngineOptions::record_trace).
+struct ExecutedInstruction {
+  PipeInstruction instruction;  ///< what
+  int step;                     ///< the schedule step it belongs to
+  int micro_batch;              ///< its micro-batch, -1 for the end-of-batch instructions
+  double start, end;            ///< seconds on the machine's monotonic clock (one clock for the ranks of a host)
 };
 
 /// Seconds this rank spent in each instruction kind during the last train_batch or eval_batch.
@@ -57,7 +69,8 @@ struct PipelineTimings {
   std::array<double, PipeInstruction::kNumKinds> seconds{};  ///< indexed by PipeInstruction::Kind
   double total = 0;                                          ///< the whole batch on this rank
   int64_t instructions = 0;                                  ///< instructions executed
-  double compute() const;                                    ///< ForwardPass + BackwardPass seconds
+  double compute() const;                     ///< ForwardPass + BackwardPass + BackwardInput + BackwardWeight seconds
+  std::vector<ExecutedInstruction> executed;  ///< with record_trace: every instruction of the batch, in order
 };
 
 /// Executes pipeline schedules for a module over its grid.
@@ -88,7 +101,11 @@ class PipelineEngine {
   /// Loads what save_checkpoint wrote (layer files from any number of stages; optimizer state needs the same).
   void load_checkpoint(const std::string& dir, bool load_optimizer_states = true);
 
-  const PipelineTimings& timings() const { return timings_; }        ///< of the last batch on this rank
+  const PipelineTimings& timings() const { return timings_; }  ///< of the last batch on this rank
+  /// Writes what every rank executed in its last batch (record_trace) as one Chrome trace: a row per rank,
+  /// instructions labelled as write_chrome_trace labels them, times from the earliest instruction, so it
+  /// lies beside strata-pipe's simulated trace. Every rank calls it; rank 0 writes `path`.
+  void write_trace(const std::string& path) const;
   PipelineModule& module() const { return *module_; }                ///< the model
   const PipelineParallelGrid& grid() const { return grid_; }         ///< the grid
   optim::Optimizer& optimizer() const { return *optimizer_; }        ///< the optimizer

@@ -130,8 +130,12 @@ PipelineModule::PipelineModule(std::vector<Layer> layers, int num_stages, int st
   STRATA_CHECK(!layers_.empty(), "PipelineModule: the layer list is empty");
   STRATA_CHECK(num_stages_ >= 1 && stage_id_ >= 0 && stage_id_ < num_stages_, "PipelineModule: stage_id ", stage_id_,
                " with num_stages ", num_stages_, "; expected num_stages >= 1 and 0 <= stage_id < num_stages");
-  STRATA_CHECK(num_layers() >= num_stages_, "PipelineModule: ", num_layers(), " layers cannot fill ", num_stages_,
-               " stages");
+  STRATA_CHECK(options_.chunks >= 1 && (!options_.v_shape || options_.chunks == 2), "PipelineModule: chunks must be ",
+               options_.v_shape ? "2 with v_shape" : "at least 1", ", got ", options_.chunks);
+  layout_ = {num_stages_, options_.chunks, options_.v_shape};
+  const int pieces = layout_.num_virtual_stages();
+  STRATA_CHECK(num_layers() >= pieces, "PipelineModule: ", num_layers(), " layers cannot fill ", num_stages_, " stages",
+               options_.chunks > 1 ? str(" of ", options_.chunks, " chunks") : "");
   STRATA_CHECK(options_.activation_checkpoint_interval >= 0,
                "PipelineModule: activation_checkpoint_interval must be non-negative, got ",
                options_.activation_checkpoint_interval);
@@ -144,52 +148,74 @@ PipelineModule::PipelineModule(std::vector<Layer> layers, int num_stages, int st
     STRATA_CHECK(tie_of(layers_[f])->tied_weight_attrs() == tie->tied_weight_attrs(), "PipelineModule: layer ", i,
                  " ties '", tie->key(), "' by other parameter names than layer ", f, " does");
   }
-  parts_ = partition_layers(layers_, options_, num_stages_);
+  parts_ = partition_layers(layers_, options_, pieces);
+  for (int c = 0; c < num_chunks(); ++c)
+    for (int i = chunk_start(c); i < chunk_stop(c); ++i) local_index_.push_back(i);
 
   // Only this stage's layers are built; a tied module once per stage, at its key's first layer here.
   std::shared_ptr<nn::Module> tied_modules;
   std::map<std::string, BuiltLayer> tied;
-  for (int i = local_start(); i < local_stop(); ++i) {
-    if (options_.seed_layers) manual_seed(options_.base_seed + static_cast<uint64_t>(i));
-    const TiedLayerSpec* tie = tie_of(layers_[i]);
-    if (!tie) {
-      BuiltLayer layer = layers_[i].spec().build();
-      if (layer.module) register_module(std::to_string(i), layer.module);
-      local_.push_back(std::move(layer));
-      continue;
+  for (int c = 0; c < num_chunks(); ++c) {
+    chunk_begin_.push_back(static_cast<int>(local_.size()));
+    for (int i = chunk_start(c); i < chunk_stop(c); ++i) {
+      if (options_.seed_layers) manual_seed(options_.base_seed + static_cast<uint64_t>(i));
+      const TiedLayerSpec* tie = tie_of(layers_[i]);
+      if (!tie) {
+        BuiltLayer layer = layers_[i].spec().build();
+        if (layer.module) register_module(std::to_string(i), layer.module);
+        local_.push_back(std::move(layer));
+        continue;
+      }
+      auto [it, is_first] = tied.try_emplace(tie->key());
+      BuiltLayer& shared = it->second;
+      if (is_first) {
+        shared = tie->spec().build();
+        STRATA_CHECK(shared.module, "PipelineModule: tied layer '", tie->key(), "' (layer ", i,
+                     ") built no module to share");
+        for (const std::string& attr : tie->tied_weight_attrs())
+          STRATA_CHECK(find_parameter(*shared.module, attr).defined(), "PipelineModule: tied layer '", tie->key(),
+                       "' has no parameter '", attr, "' (tied_weight_attrs must name parameters of its module)");
+        if (!tied_modules) tied_modules = register_module("tied_modules", std::make_shared<nn::Module>("TiedModules"));
+        tied_modules->register_module(tie->key(), shared.module);
+      }
+      LayerForward forward = shared.forward;
+      if (const auto& f = tie->forward_fn())
+        forward = [f, module = shared.module](const tensor_list& x) { return f(*module, x); };
+      local_.push_back(BuiltLayer{shared.module, std::move(forward)});
     }
-    auto [it, is_first] = tied.try_emplace(tie->key());
-    BuiltLayer& shared = it->second;
-    if (is_first) {
-      shared = tie->spec().build();
-      STRATA_CHECK(shared.module, "PipelineModule: tied layer '", tie->key(), "' (layer ", i,
-                   ") built no module to share");
-      for (const std::string& attr : tie->tied_weight_attrs())
-        STRATA_CHECK(find_parameter(*shared.module, attr).defined(), "PipelineModule: tied layer '", tie->key(),
-                     "' has no parameter '", attr, "' (tied_weight_attrs must name parameters of its module)");
-      if (!tied_modules) tied_modules = register_module("tied_modules", std::make_shared<nn::Module>("TiedModules"));
-      tied_modules->register_module(tie->key(), shared.module);
-    }
-    LayerForward forward = shared.forward;
-    if (const auto& f = tie->forward_fn())
-      forward = [f, module = shared.module](const tensor_list& x) { return f(*module, x); };
-    local_.push_back(BuiltLayer{shared.module, std::move(forward)});
   }
+  chunk_begin_.push_back(static_cast<int>(local_.size()));
 
-  // Each chunk's parameters, each once: a tied module may run twice in a chunk.
-  const int n = static_cast<int>(local_.size()), k = options_.activation_checkpoint_interval;
-  for (int begin = 0; k > 0 && begin < n; begin += k) {
-    tensor_list& parameters = chunk_parameters_.emplace_back();
-    std::unordered_set<const TensorImpl*> seen;
-    for (int j = begin; j < std::min(begin + k, n); ++j)
-      if (local_[j].module)
-        for (const Tensor& p : local_[j].module->parameters())
-          if (seen.insert(p.impl_ptr().get()).second) parameters.push_back(p);
-  }
+  // Each checkpointed run's parameters, each once: a tied module may run twice in a run.
+  const int k = options_.activation_checkpoint_interval;
+  checkpoint_parameters_.resize(num_chunks());
+  for (int c = 0; c < num_chunks() && k > 0; ++c)
+    for (int begin = chunk_begin_[c]; begin < chunk_begin_[c + 1]; begin += k) {
+      tensor_list& parameters = checkpoint_parameters_[c].emplace_back();
+      std::unordered_set<const TensorImpl*> seen;
+      for (int j = begin; j < std::min(begin + k, chunk_begin_[c + 1]); ++j)
+        if (local_[j].module)
+          for (const Tensor& p : local_[j].module->parameters())
+            if (seen.insert(p.impl_ptr().get()).second) parameters.push_back(p);
+    }
 }
 
-tensor_list PipelineModule::forward(const tensor_list& inputs) {
+int PipelineModule::chunk_start(int chunk) const {
+  STRATA_CHECK(0 <= chunk && chunk < num_chunks(), "PipelineModule: chunk ", chunk, " is out of range for ",
+               num_chunks(), " chunks");
+  return parts_[layout_.virtual_stage(stage_id_, chunk)];
+}
+
+int PipelineModule::chunk_stop(int chunk) const {
+  STRATA_CHECK(0 <= chunk && chunk < num_chunks(), "PipelineModule: chunk ", chunk, " is out of range for ",
+               num_chunks(), " chunks");
+  return parts_[layout_.virtual_stage(stage_id_, chunk) + 1];
+}
+
+tensor_list PipelineModule::forward(const tensor_list& inputs, int chunk) {
   STRATA_CHECK(!inputs.empty(), "PipelineModule::forward: stage ", stage_id_, " got no input tensors");
+  STRATA_CHECK(0 <= chunk && chunk < num_chunks(), "PipelineModule::forward: chunk ", chunk, " is out of range for ",
+               num_chunks(), " chunks");
   auto run = [this](int begin, int end) {
     return [this, begin, end](const tensor_list& x) {
       tensor_list y = x;
@@ -197,14 +223,14 @@ tensor_list PipelineModule::forward(const tensor_list& inputs) {
       return y;
     };
   };
-  const int n = static_cast<int>(local_.size()), k = options_.activation_checkpoint_interval;
-  if (k == 0 || !is_training() || !GradMode::is_enabled()) return run(0, n)(inputs);
+  const int first = chunk_begin_[chunk], end = chunk_begin_[chunk + 1], k = options_.activation_checkpoint_interval;
+  if (k == 0 || !is_training() || !GradMode::is_enabled()) return run(first, end)(inputs);
   tensor_list x = inputs;
-  for (int c = 0, begin = 0; begin < n; ++c, begin += k) {
+  for (int r = 0, begin = first; begin < end; ++r, begin += k) {
     tensor_list trainable;  // parameters frozen after construction take no gradient
-    for (const Tensor& p : chunk_parameters_[c])
+    for (const Tensor& p : checkpoint_parameters_[chunk][r])
       if (p.requires_grad()) trainable.push_back(p);
-    x = autograd::checkpoint(run(begin, std::min(begin + k, n)), x, trainable);
+    x = autograd::checkpoint(run(begin, std::min(begin + k, end)), x, trainable);
   }
   return x;
 }
@@ -222,24 +248,20 @@ std::vector<std::string> PipelineModule::tied_keys() const {
 
 std::vector<int> PipelineModule::tied_stages(const std::string& key) const {
   STRATA_CHECK(first_tied_.count(key), "PipelineModule::tied_stages: no layer is tied by key '", key, "'");
-  std::vector<int> stages;
-  for (int s = 0; s < num_stages_; ++s)
-    for (int i = parts_[s]; i < parts_[s + 1]; ++i)
-      if (const std::string* k = layers_[i].tied_key(); k && *k == key) {
-        stages.push_back(s);
-        break;
-      }
-  return stages;
+  std::set<int> stages;
+  for (int v = 0; v < layout_.num_virtual_stages(); ++v)
+    for (int i = parts_[v]; i < parts_[v + 1]; ++i)
+      if (const std::string* k = layers_[i].tied_key(); k && *k == key) stages.insert(layout_.stage_of(v));
+  return {stages.begin(), stages.end()};
 }
 
 std::vector<Tensor> PipelineModule::tied_parameters(const std::string& key) const {
   STRATA_CHECK(first_tied_.count(key), "PipelineModule::tied_parameters: no layer is tied by key '", key, "'");
-  for (int i = local_start(); i < local_stop(); ++i) {
-    const TiedLayerSpec* tie = tie_of(layers_[i]);
+  for (size_t j = 0; j < local_.size(); ++j) {
+    const TiedLayerSpec* tie = tie_of(layers_[local_index_[j]]);
     if (!tie || tie->key() != key) continue;
     std::vector<Tensor> params;
-    for (const std::string& attr : tie->tied_weight_attrs())
-      params.push_back(find_parameter(*local_[i - local_start()].module, attr));
+    for (const std::string& attr : tie->tied_weight_attrs()) params.push_back(find_parameter(*local_[j].module, attr));
     return params;
   }
   return {};
@@ -249,10 +271,11 @@ void PipelineModule::save_state_dict(const std::string& dir) const {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   STRATA_CHECK(!ec, "PipelineModule::save_state_dict: cannot create the folder '", dir, "': ", ec.message());
-  for (int i = local_start(); i < local_stop(); ++i) {
+  for (size_t j = 0; j < local_.size(); ++j) {
+    const int i = local_index_[j];
     const std::string* key = layers_[i].tied_key();
     if (key && first_tied_.at(*key) != i) continue;  // the stage holding the key's first layer writes the module
-    const std::shared_ptr<nn::Module>& module = local_[i - local_start()].module;
+    const std::shared_ptr<nn::Module>& module = local_[j].module;
     if (!module) continue;
     const nn::StateDict state = module->state_dict();
     if (!state.empty()) nn::save_file(state, ckpt_layer_path(dir, i));
@@ -263,9 +286,10 @@ void PipelineModule::load_state_dir(const std::string& dir, bool strict) {
   // Every file is read and checked before any module is written, so a bad folder changes nothing.
   std::vector<std::pair<nn::Module*, nn::StateDict>> loads;
   std::set<std::string> tied_seen;  // a tied module loads once per stage
-  for (int i = local_start(); i < local_stop(); ++i) {
+  for (size_t j = 0; j < local_.size(); ++j) {
+    const int i = local_index_[j];
     const std::string* key = layers_[i].tied_key();
-    nn::Module* module = local_[i - local_start()].module.get();
+    nn::Module* module = local_[j].module.get();
     if (!module || module->state_dict().empty() || (key && !tied_seen.insert(*key).second)) continue;
     const std::string path = ckpt_layer_path(dir, key ? first_tied_.at(*key) : i);
     STRATA_CHECK(std::filesystem::exists(path), "PipelineModule::load_state_dir: layer ", i, " has no checkpoint: '",

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "strata/nn/module.h"
+#include "strata/pipe/schedule.h"
 #include "strata/pipe/topology.h"
 
 namespace strata::pipe {
@@ -149,7 +150,11 @@ struct PipelineModuleOptions {
   LossFn loss_fn = {};              ///< the last stage's loss; required for training
   bool seed_layers = false;         ///< seed the default generator with base_seed + layer index before each build
   uint64_t base_seed = 1234;        ///< see seed_layers
-  int activation_checkpoint_interval = 0;  ///< > 0: recompute every chunk of this many layers during backward
+  int activation_checkpoint_interval = 0;  ///< > 0: recompute every run of this many layers during backward
+  /// Model chunks per stage, for the interleaved (2 or more) and V (2) schedules: the layers are cut into
+  /// stages x chunks pieces (the partition has that many), placed on the stages by the schedule's StageLayout.
+  int chunks = 1;
+  bool v_shape = false;  ///< place the chunks in a V (zb-v) instead of Megatron's loop (interleaved)
 };
 
 /// This stage's part of a layer list. The parameters are registered as "<layer index>.<name>" (global layer
@@ -161,18 +166,23 @@ class PipelineModule : public nn::Module {
   /// Stage stage_id of num_stages, with no processes involved (a single process uses 1 and 0).
   PipelineModule(std::vector<Layer> layers, int num_stages, int stage_id, PipelineModuleOptions options = {});
 
-  /// Runs this stage's layers (in chunks under autograd::checkpoint when activation checkpointing is on,
-  /// in training mode with grad enabled).
-  tensor_list forward(const tensor_list& inputs);
+  /// Runs this stage's layers of model chunk `chunk` (runs of activation_checkpoint_interval layers under
+  /// autograd::checkpoint when that is on, in training mode with grad enabled).
+  tensor_list forward(const tensor_list& inputs, int chunk = 0);
   /// options().loss_fn on outputs and labels; throws when there is none.
   Tensor compute_loss(const tensor_list& outputs, const tensor_list& labels) const;
 
   int num_stages() const { return num_stages_; }                       ///< stages in the pipeline
   int stage_id() const { return stage_id_; }                           ///< this module's stage
   int num_layers() const { return static_cast<int>(layers_.size()); }  ///< layers of the whole model
-  const std::vector<int>& parts() const { return parts_; }  ///< S + 1 boundaries: stage s has [parts[s], parts[s+1])
-  int local_start() const { return parts_[stage_id_]; }     ///< first layer of this stage
-  int local_stop() const { return parts_[stage_id_ + 1]; }  ///< one past this stage's last layer
+  int num_chunks() const { return layout_.chunks; }                    ///< model chunks per stage
+  const StageLayout& layout() const { return layout_; }                ///< where the chunks are
+  /// S x chunks + 1 boundaries: virtual stage v (StageLayout) has layers [parts[v], parts[v+1])
+  const std::vector<int>& parts() const { return parts_; }
+  int chunk_start(int chunk) const;                   ///< first layer of this stage's chunk
+  int chunk_stop(int chunk) const;                    ///< one past its last layer
+  int local_start() const { return chunk_start(0); }  ///< first layer of this stage's chunk 0 (of the stage, unchunked)
+  int local_stop() const { return chunk_stop(0); }    ///< one past chunk 0's last layer
   const PipelineModuleOptions& options() const { return options_; }  ///< as given
 
   /// Every tie key of the whole model, sorted (the order groups are made in on every rank).
@@ -194,10 +204,14 @@ class PipelineModule : public nn::Module {
   std::vector<Layer> layers_;
   PipelineModuleOptions options_;
   int num_stages_ = 1, stage_id_ = 0;
+  StageLayout layout_;
   std::vector<int> parts_;
-  std::map<std::string, int> first_tied_;      // each tie key's first layer in the whole model
-  std::vector<BuiltLayer> local_;              // local_[i] runs layer local_start() + i
-  std::vector<tensor_list> chunk_parameters_;  // with activation checkpointing: each chunk's parameters, once
+  std::map<std::string, int> first_tied_;  // each tie key's first layer in the whole model
+  std::vector<BuiltLayer> local_;          // this stage's layers, chunk by chunk
+  std::vector<int> local_index_;           // local_[j] is layer local_index_[j] of the model
+  std::vector<int> chunk_begin_;           // chunk c is local_[chunk_begin_[c] .. chunk_begin_[c + 1])
+  // With activation checkpointing: per chunk, each checkpointed run's parameters, once.
+  std::vector<std::vector<tensor_list>> checkpoint_parameters_;
 };
 
 }  // namespace strata::pipe

@@ -233,6 +233,15 @@ class ZeroBubbleVSchedule : public PlannedSchedule {
   std::string_view name() const override { return "zb-v"; }
 };
 
+/// Forward passes only, over any StageLayout: what eval_batch runs for a module cut into chunks
+/// (InferenceSchedule is DeepSpeed's, for one chunk per stage).
+class ForwardSchedule : public PlannedSchedule {
+ public:
+  ForwardSchedule(int micro_batches, int stages, int stage_id, StageLayout layout);
+  std::string_view name() const override { return "forward"; }
+  bool is_training() const override { return false; }
+};
+
 /// The schedule names make_schedule takes, in a stable order.
 const std::vector<std::string_view>& schedule_names();
 /// The schedule named "train", "inference", "dataparallel", "gpipe", "interleaved", "zb-h1" or "zb-v";
@@ -314,6 +323,18 @@ ScheduleReport validate_schedule(std::string_view name, int micro_batches, int s
 /// options.chunks is unused.
 ScheduleReport validate_schedule(const std::function<std::unique_ptr<PipeSchedule>(int stage_id)>& make_stage,
                                  int stages, const ValidateOptions& options = {});
+
+/// One instruction as a slice of a Chrome trace (what write_chrome_trace and PipelineEngine::write_trace write).
+struct TraceSlice {
+  int row;                       ///< the trace's row ("tid"): a stage, or a rank
+  double start_us, duration_us;  ///< where on the timeline, in microseconds
+  PipeInstruction instruction;   ///< what
+  int micro_batch;               ///< the micro-batch it worked on, -1 for the end-of-batch instructions
+  int step;                      ///< the schedule step it belongs to
+};
+/// Chrome trace JSON: one named row per entry of `rows`, then the slices. Compute slices are labelled F3, B3,
+/// BI3 (BackwardInput) and W3, with " chunk c" past chunk 0; the others by their instruction, "RecvGrad(0)".
+void write_trace_json(std::ostream& os, const std::vector<std::string>& rows, const std::vector<TraceSlice>& slices);
 
 /// Writes the simulated schedule as a Chrome trace (JSON; chrome://tracing or ui.perfetto.dev open it):
 /// one row per stage, one step per millisecond, each instruction a slice labelled with its micro-batch (and

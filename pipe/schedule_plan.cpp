@@ -29,7 +29,7 @@ struct SchedulePlan {
 
 namespace {
 
-enum class Algorithm { kInterleaved, kZeroBubbleH1, kZeroBubbleV };
+enum class Algorithm { kInterleaved, kZeroBubbleH1, kZeroBubbleV, kForward };
 
 struct Compute {
   Instr::Kind kind;  // ForwardPass, BackwardPass, BackwardInput or BackwardWeight
@@ -147,6 +147,13 @@ Group Planner::choose(int s, int t) {
     }
     return st.order[st.next++];
   }
+  if (algorithm_ == Algorithm::kForward) {
+    // Forward only: the earliest micro-batch, then the later virtual stage, so outputs leave soonest.
+    for (int m = 0; m < M_; ++m)
+      for (int c = layout_.chunks - 1; c >= 0; --c)
+        if (st.next_forward[c] == m && ready(s, {Instr::ForwardPass, c, m}, t)) return {{Instr::ForwardPass, c, m}};
+    return {};
+  }
   if (algorithm_ == Algorithm::kZeroBubbleH1) {
     // 1F1B's order of F and B; W when that has to wait, or when a forward would pass the cap.
     if (st.next < st.order.size()) {
@@ -201,7 +208,10 @@ void Planner::run(int s, const Compute& c, int t) {
 }
 
 SchedulePlan Planner::plan() {
-  const int per_stage = algorithm_ == Algorithm::kInterleaved ? 2 * M_ * layout_.chunks : 3 * M_ * layout_.chunks;
+  const int per_stage = (algorithm_ == Algorithm::kForward       ? 1
+                         : algorithm_ == Algorithm::kInterleaved ? 2
+                                                                 : 3) *
+                        M_ * layout_.chunks;
   int64_t remaining = static_cast<int64_t>(per_stage) * S_;
   int t = 0;
   for (; remaining > 0; ++t) {
@@ -273,7 +283,7 @@ SchedulePlan Planner::transport(int compute_steps) const {
             out.push_back({Instr::LoadMicroBatch, c->micro_batch, in.chunk});
           out.push_back(in);
         }
-      if (t == num_steps - 1) {
+      if (t == num_steps - 1 && algorithm_ != Algorithm::kForward) {
         out.push_back({Instr::ReduceTiedGrads});
         out.push_back({Instr::ReduceGrads});
         out.push_back({Instr::OptimizerStep});
@@ -295,7 +305,8 @@ std::shared_ptr<const SchedulePlan> plan_for(std::string_view algorithm, int mic
   }
   const Algorithm a = algorithm == "interleaved" ? Algorithm::kInterleaved
                       : algorithm == "zb-h1"     ? Algorithm::kZeroBubbleH1
-                                                 : Algorithm::kZeroBubbleV;
+                      : algorithm == "zb-v"      ? Algorithm::kZeroBubbleV
+                                                 : Algorithm::kForward;
   auto plan = std::make_shared<const SchedulePlan>(Planner(a, micro_batches, layout).plan());
   std::lock_guard lock(mutex);
   last_key = std::move(key);
@@ -347,5 +358,10 @@ ZeroBubbleH1Schedule::ZeroBubbleH1Schedule(int micro_batches, int stages, int st
 
 ZeroBubbleVSchedule::ZeroBubbleVSchedule(int micro_batches, int stages, int stage_id)
     : PlannedSchedule(micro_batches, stages, stage_id, {stages, 2, true}, "zb-v") {}
+
+ForwardSchedule::ForwardSchedule(int micro_batches, int stages, int stage_id, StageLayout layout)
+    : PlannedSchedule(micro_batches, stages, stage_id, layout, "forward") {
+  STRATA_CHECK(layout.stages == stages, "ForwardSchedule: the layout has ", layout.stages, " stages, not ", stages);
+}
 
 }  // namespace strata::pipe

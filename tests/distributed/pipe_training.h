@@ -17,11 +17,11 @@ constexpr int kMicroBatches = 4;
 constexpr int64_t kRows = 3;  // rows per micro-batch
 constexpr int kSteps = 3;
 
-// Every (stages, replicas) layout of this world.
+// Every (stages, replicas) layout of this world with at most 4 stages (the layer lists have 8 or 9 pieces).
 inline std::vector<std::pair<int, int>> layouts() {
   std::vector<std::pair<int, int>> out;
   const int world = distributed::get_world_size();
-  for (int stages = 1; stages <= world; ++stages)
+  for (int stages = 1; stages <= std::min(world, 4); ++stages)
     if (world % stages == 0) out.push_back({stages, world / stages});
   return out;
 }
@@ -51,6 +51,25 @@ inline std::vector<pipe::Layer> tied_layers() {
           pipe::LayerSpec::of<nn::Linear>(6, 6),
           pipe::TiedLayerSpec("proj", proj, transposed),
           pipe::LayerSpec::of<nn::Linear>(6, 3)};
+}
+
+// For models cut into stages x chunks pieces: `pairs` of (Linear, Tanh), so that a uniform partition into up
+// to 8 pieces gives each piece a Linear; with `tied`, the first layer's weight W (6 x 6) comes back as x -> x W
+// before the last Linear.
+inline std::vector<pipe::Layer> deep_layers(bool tied, int pairs = 8) {
+  auto proj = pipe::LayerSpec::of<nn::Linear>(6, 6, false);
+  auto transposed = [](nn::Module& m, const tensor_list& x) {
+    return tensor_list{matmul(x.at(0), dynamic_cast<nn::LinearImpl&>(m).weight)};
+  };
+  std::vector<pipe::Layer> layers;
+  if (tied) layers.push_back(pipe::TiedLayerSpec("proj", proj));
+  for (int i = 0; i < pairs; ++i) {
+    layers.push_back(pipe::LayerSpec::of<nn::Linear>(6, 6));
+    layers.push_back(pipe::LayerSpec::of<nn::Tanh>());
+  }
+  if (tied) layers.push_back(pipe::TiedLayerSpec("proj", proj, transposed));
+  layers.push_back(pipe::LayerSpec::of<nn::Linear>(6, 3));
+  return layers;
 }
 
 // A linear layer that passes the rest of a tuple through.
@@ -91,12 +110,14 @@ inline std::vector<pipe::Layer> tuple_layers() {
           pipe::LayerSpec::of<nn::Linear>(12, 3)};
 }
 
-inline pipe::PipelineModuleOptions module_options(int checkpoint_interval = 0) {
+inline pipe::PipelineModuleOptions module_options(int checkpoint_interval = 0, int chunks = 1, bool v_shape = false) {
   return {.partition_method = "uniform",
           .loss_fn = pipe::cross_entropy_loss,
           .seed_layers = true,
           .base_seed = 42,
-          .activation_checkpoint_interval = checkpoint_interval};
+          .activation_checkpoint_interval = checkpoint_interval,
+          .chunks = chunks,
+          .v_shape = v_shape};
 }
 
 // The whole batch of a step, the same on every rank: replica d owns rows [d M R, (d + 1) M R).
@@ -138,6 +159,8 @@ struct Run {
   std::string schedule = "train";
   int checkpoint_interval = 0;
   Device device = Device(kCPU);  // of the pipelined model; the reference trains on the CPU
+  int chunks = 1;                // model chunks per stage (interleaved, zb-v)
+  bool v_shape = false;          // zb-v
 };
 
 // kSteps of SGD with momentum, pipelined in every layout of this world (on run.device; the engine moves the
@@ -146,7 +169,8 @@ inline void expect_matches_single_process(const Run& run) {
   for (auto [stages, replicas] : layouts()) {
     SCOPED_TRACE(::testing::Message() << stages << " stages x " << replicas << " replicas, " << run.schedule);
     pipe::PipelineParallelGrid grid(stages);
-    auto model = std::make_shared<pipe::PipelineModule>(run.layers, grid, module_options(run.checkpoint_interval));
+    auto model = std::make_shared<pipe::PipelineModule>(
+        run.layers, grid, module_options(run.checkpoint_interval, run.chunks, run.v_shape));
     model->to(run.device, run.dtype);
     auto sgd = std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions(0.1).momentum(0.9));
     pipe::PipelineEngine engine(model, grid, sgd, {.micro_batches = kMicroBatches, .schedule = run.schedule});

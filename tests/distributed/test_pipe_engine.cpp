@@ -6,6 +6,9 @@
 // variable shapes and the errors.
 
 #include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "pipe_training.h"
 
@@ -32,37 +35,145 @@ TEST(PipeEngine, MatchesWithTheGPipeSchedule) {
   expect_matches_single_process({.layers = tied_layers(), .dtype = kFloat, .tolerance = 1e-5, .schedule = "gpipe"});
 }
 
+// Megatron's interleaving: the layers cut into stages x chunks pieces on the loop; p2p wraps from the last
+// stage to the first between chunks.
+TEST(PipeEngine, MatchesWithTheInterleavedSchedule) {
+  expect_matches_single_process({.layers = deep_layers(false), .schedule = "interleaved", .chunks = 2});
+  expect_matches_single_process({.layers = deep_layers(true), .schedule = "interleaved", .chunks = 2});
+  expect_matches_single_process(
+      {.layers = deep_layers(true), .dtype = kFloat, .tolerance = 1e-5, .schedule = "interleaved", .chunks = 2});
+  expect_matches_single_process(
+      {.layers = deep_layers(false), .schedule = "interleaved", .checkpoint_interval = 1, .chunks = 2});
+}
+
+// Zero bubble: BackwardInput now, BackwardWeight later, through autograd::backward_input.
+TEST(PipeEngine, MatchesWithTheZeroBubbleH1Schedule) {
+  expect_matches_single_process({.layers = mlp_layers(), .schedule = "zb-h1"});
+  expect_matches_single_process({.layers = tied_layers(), .schedule = "zb-h1"});
+  expect_matches_single_process({.layers = tied_layers(), .dtype = kFloat, .tolerance = 1e-5, .schedule = "zb-h1"});
+  expect_matches_single_process({.layers = mlp_layers(), .schedule = "zb-h1", .checkpoint_interval = 2});
+  expect_matches_single_process({.layers = tuple_layers(), .schedule = "zb-h1"});
+}
+
+// The V: stage 0 holds the first and the last piece (and the loss), the last stage turns around locally.
+TEST(PipeEngine, MatchesWithTheZeroBubbleVSchedule) {
+  expect_matches_single_process({.layers = deep_layers(false), .schedule = "zb-v", .chunks = 2, .v_shape = true});
+  expect_matches_single_process({.layers = deep_layers(true), .schedule = "zb-v", .chunks = 2, .v_shape = true});
+  expect_matches_single_process({.layers = deep_layers(true),
+                                 .dtype = kFloat,
+                                 .tolerance = 1e-5,
+                                 .schedule = "zb-v",
+                                 .chunks = 2,
+                                 .v_shape = true});
+  expect_matches_single_process(
+      {.layers = deep_layers(false), .schedule = "zb-v", .checkpoint_interval = 1, .chunks = 2, .v_shape = true});
+}
+
+// record_trace keeps every instruction as it ran, in schedule order; write_trace merges every rank's into one
+// Chrome trace.
+TEST(PipeEngine, TraceRecordsWhatEveryRankExecuted) {
+  for (auto [stages, replicas] : layouts()) {
+    SCOPED_TRACE(::testing::Message() << stages << " stages x " << replicas << " replicas");
+    pipe::PipelineParallelGrid grid(stages);
+    auto model = std::make_shared<pipe::PipelineModule>(mlp_layers(), grid, module_options());
+    model->to(kDouble);
+    auto sgd = std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions(0.1));
+    pipe::PipelineEngine engine(model, grid, sgd,
+                                {.micro_batches = kMicroBatches, .schedule = "zb-h1", .record_trace = true});
+    auto [x, y] = whole_batch(0, replicas, kDouble);
+    engine.train_batch(micro_batches(x, y, grid.get_data_parallel_id()));
+
+    const std::vector<pipe::ExecutedInstruction>& executed = engine.timings().executed;
+    const pipe::ZeroBubbleH1Schedule schedule(kMicroBatches, stages, grid.get_stage_id());
+    size_t k = 0;
+    for (int t = 0; t < schedule.num_steps(); ++t)
+      for (const pipe::PipeInstruction& ins : schedule.step(t)) {
+        ASSERT_LT(k, executed.size());
+        const pipe::ExecutedInstruction& e = executed[k++];
+        EXPECT_EQ(e.instruction, ins);
+        EXPECT_EQ(e.step, t);
+        EXPECT_LE(e.start, e.end);
+        if (k > 1) {
+          EXPECT_LE(executed[k - 2].end, e.start);
+        }
+        // The planned schedules name buffers by micro-batch.
+        EXPECT_EQ(e.micro_batch, ins.has_buffer() ? ins.buffer_id : -1) << ins;
+      }
+    EXPECT_EQ(k, executed.size());
+
+    const std::string path = (std::filesystem::temp_directory_path() /
+                              ("strata_pipe_trace_" + std::to_string(dist::get_world_size()) + ".json"))
+                                 .string();
+    engine.write_trace(path);
+    Tensor total = tensor({static_cast<int64_t>(executed.size())});
+    dist::all_reduce(total);
+    if (dist::get_rank() == 0) {
+      const nlohmann::json trace = nlohmann::json::parse(std::ifstream(path));
+      int rows = 0, slices = 0;
+      bool stage0_input_grad = false;
+      for (const nlohmann::json& e : trace.at("traceEvents")) {
+        if (e.at("ph") == "M") {
+          ++rows;
+          continue;
+        }
+        ++slices;
+        EXPECT_GE(e.at("ts").get<double>(), 0.0);
+        stage0_input_grad |= e.at("name") == "BI0" && e.at("tid") == 0;
+      }
+      EXPECT_EQ(rows, dist::get_world_size());
+      EXPECT_EQ(slices, total.item<int64_t>());
+      EXPECT_TRUE(stage0_input_grad);
+      std::filesystem::remove(path);
+    }
+    dist::barrier();
+  }
+}
+
 TEST(PipeEngine, MatchesWithTupleActivationsOfIntegerAndNoGradTensors) {
   expect_matches_single_process({tuple_layers()});
 }
 
 TEST(PipeEngine, EvalBatchMatchesSingleProcessAndReturnsOutputsOnTheLastStage) {
-  for (auto [stages, replicas] : layouts()) {
-    pipe::PipelineParallelGrid grid(stages);
-    auto model = std::make_shared<pipe::PipelineModule>(mlp_layers(), grid, module_options());
-    model->to(kDouble);
-    pipe::PipelineEngine engine(model, grid, std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions(0.1)),
-                                {.micro_batches = kMicroBatches});
-    pipe::PipelineModule reference(mlp_layers(), 1, 0, module_options());
-    reference.to(kDouble);
+  struct Chunking {
+    int chunks;
+    bool v_shape;
+    const char* schedule;
+  };
+  // One chunk runs DeepSpeed's InferenceSchedule, more a ForwardSchedule over the module's layout.
+  for (const Chunking& chunking :
+       {Chunking{1, false, "train"}, Chunking{2, false, "interleaved"}, Chunking{2, true, "zb-v"}})
+    for (auto [stages, replicas] : layouts()) {
+      SCOPED_TRACE(::testing::Message() << stages << " stages, " << chunking.schedule);
+      pipe::PipelineParallelGrid grid(stages);
+      const std::vector<pipe::Layer> layers = chunking.chunks == 1 ? mlp_layers() : deep_layers(false);
+      auto model =
+          std::make_shared<pipe::PipelineModule>(layers, grid, module_options(0, chunking.chunks, chunking.v_shape));
+      model->to(kDouble);
+      pipe::PipelineEngine engine(model, grid,
+                                  std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions(0.1)),
+                                  {.micro_batches = kMicroBatches, .schedule = chunking.schedule});
+      pipe::PipelineModule reference(layers, 1, 0, module_options());
+      reference.to(kDouble);
 
-    auto [x, y] = whole_batch(0, replicas, kDouble);
-    std::vector<tensor_list> outputs;
-    const double loss = engine.eval_batch(micro_batches(x, y, grid.get_data_parallel_id()), &outputs);
-    Tensor logits = reference.forward({x})[0];
-    EXPECT_NEAR(loss, reference.compute_loss({logits}, {y}).item<double>(), 1e-12);
-    EXPECT_FALSE(model->is_training());
-    if (!grid.is_last_stage()) {
-      EXPECT_TRUE(outputs.empty());
-      continue;
+      auto [x, y] = whole_batch(0, replicas, kDouble);
+      std::vector<tensor_list> outputs;
+      const double loss = engine.eval_batch(micro_batches(x, y, grid.get_data_parallel_id()), &outputs);
+      Tensor logits = reference.forward({x})[0];
+      EXPECT_NEAR(loss, reference.compute_loss({logits}, {y}).item<double>(), 1e-12);
+      EXPECT_FALSE(model->is_training());
+      // The stage holding the model's last piece: the last stage, or the first in a V.
+      const pipe::StageLayout& layout = model->layout();
+      if (grid.get_stage_id() != layout.stage_of(layout.num_virtual_stages() - 1)) {
+        EXPECT_TRUE(outputs.empty());
+        continue;
+      }
+      ASSERT_EQ(outputs.size(), size_t{kMicroBatches});
+      for (int k = 0; k < kMicroBatches; ++k) {
+        const int64_t start = (grid.get_data_parallel_id() * kMicroBatches + k) * kRows;
+        EXPECT_ALLCLOSE(outputs[k].at(0), logits.narrow(0, start, kRows), 1e-12, 1e-12);
+        EXPECT_FALSE(outputs[k].at(0).requires_grad());
+      }
     }
-    ASSERT_EQ(outputs.size(), size_t{kMicroBatches});
-    for (int k = 0; k < kMicroBatches; ++k) {
-      const int64_t start = (grid.get_data_parallel_id() * kMicroBatches + k) * kRows;
-      EXPECT_ALLCLOSE(outputs[k].at(0), logits.narrow(0, start, kRows), 1e-12, 1e-12);
-      EXPECT_FALSE(outputs[k].at(0).requires_grad());
-    }
-  }
 }
 
 // Without seed_layers every rank initialises differently; the engine starts each replica from replica 0's values.
@@ -178,7 +289,12 @@ TEST(PipeEngine, ChecksItsArguments) {
   auto sgd = std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions(0.1));
   EXPECT_THROW_MSG(pipe::PipelineEngine(model, grid, sgd, {.micro_batches = 0}), "micro_batches must be at least 1");
   EXPECT_THROW_MSG(pipe::PipelineEngine(model, grid, sgd, {.schedule = "zigzag"}),
-                   "schedule must be \"train\" or \"gpipe\", got \"zigzag\"");
+                   "make_schedule: unknown schedule \"zigzag\"");
+  EXPECT_THROW_MSG(pipe::PipelineEngine(model, grid, sgd, {.schedule = "inference"}),
+                   "PipelineEngine: schedule must be a training schedule");
+  EXPECT_THROW_MSG(pipe::PipelineEngine(model, grid, sgd, {.schedule = "zb-v"}),
+                   "PipelineEngine: the zb-v schedule runs 2 model chunks per stage in a V, but the PipelineModule was "
+                   "built with chunks = 1; set PipelineModuleOptions::chunks = 2 and v_shape = true");
   pipe::PipelineModule other(mlp_layers(), 1, 0, module_options());
   auto foreign = std::make_shared<optim::SGD>(other.parameters(), optim::SGDOptions(0.1));
   EXPECT_THROW_MSG(pipe::PipelineEngine(model, grid, foreign), "that is not a parameter of stage 0's module");

@@ -21,6 +21,7 @@ using pipe::Layer;
 using pipe::LayerSpec;
 using pipe::PipelineModule;
 using pipe::PipelineModuleOptions;
+using pipe::StageLayout;
 using pipe::TiedLayerSpec;
 using strata::testing::same_state;
 using strata::testing::same_tensor;
@@ -266,7 +267,76 @@ TEST(PipeModule, ActivationCheckpointingGivesTheSameGradients) {
   EXPECT_FALSE(model.forward({x})[0].requires_grad());
 }
 
+// Stages cut into chunks: chunk c of stage s holds the layers of virtual stage layout.virtual_stage(s, c), runs
+// them alone, and chains with the other chunks in model order to the single-process model's output.
+TEST(PipeModuleChunks, LoopAndVPlaceTheLayersAndChainToTheWholeModel) {
+  const PipelineModuleOptions seeded{.partition_method = "uniform", .seed_layers = true};
+  const std::vector<Layer> layers = mlp(8);  // 16 layers
+  PipelineModule whole(layers, 1, 0, seeded);
+  const Tensor x = randn({3, 4});
+  const Tensor expected = whole.forward({x})[0];
+  for (const bool v : {false, true}) {
+    PipelineModuleOptions options = seeded;
+    options.chunks = 2;
+    options.v_shape = v;
+    const auto modules = stages(layers, 4, options);
+    const StageLayout& layout = modules[0]->layout();
+    EXPECT_EQ(layout, (StageLayout{4, 2, v}));
+    EXPECT_EQ(modules[0]->parts(), (std::vector<int>{0, 2, 4, 6, 8, 10, 12, 14, 16}));
+    // Stage 1 holds virtual stages 1 and 5 (loop) or 1 and 6 (V).
+    EXPECT_EQ(modules[1]->chunk_start(1), v ? 12 : 10);
+    EXPECT_EQ(modules[1]->chunk_stop(1), v ? 14 : 12);
+    EXPECT_EQ(modules[1]->named_children().size(), 2u);  // the Linears of layers 2 and 10 (or 12)
+    tensor_list h = {x};
+    for (int vs = 0; vs < layout.num_virtual_stages(); ++vs)
+      h = modules[layout.stage_of(vs)]->forward(h, layout.chunk_of(vs));
+    EXPECT_TRUE(same_tensor(h[0], expected)) << (v ? "V" : "loop");
+  }
+  const PipelineModule two(layers, 4, 0, PipelineModuleOptions{.chunks = 2});
+  EXPECT_THROW_MSG(two.chunk_start(2), "PipelineModule: chunk 2 is out of range for 2 chunks");
+  EXPECT_THROW_MSG(PipelineModule(layers, 4, 0, PipelineModuleOptions{.chunks = 3, .v_shape = true}),
+                   "PipelineModule: chunks must be 2 with v_shape, got 3");
+  EXPECT_THROW_MSG(PipelineModule(mlp(3), 4, 0, PipelineModuleOptions{.chunks = 2}),
+                   "PipelineModule: 6 layers cannot fill 4 stages of 2 chunks");
+}
+
+TEST(PipeModuleChunks, TiesSpanChunks) {
+  // tied_model's 7 layers over 2 stages x 2 chunks in a V: the tie's first layer (0) and its last (6) are both
+  // on stage 0, which holds the first and the last piece; one module serves both.
+  const PipelineModuleOptions options{.partition = {0, 2, 4, 5, 7}, .seed_layers = true, .chunks = 2, .v_shape = true};
+  const auto v = stages(tied_model(), 2, options);
+  EXPECT_EQ(v[0]->tied_stages("embed"), std::vector<int>{0});
+  EXPECT_EQ(v[0]->tied_parameters("embed").size(), 1u);
+  EXPECT_TRUE(v[1]->tied_parameters("embed").empty());
+  const auto loop = stages(tied_model(), 2, PipelineModuleOptions{.partition = {0, 2, 4, 5, 7}, .chunks = 2});
+  EXPECT_EQ(loop[0]->tied_stages("embed"), (std::vector<int>{0, 1}));  // layer 6 is virtual stage 3, on stage 1
+}
+
 class PipeModuleCheckpoint : public strata::testing::TempFolderTest {};
+
+// Layer files are named by global layer index, so a model saved in chunks loads into any layout.
+TEST_F(PipeModuleCheckpoint, ChunkedStagesLoadIntoOtherLayouts) {
+  const std::vector<Layer> layers = mlp(8);
+  const auto v =
+      stages(layers, 4,
+             PipelineModuleOptions{.partition_method = "uniform", .seed_layers = true, .chunks = 2, .v_shape = true});
+  const std::string dir = (dir_ / "ckpt").string();
+  nn::StateDict saved;
+  for (const auto& m : v) {
+    m->save_state_dict(dir);
+    for (auto& [name, p] : parameters_of(*m)) saved.emplace(name, p);
+  }
+  EXPECT_EQ(saved.size(), 16u);  // 8 Linears' weights and biases
+  for (const PipelineModuleOptions& into :
+       {PipelineModuleOptions{}, PipelineModuleOptions{.partition_method = "uniform", .chunks = 2}}) {
+    for (int num_stages : {1, 2}) {
+      for (const auto& m : stages(layers, num_stages, into)) {
+        m->load_state_dir(dir);
+        for (auto& [name, p] : parameters_of(*m)) EXPECT_TRUE(same_tensor(p, saved.at(name))) << name;
+      }
+    }
+  }
+}
 
 TEST_F(PipeModuleCheckpoint, SavedWithFourStagesLoadsIntoTwoAndOne) {
   const std::vector<Layer> layers = tied_model();

@@ -757,6 +757,25 @@ TEST(PlannedSchedule, EveryShapeValidatesWithItsBubbleAndMemory) {
     }
 }
 
+// What eval_batch runs for a module in chunks: forward passes only, validated on the loop and the V.
+TEST(PlannedSchedule, ForwardScheduleValidatesOnEveryLayout) {
+  for (int S = 1; S <= 8; ++S)
+    for (int M = 1; M <= 16; ++M)
+      for (const StageLayout layout : {StageLayout{S, 2, false}, StageLayout{S, 3, false}, StageLayout{S, 2, true}}) {
+        const std::string where = " M " + std::to_string(M) + " S " + std::to_string(S);
+        ScheduleReport report;
+        try {
+          report = validate_schedule([&](int s) { return std::make_unique<ForwardSchedule>(M, S, s, layout); }, S);
+        } catch (const Error& e) {
+          FAIL() << where << ": " << e.what();
+        }
+        ASSERT_EQ(report.schedule, "forward");
+        for (const StageReport& stage : report.per_stage) ASSERT_NEAR(stage.busy, M, 1e-9) << where;
+      }
+  EXPECT_FALSE(ForwardSchedule(2, 2, 0, {2, 2, true}).is_training());
+  EXPECT_THROW_MSG(ForwardSchedule(2, 2, 0, {3, 2, true}), "ForwardSchedule: the layout has 3 stages, not 2");
+}
+
 // On the hand-broken V: the validator checks what chunks and split backward passes add.
 TEST(PlannedSchedule, ValidatorChecksChunksAndSplitBackward) {
   const auto broken = [](int M, int S, std::function<PipeStep(int, int, PipeStep)> edit) {
