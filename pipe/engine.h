@@ -73,6 +73,11 @@ struct PipelineTimings {
   std::vector<ExecutedInstruction> executed;  ///< with record_trace: every instruction of the batch, in order
 };
 
+/// Loads the optimizer state of a universal checkpoint (PipelineEngine::save_checkpoint, any layout) into
+/// `optimizer`, whose parameters are found in `module` by name: what load_checkpoint does, also for a single
+/// process over PipelineModule(layers, 1, 0) or any module naming its parameters the same way.
+void load_optimizer_states(const std::string& dir, const nn::Module& module, optim::Optimizer& optimizer);
+
 /// Executes pipeline schedules for a module over its grid.
 class PipelineEngine {
  public:
@@ -95,10 +100,11 @@ class PipelineEngine {
   /// With `outputs`, the last stage appends each micro-batch's outputs to it (other stages leave it empty).
   double eval_batch(const DataIterator& data_iter, std::vector<tensor_list>* outputs = nullptr);
 
-  /// Writes the module's layer files (data-parallel rank 0 of each stage) and the optimizer state of each
-  /// stage, then waits for every rank.
+  /// Writes a universal checkpoint: the module's layer files and each stage's optimizer state, both under
+  /// global parameter names ("3.weight", "tied_modules.embed.weight"; Note [universal checkpoints]), with
+  /// the schedule and the layout as metadata; data-parallel rank 0 of each stage writes, every rank waits.
   void save_checkpoint(const std::string& dir);
-  /// Loads what save_checkpoint wrote (layer files from any number of stages; optimizer state needs the same).
+  /// Loads what save_checkpoint wrote in any layout: other stage and replica counts, with or without chunks.
   void load_checkpoint(const std::string& dir, bool load_optimizer_states = true);
 
   const PipelineTimings& timings() const { return timings_; }  ///< of the last batch on this rank
