@@ -5,6 +5,8 @@
 
 #include <stdexcept>
 
+#include <strata/autograd/engine.h>
+
 #include "ddp_training.h"
 
 namespace dist = strata::distributed;
@@ -137,6 +139,24 @@ TEST(DDP, AllReducesStartWhileBackwardRuns) {
   mse_loss(model->fc3(tanh(model->fc2(tanh(h)))), my_rows(y)).backward();
   EXPECT_EQ(launched_before_fc1, 3);  // {fc3.bias, fc3.weight}, {fc2.bias}, {fc2.weight}
   EXPECT_EQ(ddp.buckets_launched(), 5);
+}
+
+// A zero-bubble stage splits its backward (autograd::backward_input): the parameters' post-accumulate hooks,
+// and so DDP's all-reduces, fire in W, and the averaged gradients are those of one backward, bit for bit.
+TEST(DDP, SplitBackwardRunsTheAllReducesInW) {
+  Mlp whole = make_mlp(7, kDouble), split = make_mlp(7, kDouble);
+  nn::DistributedDataParallel ddp_whole(whole, {.bucket_cap_mb = kSmallCapMb});
+  nn::DistributedDataParallel ddp_split(split, {.bucket_cap_mb = kSmallCapMb});
+  auto [x, y] = full_batch(0, kDouble);
+  const Tensor xw = my_rows(x).clone().requires_grad_(true), xs = my_rows(x).clone().requires_grad_(true);
+  mse_loss(whole(xw), my_rows(y)).backward();
+  autograd::DeferredWeightGrad w = autograd::backward_input({mse_loss(split(xs), my_rows(y))}, {}, {xs});
+  EXPECT_TRUE(strata::testing::same_tensor(xs.grad(), xw.grad()));
+  EXPECT_EQ(ddp_split.buckets_launched(), 0);
+  w.run();
+  EXPECT_EQ(ddp_split.buckets_launched(), ddp_whole.buckets_launched());
+  const auto a = split->parameters(), b = whole->parameters();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(strata::testing::same_tensor(a[i].grad(), b[i].grad())) << i;
 }
 
 TEST(DDP, WorksOnASubgroup) {
