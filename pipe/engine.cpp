@@ -219,17 +219,19 @@ PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, const Pip
   {
     // The schedule's layout must be the module's: interleaving takes the module's chunk count.
     const StageLayout module_layout = module_->layout();
-    const auto probe =
-        make_schedule(options_.schedule, options_.micro_batches, grid_.get_pipe_parallel_world_size(),
-                      grid_.get_stage_id(), options_.schedule == "interleaved" ? module_layout.chunks : 0);
+    const bool interleaved = options_.schedule == "interleaved";
+    STRATA_CHECK(!interleaved || (module_layout.chunks >= 2 && !module_layout.v_shape),
+                 "PipelineEngine: the interleaved schedule needs a PipelineModule of 2 or more chunks per stage "
+                 "on the loop; set PipelineModuleOptions::chunks >= 2 and v_shape = false (the module has chunks = ",
+                 module_layout.chunks, module_layout.v_shape ? ", v_shape = true" : "", ")");
+    const auto probe = make_schedule(options_.schedule, options_.micro_batches, grid_.get_pipe_parallel_world_size(),
+                                     grid_.get_stage_id(), interleaved ? module_layout.chunks : 0);
     const StageLayout want = probe->layout();
     STRATA_CHECK(want == module_layout, "PipelineEngine: the ", options_.schedule, " schedule runs ", want.chunks,
                  " model chunk", want.chunks == 1 ? "" : "s", " per stage", want.v_shape ? " in a V" : "",
                  ", but the PipelineModule was built with chunks = ", module_layout.chunks,
-                 module_layout.v_shape ? " in a V" : "", "; set PipelineModuleOptions::chunks",
-                 want.v_shape      ? " = 2 and v_shape = true"
-                 : want.chunks > 1 ? ""
-                                   : " = 1");
+                 module_layout.v_shape ? " in a V" : "", "; set PipelineModuleOptions::chunks = ", want.chunks,
+                 " and v_shape = ", want.v_shape ? "true" : "false");
   }
   std::unordered_set<const TensorImpl*> own;
   for (const Tensor& p : module_->parameters()) own.insert(p.impl_ptr().get());

@@ -19,7 +19,8 @@
 //   });                                                   // the same loss on every rank
 //
 // One train_batch is one optimizer step over micro_batches micro-batches on each data-parallel replica.
-// The first and last stages each draw micro_batches items from their iterator; the others never call it.
+// The stages holding the model's first and last piece (the first and the last stage; stage 0 alone in a V)
+// each draw micro_batches items from their iterator; the others never call it.
 
 #include <array>
 #include <functional>
@@ -96,8 +97,10 @@ class PipelineEngine {
   /// stages and averaged across replicas, one optimizer step. Returns the loss averaged over micro-batches
   /// and replicas, on every rank.
   double train_batch(const DataIterator& data_iter);
-  /// Forward only (InferenceSchedule) in eval mode without grad; returns the mean loss as train_batch does.
-  /// With `outputs`, the last stage appends each micro-batch's outputs to it (other stages leave it empty).
+  /// Forward only (InferenceSchedule; ForwardSchedule for a chunked module) in eval mode without grad; returns
+  /// the mean loss as train_batch does.
+  /// With `outputs`, the stage holding the model's last piece (the last stage; stage 0 in a V) appends each
+  /// micro-batch's outputs to it (other stages leave it empty).
   double eval_batch(const DataIterator& data_iter, std::vector<tensor_list>* outputs = nullptr);
 
   /// Writes a universal checkpoint: the module's layer files and each stage's optimizer state, both under

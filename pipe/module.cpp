@@ -132,10 +132,12 @@ PipelineModule::PipelineModule(std::vector<Layer> layers, int num_stages, int st
                " with num_stages ", num_stages_, "; expected num_stages >= 1 and 0 <= stage_id < num_stages");
   STRATA_CHECK(options_.chunks >= 1 && (!options_.v_shape || options_.chunks == 2), "PipelineModule: chunks must be ",
                options_.v_shape ? "2 with v_shape" : "at least 1", ", got ", options_.chunks);
+  // In 64 bits: a huge chunk count must not wrap into a small number of pieces.
+  STRATA_CHECK(num_layers() >= static_cast<int64_t>(num_stages_) * options_.chunks, "PipelineModule: ", num_layers(),
+               " layers cannot fill ", num_stages_, " stages",
+               options_.chunks > 1 ? str(" of ", options_.chunks, " chunks") : "");
   layout_ = {num_stages_, options_.chunks, options_.v_shape};
   const int pieces = layout_.num_virtual_stages();
-  STRATA_CHECK(num_layers() >= pieces, "PipelineModule: ", num_layers(), " layers cannot fill ", num_stages_, " stages",
-               options_.chunks > 1 ? str(" of ", options_.chunks, " chunks") : "");
   STRATA_CHECK(options_.activation_checkpoint_interval >= 0,
                "PipelineModule: activation_checkpoint_interval must be non-negative, got ",
                options_.activation_checkpoint_interval);
@@ -190,14 +192,19 @@ PipelineModule::PipelineModule(std::vector<Layer> layers, int num_stages, int st
   const int k = options_.activation_checkpoint_interval;
   checkpoint_parameters_.resize(num_chunks());
   for (int c = 0; c < num_chunks() && k > 0; ++c)
-    for (int begin = chunk_begin_[c]; begin < chunk_begin_[c + 1]; begin += k) {
+    for (int begin = chunk_begin_[c], stop = chunk_begin_[c + 1]; begin < stop; begin = run_end(begin, stop)) {
       tensor_list& parameters = checkpoint_parameters_[c].emplace_back();
       std::unordered_set<const TensorImpl*> seen;
-      for (int j = begin; j < std::min(begin + k, chunk_begin_[c + 1]); ++j)
+      for (int j = begin; j < run_end(begin, stop); ++j)
         if (local_[j].module)
           for (const Tensor& p : local_[j].module->parameters())
             if (seen.insert(p.impl_ptr().get()).second) parameters.push_back(p);
     }
+}
+
+int PipelineModule::run_end(int begin, int stop) const {
+  // begin + k may pass INT_MAX (k = INT_MAX means one run per chunk): step by what is left at most.
+  return begin + std::min(options_.activation_checkpoint_interval, stop - begin);
 }
 
 int PipelineModule::chunk_start(int chunk) const {
@@ -226,11 +233,11 @@ tensor_list PipelineModule::forward(const tensor_list& inputs, int chunk) {
   const int first = chunk_begin_[chunk], end = chunk_begin_[chunk + 1], k = options_.activation_checkpoint_interval;
   if (k == 0 || !is_training() || !GradMode::is_enabled()) return run(first, end)(inputs);
   tensor_list x = inputs;
-  for (int r = 0, begin = first; begin < end; ++r, begin += k) {
+  for (int r = 0, begin = first; begin < end; ++r, begin = run_end(begin, end)) {
     tensor_list trainable;  // parameters frozen after construction take no gradient
     for (const Tensor& p : checkpoint_parameters_[chunk][r])
       if (p.requires_grad()) trainable.push_back(p);
-    x = autograd::checkpoint(run(begin, std::min(begin + k, end)), x, trainable);
+    x = autograd::checkpoint(run(begin, run_end(begin, end)), x, trainable);
   }
   return x;
 }

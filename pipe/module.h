@@ -201,6 +201,7 @@ class PipelineModule : public nn::Module {
   static std::string ckpt_layer_path(const std::string& dir, int layer_idx);
 
  private:
+  int run_end(int begin, int stop) const;  // the end of the checkpointed run starting at local layer begin
   std::vector<Layer> layers_;
   PipelineModuleOptions options_;
   int num_stages_ = 1, stage_id_ = 0;

@@ -178,9 +178,10 @@ class GPipeSchedule : public PipeSchedule {
 
 struct SchedulePlan;
 
-/// A training schedule planned for all stages at once (the interleaved and zero-bubble ones). Each stage's
-/// order of compute instructions comes from the algorithm, each instruction runs in the first step after
-/// everything it needs was computed (one compute instruction per stage and step), and a result crosses to
+/// A schedule planned for all stages at once (the interleaved, zero-bubble and forward-only ones). Each
+/// stage's order of compute instructions comes from the algorithm, each runs in the first step after
+/// everything it needs was computed (one per stage and step, or a forward and a backward in the steady state
+/// of interleaving), and a result crosses to
 /// another stage in the step after it was computed: the sender's SendActivation or SendGrad meets the
 /// receiver's Recv there. Within a step every stage orders its p2p by (lower stage, higher stage, direction),
 /// one order for all, so no two stages wait on each other. Buffer ids are micro-batch ids, one set per chunk.
@@ -215,9 +216,10 @@ class Interleaved1F1BSchedule : public PlannedSchedule {
 };
 
 /// Zero bubble ZB-H1 (Qi et al., 2024): 1F1B with the backward split into BackwardInput (B) and
-/// BackwardWeight (W). B is on the critical path and runs first; W fills the time a stage would wait. A
-/// stage keeps at most min(S - s, M) micro-batches between forward and W, 1F1B's activation memory, and the
-/// bubble is about a third of 1F1B's when forward, B and W take the same time.
+/// BackwardWeight (W), in 1F1B's order of F and B; W fills the time a stage would wait. Every stage keeps at
+/// most min(S, M) micro-batches between forward and W: 1F1B's peak, which its stage 0 reaches (later stages
+/// hold more than under 1F1B, to leave their W for the tail). With forward, B and W one unit each the bubble
+/// is a third of 1F1B's once M >= S.
 class ZeroBubbleH1Schedule : public PlannedSchedule {
  public:
   ZeroBubbleH1Schedule(int micro_batches, int stages, int stage_id);

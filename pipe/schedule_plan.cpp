@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <limits>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -294,14 +295,21 @@ SchedulePlan Planner::transport(int compute_steps) const {
 }
 
 std::shared_ptr<const SchedulePlan> plan_for(std::string_view algorithm, int micro_batches, StageLayout layout) {
-  // The stages of one run (and the validator, which makes every stage's schedule) share the last plan.
+  // The stages of one run (and the validator, which makes every stage's schedule) share the plans of the
+  // last few shapes: an engine alternating training and evaluation keeps both.
+  constexpr size_t kCached = 4;
+  using Key = std::tuple<std::string, int, StageLayout>;
   static std::mutex mutex;
-  static std::tuple<std::string, int, StageLayout> last_key;
-  static std::shared_ptr<const SchedulePlan> last;
-  auto key = std::make_tuple(std::string(algorithm), micro_batches, layout);
+  static std::vector<std::pair<Key, std::shared_ptr<const SchedulePlan>>> cache;  // most recent last
+  Key key{std::string(algorithm), micro_batches, layout};
   {
     std::lock_guard lock(mutex);
-    if (last && last_key == key) return last;
+    for (size_t i = 0; i < cache.size(); ++i)
+      if (cache[i].first == key) {
+        std::rotate(cache.begin() + static_cast<std::ptrdiff_t>(i), cache.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                    cache.end());
+        return cache.back().second;
+      }
   }
   const Algorithm a = algorithm == "interleaved" ? Algorithm::kInterleaved
                       : algorithm == "zb-h1"     ? Algorithm::kZeroBubbleH1
@@ -309,8 +317,8 @@ std::shared_ptr<const SchedulePlan> plan_for(std::string_view algorithm, int mic
                                                  : Algorithm::kForward;
   auto plan = std::make_shared<const SchedulePlan>(Planner(a, micro_batches, layout).plan());
   std::lock_guard lock(mutex);
-  last_key = std::move(key);
-  last = plan;
+  if (cache.size() == kCached) cache.erase(cache.begin());
+  cache.emplace_back(std::move(key), plan);
   return plan;
 }
 
@@ -319,13 +327,14 @@ std::shared_ptr<const SchedulePlan> plan_for(std::string_view algorithm, int mic
 PlannedSchedule::PlannedSchedule(int micro_batches, int stages, int stage_id, StageLayout layout,
                                  std::string_view algorithm)
     : PipeSchedule(micro_batches, stages, stage_id), layout_(layout) {
-  // Steps grow as (3 M chunks + 2 S chunks) per stage, kept for every stage while planning.
+  // Steps grow as (3 M chunks + 2 S chunks) per stage, kept for every stage while planning; each factor is
+  // bounded first, so the product cannot wrap.
   constexpr int64_t kMaxStageSteps = int64_t{1} << 22;
-  const int64_t estimate =
-      static_cast<int64_t>(stages) * (3 * static_cast<int64_t>(micro_batches) + 2 * stages) * layout.chunks;
-  STRATA_CHECK(estimate <= kMaxStageSteps, algorithm, " schedule: planning ", stages, " stages x ", micro_batches,
-               " micro-batches x ", layout.chunks, " chunks needs about ", estimate, " stage-steps, more than the ",
-               kMaxStageSteps, " it plans");
+  const int64_t S = stages, M = micro_batches, v = layout.chunks;
+  const bool fits =
+      S <= kMaxStageSteps && M <= kMaxStageSteps && v <= kMaxStageSteps && S * (3 * M + 2 * S) * v <= kMaxStageSteps;
+  STRATA_CHECK(fits, algorithm, " schedule: planning ", stages, " stages x ", micro_batches, " micro-batches x ",
+               layout.chunks, " chunks needs more than the ", kMaxStageSteps, " stage-steps it plans");
   plan_ = plan_for(algorithm, micro_batches, layout);
 }
 
@@ -339,8 +348,10 @@ PipeStep PlannedSchedule::step(int step_id) const {
 
 namespace {
 StageLayout interleaved_layout(int micro_batches, int stages, int chunks) {
-  STRATA_CHECK(chunks >= 2, "Interleaved1F1BSchedule: chunks must be at least 2, got ", chunks,
-               " (one chunk per stage is TrainSchedule, \"train\")");
+  STRATA_CHECK(chunks >= 2 && chunks <= std::numeric_limits<int16_t>::max(),
+               "Interleaved1F1BSchedule: chunks must be at least 2 (one chunk per stage is TrainSchedule, \"train\") "
+               "and at most 32767, got ",
+               chunks);
   // Bad counts are left to PipeSchedule's checks.
   STRATA_CHECK(stages < 1 || micro_batches < 1 || Interleaved1F1BSchedule::defined_for(micro_batches, stages),
                "Interleaved1F1BSchedule: micro_batches (", micro_batches, ") must be a multiple of stages (", stages,

@@ -604,7 +604,9 @@ std::vector<SchedulePrediction> simulate_schedules(int micro_batches, int stages
   for (std::string_view name : schedule_names()) {
     if (name == "inference" || name == "dataparallel") continue;
     SchedulePrediction p{std::string(name), {}, {}};
-    if (name == "interleaved" && !Interleaved1F1BSchedule::defined_for(micro_batches, stages))
+    if (name == "interleaved" && chunks == 1)
+      p.why_not = "interleaving needs 2 or more chunks per stage, got 1";
+    else if (name == "interleaved" && !Interleaved1F1BSchedule::defined_for(micro_batches, stages))
       p.why_not = str("micro-batches (", micro_batches, ") must be a multiple of stages (", stages, ")");
     else
       p.report = validate_schedule(name, micro_batches, stages, {name == "interleaved" ? chunks : 0, costs, {}});

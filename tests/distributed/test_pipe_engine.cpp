@@ -380,6 +380,9 @@ TEST(PipeEngine, ChecksItsArguments) {
   EXPECT_THROW_MSG(pipe::PipelineEngine(model, grid, sgd, {.schedule = "zb-v"}),
                    "PipelineEngine: the zb-v schedule runs 2 model chunks per stage in a V, but the PipelineModule was "
                    "built with chunks = 1; set PipelineModuleOptions::chunks = 2 and v_shape = true");
+  EXPECT_THROW_MSG(pipe::PipelineEngine(model, grid, sgd, {.schedule = "interleaved"}),
+                   "the interleaved schedule needs a PipelineModule of 2 or more chunks per stage on the loop; set "
+                   "PipelineModuleOptions::chunks >= 2 and v_shape = false (the module has chunks = 1)");
   pipe::PipelineModule other(mlp_layers(), 1, 0, module_options());
   auto foreign = std::make_shared<optim::SGD>(other.parameters(), optim::SGDOptions(0.1));
   EXPECT_THROW_MSG(pipe::PipelineEngine(model, grid, foreign), "that is not a parameter of stage 0's module");

@@ -9,6 +9,7 @@
 #include <strata/nn/safetensors.h>
 #include <strata/pipe/module.h>
 
+#include <climits>
 #include <map>
 #include <string>
 #include <vector>
@@ -298,6 +299,16 @@ TEST(PipeModuleChunks, LoopAndVPlaceTheLayersAndChainToTheWholeModel) {
                    "PipelineModule: chunks must be 2 with v_shape, got 3");
   EXPECT_THROW_MSG(PipelineModule(mlp(3), 4, 0, PipelineModuleOptions{.chunks = 2}),
                    "PipelineModule: 6 layers cannot fill 4 stages of 2 chunks");
+  // A chunk count whose product with the stages would wrap to a small number.
+  EXPECT_THROW_MSG(PipelineModule(mlp(2), 4, 0, PipelineModuleOptions{.chunks = (1 << 30) + 1}),
+                   "PipelineModule: 4 layers cannot fill 4 stages of 1073741825 chunks");
+  // One checkpointed run per chunk, however large the interval.
+  PipelineModule run_per_chunk(
+      layers, 4, 1, PipelineModuleOptions{.seed_layers = true, .activation_checkpoint_interval = INT_MAX, .chunks = 2});
+  PipelineModule plain(layers, 4, 1, PipelineModuleOptions{.seed_layers = true, .chunks = 2});
+  run_per_chunk.train();
+  const Tensor h = randn({3, 8});
+  EXPECT_TRUE(same_tensor(run_per_chunk.forward({h}, 1)[0], plain.forward({h}, 1)[0]));
 }
 
 TEST(PipeModuleChunks, TiesSpanChunks) {

@@ -539,10 +539,15 @@ TEST(PipeSchedule, BadArguments) {
   EXPECT_THROW_MSG(make_schedule("interleaved", 6, 4, 0),
                    "Interleaved1F1BSchedule: micro_batches (6) must be a multiple of stages (4)");
   EXPECT_THROW_MSG(make_schedule("interleaved", 4, 4, 0, 1),
-                   "Interleaved1F1BSchedule: chunks must be at least 2, got 1");
+                   "Interleaved1F1BSchedule: chunks must be at least 2 (one chunk per stage is TrainSchedule, "
+                   "\"train\") and at most 32767, got 1");
+  EXPECT_THROW_MSG(make_schedule("interleaved", 4, 1, 0, 40000), "and at most 32767, got 40000");
+  EXPECT_THROW_MSG(make_schedule("zb-h1", 1, 1 << 30, 0), "zb-h1 schedule: planning 1073741824 stages");
   EXPECT_THROW_MSG(make_schedule("zb-h1", 0, 4, 0), "PipeSchedule: micro_batches must be at least 1, got 0");
   EXPECT_THROW_MSG(make_schedule("interleaved", 4, 0, 0), "PipeSchedule: stages must be at least 1, got 0");
   EXPECT_THROW_MSG(make_schedule("zb-v", 1 << 20, 64, 0), "zb-v schedule: planning 64 stages x 1048576 micro-batches");
+  const std::vector<SchedulePrediction> one_chunk = simulate_schedules(4, 2, {}, 1);
+  EXPECT_EQ(one_chunk[2].why_not, "interleaving needs 2 or more chunks per stage, got 1");
   EXPECT_THROW_MSG(ZeroBubbleVSchedule(4, 2, 0).step(25), "zb-v schedule: step 25 is out of range [0, 25)");
   EXPECT_THROW_MSG(TrainSchedule(4, 2, 0).step(10), "train schedule: step 10 is out of range [0, 10)");
   EXPECT_THROW_MSG(GPipeSchedule(4, 2, 0).step(-1), "gpipe schedule: step -1 is out of range [0, 10)");
