@@ -177,7 +177,8 @@ Json parse_header(const std::string& text, const std::string& path) {
   };
   try {
     return Json::parse(text, check_keys);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {
+    // parse_error for bad syntax, out_of_range for a number past double's range ("1e400"), in any field.
     detail::throw_error(__FILE__, __LINE__, file, "the header is not valid JSON: ", e.what());
   }
 }

@@ -267,6 +267,15 @@ TEST_F(Safetensors, BadFilesNameTheFile) {
   EXPECT_THROW_MSG(load_file(path), prefix + "the header is not valid JSON: ");
   write_bytes(path, raw_file("{\"w\xff\":1}"));
   EXPECT_THROW_MSG(load_file(path), prefix + "the header is not valid JSON: ");
+  // A number past double's range is nlohmann's out_of_range, not a parse error: in a shape, an offset or the
+  // metadata, it is a strata::Error all the same (issue 16).
+  for (const char* header :
+       {R"({"w":{"dtype":"F32","shape":[1e400],"data_offsets":[0,4]}})",
+        R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,1e400]}})", R"({"__metadata__":{"a":"b"},"x":-1e400})"}) {
+    SCOPED_TRACE(header);
+    write_bytes(path, raw_file(header, std::string(4, '\0')));
+    EXPECT_THROW_MSG(load_file(path), prefix + "the header is not valid JSON: ");
+  }
   write_bytes(path, raw_file("[1,2]"));
   EXPECT_THROW_MSG(load_file(path), prefix + "the header must be a JSON object, got an array of 2");
   write_bytes(path, raw_file(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", "abcdefgh"));
