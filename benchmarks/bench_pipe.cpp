@@ -405,19 +405,8 @@ Simulated simulate(const std::function<std::unique_ptr<pipe::PipeSchedule>(int)>
   }
   auto done = [&](int s) { return st[s].next == st[s].ins.size(); };
   auto at = [&](int s) { return st[s].ins[st[s].next]; };
-  auto cost = [&](int s, Kind k) {
-    const pipe::ScheduleCosts& c = costs[s];
-    const double whole = k == Kind::ForwardPass      ? c.forward
-                         : k == Kind::BackwardInput  ? c.backward_input
-                         : k == Kind::BackwardWeight ? c.backward_weight
-                                                     : c.backward_input + c.backward_weight;
-    return whole / layout.chunks;
-  };
-  auto computing = [&](int s) {
-    if (done(s)) return false;
-    const Kind k = at(s).kind;
-    return k == Kind::ForwardPass || k == Kind::BackwardPass || k == Kind::BackwardInput || k == Kind::BackwardWeight;
-  };
+  auto cost = [&](int s, Kind k) { return costs[s].of(k) / layout.chunks; };
+  auto computing = [&](int s) { return !done(s) && pipe::is_compute(at(s).kind); };
   // The stage and instruction a p2p instruction of stage s meets.
   auto partner = [&](int s, const pipe::PipeInstruction& in) -> std::pair<int, pipe::PipeInstruction> {
     const int vs = layout.virtual_stage(s, in.chunk);
@@ -429,14 +418,13 @@ Simulated simulate(const std::function<std::unique_ptr<pipe::PipeSchedule>(int)>
                                                         : Kind::SendGrad;
     return {layout.stage_of(peer_vs), {want, 0, static_cast<int16_t>(layout.chunk_of(peer_vs))}};
   };
-  auto is_p2p = [](Kind k) { return k >= Kind::SendActivation && k <= Kind::RecvGrad; };
   double now = 0;
   for (;;) {
     for (bool moved = true; moved;) {  // every zero-time instruction that can complete now
       moved = false;
       for (int s = 0; s < S; ++s) {
         while (!done(s) && !computing(s)) {
-          if (is_p2p(at(s).kind)) {
+          if (pipe::is_p2p(at(s).kind)) {
             const auto [peer, want] = partner(s, at(s));
             if (done(peer) || at(peer).kind != want.kind || at(peer).chunk != want.chunk) break;
             ++st[peer].next;

@@ -91,11 +91,20 @@ using Bits = std::conditional_t<
 
 /// n big-endian elements of type S at src, converted to T at dst.
 template <class S, class T>
-void decode(const unsigned char* src, T* dst, int64_t n) {
+void decode(const unsigned char* src, T* dst, int64_t n, const std::string& path) {
   for (int64_t i = 0; i < n; ++i, src += sizeof(S)) {
     Bits<S> bits = 0;
     for (size_t k = 0; k < sizeof(S); ++k) bits = static_cast<Bits<S>>((uint64_t{bits} << 8) | src[k]);
-    dst[i] = element_cast<T>(std::bit_cast<S>(bits));
+    const S value = std::bit_cast<S>(bits);
+    // element_cast takes a float into an integer type through int64, which NaN, infinities and values past
+    // int64's range leave undefined.
+    if constexpr (std::is_floating_point_v<S> && std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      constexpr double kTwo63 = 9223372036854775808.0;
+      if (!(value >= -kTwo63 && value < kTwo63))
+        detail::throw_error(__FILE__, __LINE__, "read_idx: ", path, ": element ", i, " (in row-major order) is ", value,
+                            ", which ", scalar_type_of<T>(), " cannot hold; read the file as a floating dtype");
+    }
+    dst[i] = element_cast<T>(value);
   }
 }
 
@@ -158,7 +167,7 @@ Tensor read_idx(const std::string& path, std::optional<ScalarType> dtype) {
     ScalarType natural = kLong;
     if constexpr (std::is_floating_point_v<S>) natural = scalar_type_of<S>();
     Tensor out = empty(sizes, dtype.value_or(natural));
-    visit_dtype(out.dtype(), [&]<class T>() { decode<S>(bytes.data(), out.data_ptr<T>(), numel); });
+    visit_dtype(out.dtype(), [&]<class T>() { decode<S>(bytes.data(), out.data_ptr<T>(), numel, path); });
     return out;
   });
 }

@@ -22,7 +22,8 @@ namespace strata::data {
 /// float32 and 0x0E (double) float64, unless `dtype` names another type to convert to (kUInt8 keeps ubyte
 /// images at one byte per element, as torchvision's MNIST holds them). Throws
 /// strata::Error naming the file for a missing file, a bad magic number or type code, sizes that
-/// overflow, and data shorter or longer than the header declares.
+/// overflow, data shorter or longer than the header declares, and a float element that an integer `dtype`
+/// cannot hold (NaN, infinite or past int64's range).
 Tensor read_idx(const std::string& path, std::optional<ScalarType> dtype = std::nullopt);
 
 }  // namespace strata::data

@@ -1,6 +1,7 @@
 #include "strata/nn/safetensors.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <filesystem>
 #include <limits>
 #include <set>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -114,14 +116,47 @@ void read_all(int fd, void* data, size_t n, uint64_t offset, const Where& where)
 // target in one step). It is fsynced before the rename, so the name never points at data still in the page
 // cache, and the folder is fsynced after it, so the rename itself survives a crash. Until the rename the target
 // is untouched; on any error the destructor removes the temporary file. A killed writer cannot clean up: its
-// "<path>.tmp.<pid>.<n>" stays behind, load_file never reads it, and later saves leave it alone (the name may
-// belong to a writer that is still running).
+// "<path>.tmp.<host>.<pid>.<n>" stays behind, and load_file never reads it. The next save of the same path
+// removes those whose writer is gone: written on this host (a shared filesystem may hold another host's,
+// whose pids mean nothing here) by a pid that no longer exists. A reused pid only keeps a file a while longer.
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "localhost";
+  return name;
+}
+
+// Removes "<prefix><pid>.<n>" files of pids that no longer exist (Note [atomic save]). Best effort: a file that
+// cannot be listed or removed stays, as it would have without the clean-up.
+void remove_stale(const std::string& prefix) {
+  namespace fs = std::filesystem;
+  const fs::path folder = fs::path(prefix).parent_path().empty() ? fs::path(".") : fs::path(prefix).parent_path();
+  const std::string name_prefix = fs::path(prefix).filename().string();
+  std::error_code ec;
+  for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!name.starts_with(name_prefix)) continue;
+    const std::string rest = name.substr(name_prefix.size());  // "<pid>.<n>"
+    const size_t dot = rest.find('.');
+    const auto digits = [](std::string_view text) {
+      return !text.empty() && std::ranges::all_of(text, [](char c) { return c >= '0' && c <= '9'; });
+    };
+    if (dot == std::string::npos || dot > 9 || !digits(rest.substr(0, dot)) || !digits(rest.substr(dot + 1))) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(rest.substr(0, dot)));
+    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) {
+      std::error_code ignored;
+      fs::remove(it->path(), ignored);
+    }
+  }
+}
+
 class TempFile {
  public:
   TempFile(const std::string& target, const Where& where) {
     static std::atomic<uint64_t> counter{0};
+    const std::string prefix = target + ".tmp." + host_name() + ".";
+    remove_stale(prefix);
     for (;;) {
-      path_ = target + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+      path_ = prefix + std::to_string(::getpid()) + "." + std::to_string(counter++);
       fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
       if (fd_ >= 0) break;
       STRATA_CHECK(errno == EEXIST, where, "cannot create the temporary file '", path_, "': ", os_error());

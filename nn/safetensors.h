@@ -24,8 +24,8 @@ namespace strata::nn {
 /// Writes `tensors` (GPU ones are copied to the host; non-contiguous ones are written contiguously) and string
 /// `metadata` to `path`.
 /// Atomic: the bytes go to a temporary file beside `path` that is synced and renamed over it, so `path` holds
-/// either the old file or the complete new one. A writer killed mid-save leaves "<path>.tmp.<pid>.<n>" behind;
-/// load_file never reads those and they are safe to delete.
+/// either the old file or the complete new one. A writer killed mid-save leaves "<path>.tmp.<host>.<pid>.<n>"
+/// behind; load_file never reads those, and the next save of `path` on that host removes those of dead pids.
 void save_file(const StateDict& tensors, const std::string& path,
                const std::map<std::string, std::string>& metadata = {});
 

@@ -133,8 +133,10 @@ std::string optimizer_path(const std::string& dir, const PipelineParallelGrid& g
 }  // namespace
 
 double PipelineTimings::compute() const {
-  return seconds[PipeInstruction::ForwardPass] + seconds[PipeInstruction::BackwardPass] +
-         seconds[PipeInstruction::BackwardInput] + seconds[PipeInstruction::BackwardWeight];
+  double total = 0;
+  for (size_t k = 0; k < PipeInstruction::kNumKinds; ++k)
+    if (is_compute(static_cast<PipeInstruction::Kind>(k))) total += seconds[k];
+  return total;
 }
 
 struct PipelineEngine::State {

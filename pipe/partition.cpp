@@ -33,6 +33,13 @@ void check_boundaries(const std::vector<int>& parts, int num_items, const std::s
                ", got ", parts.back());
 }
 
+/// Every stage holds at least one layer.
+void check_fill(int num_items, int num_parts, const std::string& where) {
+  STRATA_CHECK(num_parts >= 1, where, ": expected at least 1 stage, got ", num_parts);
+  STRATA_CHECK(num_items >= num_parts, where, ": ", num_items, " layers cannot fill ", num_parts,
+               " stages (each stage needs a layer)");
+}
+
 int layer_count(size_t n, const char* op) {
   STRATA_CHECK(n <= static_cast<size_t>(INT_MAX), op, ": ", n, " layers do not fit in an int");
   return static_cast<int>(n);
@@ -63,11 +70,12 @@ int count_parts(const std::vector<int64_t>& prefix, int64_t bound, int cap) {
 
 std::vector<int> partition_uniform(int num_items, int num_parts) {
   STRATA_CHECK(num_items >= 0, "partition_uniform: the number of items must be non-negative, got ", num_items);
-  STRATA_CHECK(num_parts >= 1, "partition_uniform: expected at least 1 part, got ", num_parts);
+  STRATA_CHECK(num_parts >= 1 && num_parts < INT_MAX, "partition_uniform: expected 1 to ", INT_MAX - 1, " parts, got ",
+               num_parts);
   std::vector<int> parts(num_parts + 1);
   // With fewer items than parts, chunk is 0 and residual num_items: part i < num_items gets one item.
   const int chunk = num_items / num_parts, residual = num_items - chunk * num_parts;
-  for (int i = 0; i <= num_parts; ++i) parts[i] = i * chunk + std::min(i, residual);
+  for (int i = 0; i <= num_parts; ++i) parts[i] = i * chunk + std::min(i, residual);  // <= num_items: no overflow
   return parts;
 }
 
@@ -163,14 +171,13 @@ std::vector<int64_t> part_weights(const std::vector<int64_t>& weights, const std
 }
 
 void check_partition(const std::vector<int>& parts, int num_items, int num_parts, const std::string& where) {
-  STRATA_CHECK(num_parts >= 1, where, ": expected at least 1 stage, got ", num_parts);
+  check_fill(num_items, num_parts, where);
   STRATA_CHECK(parts.size() == static_cast<size_t>(num_parts) + 1, where, ": expected ", num_parts + 1,
                " boundaries for ", num_parts, " stages, got ", parts.size());
   check_boundaries(parts, num_items, where);
-  if (num_items < num_parts) return;
   for (int s = 0; s < num_parts; ++s)
     STRATA_CHECK(parts[s + 1] > parts[s], where, ": stage ", s, " is empty (boundaries ", parts[s], " and ",
-                 parts[s + 1], ") but there are ", num_items, " layers for ", num_parts, " stages");
+                 parts[s + 1], ")");
 }
 
 std::vector<int64_t> method_weights(const std::string& method, const std::vector<int64_t>& parameter_counts,
@@ -205,7 +212,9 @@ std::vector<int64_t> method_weights(const std::string& method, const std::vector
 std::vector<int> partition_by_method(const std::string& method, const std::vector<int64_t>& parameter_counts,
                                      const std::vector<std::string>& type_names, int num_parts) {
   const std::vector<int64_t> weights = method_weights(method, parameter_counts, type_names);
-  if (method == "uniform") return partition_uniform(layer_count(weights.size(), "partition_by_method"), num_parts);
+  const int n = layer_count(weights.size(), "partition_by_method");
+  check_fill(n, num_parts, "partition_by_method");
+  if (method == "uniform") return partition_uniform(n, num_parts);
   return partition_balanced(weights, num_parts);
 }
 

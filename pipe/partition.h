@@ -27,8 +27,8 @@ std::vector<int> partition_balanced(const std::vector<int64_t>& weights, int num
 /// The total weight of each part.
 std::vector<int64_t> part_weights(const std::vector<int64_t>& weights, const std::vector<int>& parts);
 
-/// Throws unless `parts` has num_parts + 1 ascending entries from 0 to num_items, with no empty part when
-/// num_items >= num_parts; `where` starts the message.
+/// Throws unless `parts` has num_parts + 1 ascending entries from 0 to num_items with no empty part (so
+/// num_items >= num_parts, PipelineModule's rule); `where` starts the message.
 void check_partition(const std::vector<int>& parts, int num_items, int num_parts, const std::string& where);
 
 /// The per-layer weights a partition method balances: "uniform" gives 1 per layer, "parameters" the
@@ -37,6 +37,7 @@ std::vector<int64_t> method_weights(const std::string& method, const std::vector
                                     const std::vector<std::string>& type_names);
 
 /// Boundaries for a method: partition_uniform for "uniform", else partition_balanced of method_weights.
+/// Throws for fewer layers than parts: every stage needs one (PipelineModule's rule).
 std::vector<int> partition_by_method(const std::string& method, const std::vector<int64_t>& parameter_counts,
                                      const std::vector<std::string>& type_names, int num_parts);
 

@@ -18,6 +18,16 @@ std::string_view name(PipeInstruction::Kind kind) {
   return kNames[kind];
 }
 
+bool is_compute(PipeInstruction::Kind kind) {
+  return kind == Instr::ForwardPass || kind == Instr::BackwardPass || kind == Instr::BackwardInput ||
+         kind == Instr::BackwardWeight;
+}
+
+bool is_p2p(PipeInstruction::Kind kind) {
+  return kind == Instr::SendActivation || kind == Instr::RecvActivation || kind == Instr::SendGrad ||
+         kind == Instr::RecvGrad;
+}
+
 bool PipeInstruction::has_buffer() const {
 #define STRATA_PIPE_KIND_HAS_BUFFER(kind, names_a_buffer) names_a_buffer,
   static constexpr std::array<bool, kNumKinds> kHasBuffer = {
@@ -73,6 +83,10 @@ PipeSchedule::PipeSchedule(int micro_batches, int stages, int stage_id)
   STRATA_CHECK(stages >= 1, "PipeSchedule: stages must be at least 1, got ", stages);
   STRATA_CHECK(0 <= stage_id && stage_id < stages, "PipeSchedule: stage_id ", stage_id, " is out of range for ", stages,
                " stages");
+  // Step counts run up to 2 (M + S - 1) and are ints: refuse, rather than wrap into a negative count.
+  STRATA_CHECK(int64_t{micro_batches} + stages <= kMaxMicroBatchesPlusStages, "PipeSchedule: ", micro_batches,
+               " micro-batches + ", stages, " stages is more than the ", kMaxMicroBatchesPlusStages,
+               " a schedule's step count holds");
 }
 
 std::vector<PipeStep> PipeSchedule::steps() const {

@@ -61,6 +61,10 @@ struct PipeInstruction {
 };
 /// The instruction's name, e.g. "RecvGrad".
 std::string_view name(PipeInstruction::Kind kind);
+/// Whether the kind computes: ForwardPass, BackwardPass, BackwardInput or BackwardWeight.
+bool is_compute(PipeInstruction::Kind kind);
+/// Whether the kind moves data between stages: SendActivation, RecvActivation, SendGrad or RecvGrad.
+bool is_p2p(PipeInstruction::Kind kind);
 /// "RecvGrad(0)" for buffer ops, "OptimizerStep()" for the others; "RecvGrad(0, chunk 1)" past chunk 0.
 std::ostream& operator<<(std::ostream& os, const PipeInstruction& instruction);
 
@@ -101,7 +105,9 @@ struct StageLayout {
 /// The steps one stage runs for one batch of micro_batches; step(t) is computed on demand.
 class PipeSchedule {
  public:
-  /// Checks micro_batches >= 1, stages >= 1 and 0 <= stage_id < stages.
+  /// The most micro_batches + stages: steps, up to 2 (M + S - 1), are counted in an int.
+  static constexpr int64_t kMaxMicroBatchesPlusStages = int64_t{1} << 30;
+  /// Checks micro_batches >= 1, stages >= 1, 0 <= stage_id < stages and M + S <= kMaxMicroBatchesPlusStages.
   PipeSchedule(int micro_batches, int stages, int stage_id);
   virtual ~PipeSchedule() = default;
 
@@ -262,6 +268,9 @@ struct ScheduleCosts {
   double backward_input = 1;   ///< BackwardInput (B)
   double backward_weight = 1;  ///< BackwardWeight (W); BackwardPass costs B + W
   double p2p = 0;              ///< from the later of sender and receiver reaching a transfer to both going on
+
+  /// What one compute instruction of a whole stage costs (BackwardPass: B + W); 0 for the other kinds.
+  double of(PipeInstruction::Kind kind) const;
 };
 
 /// What the validator found for one stage.
@@ -306,11 +315,17 @@ struct TraceEvent {
   double start = 0, end = 0;    ///< when, on the simulated clock (a transfer starts when its side reached it)
 };
 
+/// The most stage-steps (stages x steps per stage) validate_schedule simulates by default: some 10 s, 1 GB.
+inline constexpr int64_t kMaxValidatedStageSteps = int64_t{1} << 26;
+/// The most stage-steps write_chrome_trace writes: some 800 MB of JSON, past what trace viewers open.
+inline constexpr int64_t kMaxTracedStageSteps = int64_t{1} << 22;
+
 /// How validate_schedule runs.
 struct ValidateOptions {
   int chunks = 0;       ///< for the named schedule: model chunks per stage, 0 for the schedule's own
   ScheduleCosts costs;  ///< the simulated clock's costs
-  std::function<void(const TraceEvent&)> on_event;  ///< sees every instruction as it runs, when given
+  std::function<void(const TraceEvent&)> on_event;    ///< sees every instruction as it runs, when given
+  int64_t max_stage_steps = kMaxValidatedStageSteps;  ///< a larger run is refused before it allocates
 };
 
 /// Runs all stages' instruction streams in lockstep with blocking p2p, and proves: every send meets the
@@ -318,7 +333,8 @@ struct ValidateOptions {
 /// micro-batch is forwarded (and, when training, then backwarded, B before W when split) exactly once per
 /// stage and chunk; no buffer is overwritten while still needed; buffer and chunk ids are in range; the
 /// end-of-batch instructions come after the last backward. Throws strata::Error naming the stage, step and
-/// instruction of the first violation. Memory stays O(stages x chunks x buffers) beyond the schedules'.
+/// instruction of the first violation. Memory stays O(stages x chunks x buffers) beyond the schedules'; a run
+/// of more than options.max_stage_steps stages x steps is refused once stage 0's schedule is made.
 ScheduleReport validate_schedule(std::string_view name, int micro_batches, int stages,
                                  const ValidateOptions& options = {});
 /// The same for any schedule: make_stage(s) gives stage s's schedule (tests validate hand-broken ones with it);
@@ -340,7 +356,7 @@ void write_trace_json(std::ostream& os, const std::vector<std::string>& rows, co
 
 /// Writes the simulated schedule as a Chrome trace (JSON; chrome://tracing or ui.perfetto.dev open it):
 /// one row per stage, one step per millisecond, each instruction a slice labelled with its micro-batch (and
-/// chunk, for interleaved schedules).
+/// chunk, for interleaved schedules). Refuses a schedule of more than kMaxTracedStageSteps stages x steps.
 void write_chrome_trace(std::ostream& os, std::string_view name, int micro_batches, int stages, int chunks = 0);
 
 /// One schedule's prediction from simulate_schedules.

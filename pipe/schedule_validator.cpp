@@ -14,15 +14,7 @@ using Instr = PipeInstruction;
 
 namespace {
 
-bool is_p2p(Instr::Kind kind) {
-  return kind == Instr::SendActivation || kind == Instr::RecvActivation || kind == Instr::SendGrad ||
-         kind == Instr::RecvGrad;
-}
 bool is_send(Instr::Kind kind) { return kind == Instr::SendActivation || kind == Instr::SendGrad; }
-bool is_compute(Instr::Kind kind) {
-  return kind == Instr::ForwardPass || kind == Instr::BackwardPass || kind == Instr::BackwardInput ||
-         kind == Instr::BackwardWeight;
-}
 // SendActivation and RecvGrad talk to the chunk after this one in the model, RecvActivation and SendGrad to
 // the one before.
 bool to_next(Instr::Kind kind) { return kind == Instr::SendActivation || kind == Instr::RecvGrad; }
@@ -134,10 +126,18 @@ class Simulator {
 
 Simulator::Simulator(const std::function<std::unique_ptr<PipeSchedule>(int)>& make_stage, int stages,
                      const ValidateOptions& options)
-    : stages_(stages), options_(options) {
+    : options_(options) {
+  // Stage 0's schedule tells the size of the run, checked before the other stages cost anything.
+  std::unique_ptr<PipeSchedule> first = make_stage(0);
+  STRATA_CHECK(first, "validate_schedule: the factory gave no schedule for stage 0");
+  const int64_t stage_steps = int64_t{stages} * first->num_steps();
+  STRATA_CHECK(stage_steps <= options.max_stage_steps, "validate_schedule: ", first->name(), " schedule of ", stages,
+               " stages x ", first->num_steps(), " steps is ", stage_steps, " stage-steps, more than the ",
+               options.max_stage_steps, " it simulates");
+  stages_.resize(stages);
   for (int s = 0; s < stages; ++s) {
     StageState& st = stages_[s];
-    st.schedule = make_stage(s);
+    st.schedule = s == 0 ? std::move(first) : make_stage(s);
     STRATA_CHECK(st.schedule, "validate_schedule: the factory gave no schedule for stage ", s);
     const PipeSchedule& sched = *st.schedule;
     STRATA_CHECK(sched.stage_id() == s && sched.stages() == stages, "validate_schedule: the factory's schedule for ",
@@ -354,21 +354,7 @@ void Simulator::meet(int sender, int receiver) {
   emit(receiver, recv, m, to.arrived);
 }
 
-double Simulator::cost(Instr::Kind kind) const {
-  const ScheduleCosts& c = options_.costs;
-  switch (kind) {
-    case Instr::ForwardPass:
-      return c.forward / chunks_;
-    case Instr::BackwardPass:
-      return (c.backward_input + c.backward_weight) / chunks_;
-    case Instr::BackwardInput:
-      return c.backward_input / chunks_;
-    case Instr::BackwardWeight:
-      return c.backward_weight / chunks_;
-    default:
-      return 0;
-  }
-}
+double Simulator::cost(Instr::Kind kind) const { return options_.costs.of(kind) / chunks_; }
 
 void Simulator::run_local(int s, const Instr& in) {
   StageState& st = stages_[s];
@@ -598,6 +584,21 @@ std::ostream& operator<<(std::ostream& os, const ScheduleReport& report) {
   return os;
 }
 
+double ScheduleCosts::of(Instr::Kind kind) const {
+  switch (kind) {
+    case Instr::ForwardPass:
+      return forward;
+    case Instr::BackwardPass:
+      return backward_input + backward_weight;
+    case Instr::BackwardInput:
+      return backward_input;
+    case Instr::BackwardWeight:
+      return backward_weight;
+    default:
+      return 0;
+  }
+}
+
 std::vector<SchedulePrediction> simulate_schedules(int micro_batches, int stages, const ScheduleCosts& costs,
                                                    int chunks) {
   std::vector<SchedulePrediction> out;
@@ -679,6 +680,7 @@ void write_chrome_trace(std::ostream& os, std::string_view name, int micro_batch
   };
   ValidateOptions options;
   options.chunks = chunks;
+  options.max_stage_steps = kMaxTracedStageSteps;
   options.on_event = [&](const TraceEvent& e) {
     if (!pending.empty() && e.step != pending.front().step) flush();
     pending.push_back(e);

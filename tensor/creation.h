@@ -138,8 +138,10 @@ Tensor tensor(const TensorData& data, TensorOptions options = {});
 /// 0-dim float32 tensor.
 Tensor scalar_tensor(double value, TensorOptions options = {});
 
-/// Threads used by CPU kernels (OpenMP and Eigen).
+/// Threads used by CPU kernels (OpenMP and Eigen); n from 1 to max_num_threads().
 void set_num_threads(int n);
+/// The most threads set_num_threads takes: 4 per logical CPU, at least 1024, within OMP_THREAD_LIMIT.
+int max_num_threads();
 /// Current CPU thread count.
 int get_num_threads();
 

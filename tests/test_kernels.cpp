@@ -637,6 +637,18 @@ TEST(Kernels, ThreadCountDoesNotChangeResults) {
   EXPECT_EQ(sums[0], sums[1]);
   EXPECT_EQ(sums[0], sums[2]);
   EXPECT_THROW_MSG(set_num_threads(0), "set_num_threads: expected a positive thread count");
+  // 100000 threads crashed the OpenMP runtime in the next parallel kernel; the bound itself still runs one.
+  EXPECT_GE(max_num_threads(), 1024);
+  EXPECT_THROW_MSG(set_num_threads(100000), "set_num_threads: 100000 threads is more than max_num_threads() = " +
+                                                std::to_string(max_num_threads()));
+  EXPECT_EQ(get_num_threads(), saved);
+  set_num_threads(max_num_threads());
+  Tensor r = empty({n}), s = empty({1});
+  K().uniform(r, -1, 1, 5, 123);
+  K().reduce(ReduceKind::Sum, r, {0}, s);
+  set_num_threads(saved);
+  EXPECT_EQ(values(r), randoms[0]);
+  EXPECT_EQ(values(s)[0], sums[0][0]);
 }
 
 TEST(Kernels, AllocateIsAligned) {

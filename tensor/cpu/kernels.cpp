@@ -4,8 +4,10 @@
 #include <omp.h>
 
 #include "strata/tensor/cpu/eigen.h"
+#include <algorithm>
 #include <cstddef>
 #include <cstdlib>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -137,8 +139,18 @@ const Kernels& cpu_kernels() {
   return kernels;
 }
 
+int max_num_threads() {
+  // Past the machine's process limits OpenMP dies creating its threads (100000 does on a 2-core machine), so the
+  // bound is fixed well below them yet far above what a kernel can use: 4 per logical CPU, and at least 1024.
+  const int64_t cpus = std::thread::hardware_concurrency();
+  return static_cast<int>(std::min<int64_t>(omp_get_thread_limit(), std::max<int64_t>(1024, 4 * cpus)));
+}
+
 void set_num_threads(int n) {
   STRATA_CHECK(n > 0, "set_num_threads: expected a positive thread count, got ", n);
+  STRATA_CHECK(n <= max_num_threads(), "set_num_threads: ", n,
+               " threads is more than max_num_threads() = ", max_num_threads(),
+               " (4 per logical CPU, at least 1024, within OMP_THREAD_LIMIT)");
   omp_set_num_threads(n);
   Eigen::setNbThreads(n);
 }

@@ -101,6 +101,27 @@ TEST_F(DataFiles, IdxRejectsBadFilesNamingThem) {
                    "truncated: shape [65536, 65536] of double needs 34359738368 data bytes, the file holds 3");
 }
 
+// Converting a float to an integer is undefined for NaN, infinities and values past int64's range; the reader
+// names the element instead of returning whatever the conversion gives.
+TEST_F(DataFiles, IdxRefusesFloatsAnIntegerDtypeCannotHold) {
+  const std::string floats = write_plain("floats", idx(0x0D, {3},
+                                                       {0x3F, 0xC0, 0, 0,     // 1.5
+                                                        0x7F, 0xC0, 0, 0,     // NaN
+                                                        0x7F, 0x80, 0, 0}));  // +inf
+  EXPECT_THROW_MSG(read_idx(floats, kLong), "read_idx: " + floats + ": element 1 (in row-major order) is nan");
+  EXPECT_THROW_MSG(read_idx(floats, kInt32), "which Int cannot hold");
+  // 2^63 is one past int64's range; -2^63 is its least value and converts exactly.
+  const std::string doubles = write_plain("doubles", idx(0x0E, {2},
+                                                         {0xC3, 0xE0, 0, 0, 0, 0, 0, 0,     // -2^63
+                                                          0x43, 0xE0, 0, 0, 0, 0, 0, 0}));  // 2^63
+  EXPECT_THROW_MSG(read_idx(doubles, kLong), "element 1 (in row-major order) is 9.22337e+18, which Long cannot hold");
+  EXPECT_THROW_MSG(read_idx(write_plain("inf", idx(0x0D, {1}, {0xFF, 0x80, 0, 0})), kUInt8), "is -inf");
+  const std::string low = write_plain("low", idx(0x0E, {1}, {0xC3, 0xE0, 0, 0, 0, 0, 0, 0}));
+  EXPECT_VALUES(read_idx(low, kLong), {-0x1p63});
+  EXPECT_VALUES(read_idx(floats, kBool), {1, 1, 1});  // any non-zero is true, NaN included
+  EXPECT_VALUES(read_idx(floats, kFloat64).slice(0, 0, 1), {1.5});
+}
+
 TEST_F(DataFiles, IdxRejectsTruncatedAndCorruptGzipStreams) {
   Bytes payload(4000);
   for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<unsigned char>(i * 7919 % 251);

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -363,8 +364,7 @@ TEST_F(Safetensors, ReadsFilesLaidOutInAnyOrder) {
 
 // Note [killed writer]: a child saves one of three complete versions after another until it is killed at a
 // random moment. Whatever the moment, the checkpoint loads and is one complete version. A kill mid-save leaves
-// the child's temporary file behind: save_file's documented behaviour (no later save may remove a file that
-// could belong to a live writer); load_file never reads it.
+// the child's temporary file behind (load_file never reads it) until a later save of the path removes it.
 TEST_F(Safetensors, KilledWriterNeverDestroysTheCheckpoint) {
   constexpr int kVersions = 3;
   std::vector<StateDict> versions(kVersions);
@@ -374,6 +374,7 @@ TEST_F(Safetensors, KilledWriterNeverDestroysTheCheckpoint) {
   save_file(versions[0], target, {{"version", "0"}});
 
   std::mt19937 rng(2024);
+  int interrupted = 0;
   for (int round = 0; round < 8; ++round) {
     const pid_t child = ::fork();
     ASSERT_GE(child, 0);
@@ -397,14 +398,44 @@ TEST_F(Safetensors, KilledWriterNeverDestroysTheCheckpoint) {
     const int version = std::stoi(metadata.at("version"));
     ASSERT_TRUE(version >= 0 && version < kVersions);
     EXPECT_TRUE(same_state(loaded, versions[version])) << "round " << round;
+    for (const std::string& name : folder_contents()) {
+      if (name == "ckpt.safetensors") continue;
+      EXPECT_EQ(name.rfind("ckpt.safetensors.tmp.", 0), 0u) << name;
+      ++interrupted;
+    }
   }
-  int interrupted = 0;
-  for (const std::string& name : folder_contents()) {
-    if (name == "ckpt.safetensors") continue;
-    EXPECT_EQ(name.rfind("ckpt.safetensors.tmp.", 0), 0u) << name;
-    ++interrupted;
-  }
-  EXPECT_GT(interrupted, 0);  // some kills did land mid-save (saving is nearly all the child does)
+  EXPECT_GT(interrupted, 0);       // some kills did land mid-save (saving is nearly all the child does)
+  save_file(versions[1], target);  // every writer is dead now: their leftovers go
+  EXPECT_EQ(folder_contents(), std::vector<std::string>{"ckpt.safetensors"});
+}
+
+// Leftovers of dead writers on this host go with the next save of the same path; a live writer's, another
+// host's, another path's and names of another form stay.
+TEST_F(Safetensors, SaveRemovesTheTemporariesOfDeadWriters) {
+  const pid_t dead = ::fork();
+  ASSERT_GE(dead, 0);
+  if (dead == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(dead, nullptr, 0), dead);
+  char host[256] = {};
+  ASSERT_EQ(::gethostname(host, sizeof(host) - 1), 0);
+  const std::string ours = std::string("ckpt.safetensors.tmp.") + host + ".";
+  const std::vector<std::string> kept = {
+      ours + std::to_string(::getppid()) + ".0",                           // a live pid
+      "ckpt.safetensors.tmp.another-host." + std::to_string(dead) + ".0",  // pids of other hosts mean nothing here
+      "other.safetensors.tmp." + std::string(host) + "." + std::to_string(dead) + ".0",
+      ours + std::to_string(dead) + ".x",
+      ours + std::to_string(dead),
+      "ckpt.safetensors.tmp." + std::to_string(dead) + ".0"};
+  const std::vector<std::string> stale = {ours + std::to_string(dead) + ".0", ours + std::to_string(dead) + ".17"};
+  for (const auto& names : {kept, stale})
+    for (const std::string& name : names) std::ofstream(file(name)) << "partial";
+  save_file({{"w", ones({2})}}, file("ckpt.safetensors"));
+  std::vector<std::string> want = kept;
+  want.push_back("ckpt.safetensors");
+  std::sort(want.begin(), want.end());
+  std::vector<std::string> have = folder_contents();
+  std::sort(have.begin(), have.end());
+  EXPECT_EQ(have, want);
 }
 
 // A write that fails midway (the file size limit here) throws, removes its temporary file and leaves the old

@@ -121,6 +121,12 @@ stage 1
     ARGS schedule --schedule interleaved --stages 2 --micro-batches 3)
   expect(chunks_for_train EXIT 1 STDERR_HAS "the train schedule has 1 chunk per stage, got chunks = 3"
     ARGS schedule --schedule train --stages 2 --micro-batches 4 --chunks 3)
+  # Step counts are ints: a count that would wrap is refused (it used to print nothing and exit 0).
+  foreach(name train inference gpipe dataparallel zb-h1)
+    expect(huge_${name} EXIT 1
+      STDERR_HAS "PipeSchedule: 2147483647 micro-batches + 2 stages is more than the 1073741824 a schedule's step"
+      ARGS schedule --schedule ${name} --stages 2 --micro-batches 2147483647 --stage 0)
+  endforeach()
 
 elseif(GROUP STREQUAL "partition")
   # The heaviest stage weighs 6, and no split does better.
@@ -149,6 +155,14 @@ elseif(GROUP STREQUAL "partition")
     partition --method parameters --weights 3,,1 --stages 2)
   expect(unknown_method EXIT 1 STDERR_HAS "strata-pipe: method_weights: unknown partition method 'layers'"
     ARGS partition --method layers --weights 1,2 --stages 2)
+  # No plan with empty stages, which PipelineModule would reject; no allocation for absurd stage counts.
+  foreach(method uniform parameters)
+    expect(empty_stages_${method} EXIT 1
+      STDERR_HAS "strata-pipe: partition_by_method: 2 layers cannot fill 3 stages (each stage needs a layer)"
+      ARGS partition --method ${method} --weights 1,1 --stages 3)
+  endforeach()
+  expect(huge_stages EXIT 1 STDERR_HAS "strata-pipe: partition_by_method: 1 layers cannot fill 2147483647 stages"
+    ARGS partition --method uniform --weights 1 --stages 2147483647)
 
 elseif(GROUP STREQUAL "topology")
   expect(pipe_data EXIT 0 ARGS topology --axes pipe,data --dims 2,2 STDOUT [[
@@ -176,6 +190,16 @@ time 12.5 (forward 1, backward input 1, backward weight 1, p2p 0)  idle 0.0400  
 stage 0: compute 24 steps, peak live buffers 6 of 8, busy 12
 stage 1: compute 24 steps, peak live buffers 5 of 8, busy 12
 ]])
+
+  # Runs past the simulation budget are refused before they allocate (20000000 stages took 4.4 GB).
+  expect(huge_stages EXIT 1 STDERR_HAS "validate_schedule: train schedule of 20000000 stages x 40000000 steps is 800000000000000 stage-steps, more than the 67108864 it simulates"
+    ARGS validate --schedule train --stages 20000000 --micro-batches 1)
+  expect(huge_gpipe EXIT 1 STDERR_HAS "stage-steps, more than the 67108864 it simulates"
+    ARGS validate --schedule gpipe --stages 2 --micro-batches 100000000)
+  expect(huge_zb_v EXIT 1 STDERR_HAS "zb-v schedule: planning 4096 stages x 4096 micro-batches x 2 chunks"
+    ARGS validate --schedule zb-v --stages 4096 --micro-batches 4096)
+  expect(int_max_stages EXIT 1 STDERR_HAS "PipeSchedule: 1 micro-batches + 2147483647 stages is more than"
+    ARGS validate --schedule train --stages 2147483647 --micro-batches 1)
 
 elseif(GROUP STREQUAL "simulate")
   # Forward, B and W one unit each: 1F1B idles 3(S - 1) units, ZB-H1 S - 1, ZB-V (S - 1) / 2.
@@ -232,6 +256,12 @@ elseif(GROUP STREQUAL "trace")
     ARGS trace --schedule zigzag --stages 2 --micro-batches 4 --out ${WORK_DIR}/zigzag.json)
   if(EXISTS ${WORK_DIR}/zigzag.json)
     string(APPEND failures "trace: a rejected schedule left ${WORK_DIR}/zigzag.json behind\n")
+  endif()
+  # A trace past what a viewer opens is refused before anything is simulated (this one asked for 8.5 GB).
+  expect(huge_trace EXIT 1 STDERR_HAS "stage-steps, more than the 4194304 it simulates"
+    ARGS trace --schedule train --stages 2 --micro-batches 100000000 --out ${WORK_DIR}/huge.json)
+  if(EXISTS ${WORK_DIR}/huge.json)
+    string(APPEND failures "trace: a refused trace left ${WORK_DIR}/huge.json behind\n")
   endif()
 
 elseif(GROUP STREQUAL "usage")

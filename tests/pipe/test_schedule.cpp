@@ -2,6 +2,7 @@
 // for every small shape, and the validator on every schedule and on hand-broken ones.
 
 #include <algorithm>
+#include <climits>
 #include <set>
 #include <sstream>
 
@@ -542,7 +543,17 @@ TEST(PipeSchedule, BadArguments) {
                    "Interleaved1F1BSchedule: chunks must be at least 2 (one chunk per stage is TrainSchedule, "
                    "\"train\") and at most 32767, got 1");
   EXPECT_THROW_MSG(make_schedule("interleaved", 4, 1, 0, 40000), "and at most 32767, got 40000");
-  EXPECT_THROW_MSG(make_schedule("zb-h1", 1, 1 << 30, 0), "zb-h1 schedule: planning 1073741824 stages");
+  EXPECT_THROW_MSG(make_schedule("zb-h1", 1, 1 << 29, 0), "zb-h1 schedule: planning 536870912 stages");
+  // 2 (M + S - 1) steps must fit in an int: at INT_MAX micro-batches the count wrapped negative and the
+  // schedule was empty.
+  for (const char* name : {"train", "inference", "dataparallel", "gpipe", "interleaved", "zb-h1", "zb-v"})
+    EXPECT_THROW_MSG(make_schedule(name, INT_MAX, 1, 0),
+                     "PipeSchedule: 2147483647 micro-batches + 1 stages is more than the 1073741824 a schedule's "
+                     "step count holds");
+  EXPECT_THROW_MSG(TrainSchedule(1, INT_MAX, 0), "PipeSchedule: 1 micro-batches + 2147483647 stages is more than");
+  const int largest = static_cast<int>(PipeSchedule::kMaxMicroBatchesPlusStages) - 2;
+  EXPECT_EQ(TrainSchedule(largest, 2, 1).num_steps(), 2 * (largest + 1));
+  EXPECT_EQ(GPipeSchedule(largest, 2, 1).step(2 * (largest + 1) - 1).size(), 4);  // the last step is in range
   EXPECT_THROW_MSG(make_schedule("zb-h1", 0, 4, 0), "PipeSchedule: micro_batches must be at least 1, got 0");
   EXPECT_THROW_MSG(make_schedule("interleaved", 4, 0, 0), "PipeSchedule: stages must be at least 1, got 0");
   EXPECT_THROW_MSG(make_schedule("zb-v", 1 << 20, 64, 0), "zb-v schedule: planning 64 stages x 1048576 micro-batches");
@@ -567,6 +578,27 @@ TEST(ScheduleValidator, BadArguments) {
                    "0's (train, 4 micro-batches, 10 steps)");
   EXPECT_THROW_MSG(validate_schedule([](int) { return std::unique_ptr<PipeSchedule>(); }, 1),
                    "validate_schedule: the factory gave no schedule for stage 0");
+  // The size is checked from stage 0's schedule, before the other stages are made or any state allocated.
+  int made = 0;
+  ValidateOptions small;
+  small.max_stage_steps = 39;
+  EXPECT_THROW_MSG(validate_schedule(
+                       [&](int s) {
+                         ++made;
+                         return std::make_unique<TrainSchedule>(8, 4, s);
+                       },
+                       4, small),
+                   "validate_schedule: train schedule of 4 stages x 22 steps is 88 stage-steps, more than the 39 it "
+                   "simulates");
+  EXPECT_EQ(made, 1);
+  small.max_stage_steps = 88;
+  EXPECT_EQ(validate_schedule("train", 8, 4, small).steps, 22);
+  EXPECT_THROW_MSG(validate_schedule("train", 1, 20'000'000),
+                   "train schedule of 20000000 stages x 40000000 steps is 800000000000000 stage-steps, more than "
+                   "the 67108864 it simulates");
+  std::ostringstream trace;
+  EXPECT_THROW_MSG(write_chrome_trace(trace, "train", 1 << 21, 2), "more than the 4194304 it simulates");
+  EXPECT_EQ(trace.str(), "");
 }
 
 // ---- Chrome trace -----------------------------------------------------------------------------
