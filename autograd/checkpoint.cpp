@@ -2,12 +2,12 @@
 //
 // Note [checkpoint]: forward keeps fn, its inputs (detached, version-checked) and the default generator's
 // seed and position, never fn's activations. Backward runs fn again with grad enabled on fresh detached
-// copies of the inputs, with the generator put back where forward found it (and restored afterwards, so
-// the stream ends where it would without the recomputation), then calls grad() on the recomputed graph.
-// grad() captures the gradients at the copies and at the parameters' accumulators instead of accumulating,
-// and this node returns them to the engine as its input gradients: a parameter's AccumulateGrad then runs
-// once, in the outer pass, with its hooks. The inner pass shares those accumulators with the outer one
-// (Note [nested passes] in engine.cpp).
+// copies of the inputs, drawing from a copy of the generator as forward found it (this thread's default
+// generator for the recomputation: the real stream, which other threads may be drawing from, ends where it
+// would without it), then calls grad() on the recomputed graph. grad() captures the gradients at the
+// copies and at the parameters' accumulators instead of accumulating, and this node returns them to the
+// engine as its input gradients: a parameter's AccumulateGrad then runs once, in the outer pass, with its
+// hooks. The inner pass has state of its own (Note [pass state] in engine.cpp).
 
 #include "strata/autograd/checkpoint.h"
 
@@ -42,9 +42,8 @@ struct CheckpointNode final : Node {
     }
     tensor_list outputs;
     {
-      Generator& gen = default_generator();
-      GeneratorStateGuard restore(gen);
-      gen = rng;
+      Generator replay = rng;
+      ThreadDefaultGenerator replaying(replay);
       AutoGradMode grad_on(true);
       outputs = fn(inputs);
     }

@@ -1,15 +1,15 @@
 // The backward engine: an iterative walk over the graph in dependency order.
 //
-// Note [engine scratch]: each Node carries the scratch of one pass (epoch_, pending_, buffer_)
-// instead of the engine keeping hash maps: discovery stamps nodes with this pass's epoch,
-// pending_ counts the edges still to deliver a gradient, buffer_ sums the incoming gradients.
-// One backward pass runs at a time on a given graph, except a pass nested inside a node's backward
-// (Note [nested passes]).
+// Note [pass state]: each pass keeps its state, per node the edges still to deliver a gradient and the sum
+// of the gradients delivered, in a map of its own, never in the nodes. Passes that share nodes therefore
+// run side by side: two threads backward through one graph (with retain_graph), threads with graphs of
+// their own over the same parameters, a pass nested in a node's backward (autograd::checkpoint), the next
+// micro-batch's B before this one's W (Note [split backward]). The one node two passes write to is a
+// leaf's AccumulateGrad, which takes its lock around the accumulation.
 
 #include "strata/autograd/engine.h"
 
 #include <algorithm>
-#include <atomic>
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
@@ -23,9 +23,6 @@ namespace strata::autograd {
 
 namespace {
 
-// Global, not per thread: a graph may be run backward from several threads (one at a time).
-std::atomic<uint64_t> current_epoch{0};
-
 struct LaterFirst {
   bool operator()(const Node* a, const Node* b) const { return a->sequence_nr < b->sequence_nr; }
 };
@@ -35,9 +32,6 @@ thread_local std::vector<std::shared_ptr<Node>> next_backward_nodes;
 
 // Callbacks of the backward pass running on this thread (see queue_callback); null outside one.
 thread_local std::vector<std::function<void()>>* pass_callbacks = nullptr;
-
-// Epochs of the passes running on this thread, innermost last (a node's backward may run a pass of its own).
-thread_local std::vector<uint64_t> running_epochs;
 
 // Where autograd::grad() takes a gradient instead of passing it on.
 struct Capture {
@@ -56,59 +50,30 @@ void accumulate(Tensor& slot, Tensor&& g, const char* from) {
   slot = slot + g;
 }
 
-// Note [nested passes]: a pass started from inside a node's backward (autograd::checkpoint recomputes and
-// calls grad()) can reach nodes that the pass outside it discovered, such as the AccumulateGrad of a
-// parameter both graphs use. That scratch belongs to the outer pass: the inner pass sets it aside when it
-// discovers such a node and puts it back when it ends, so the outer pass goes on with its counts and
-// buffered gradients intact.
-struct OuterScratch {
-  Node* node;
-  uint64_t epoch;
-  uint32_t pending;
-  tensor_list buffer;
+// One node's state in one pass (Note [pass state]).
+struct NodeTask {
+  uint32_t pending = 0;  // edges still to deliver a gradient
+  tensor_list buffer;    // the sum of the gradients delivered, one per output
 };
+using GraphTask = std::unordered_map<Node*, NodeTask>;  // element references survive rehashing
 
-// One pass's scratch. When the pass ends, also when a node or hook throws, it clears every discovered
-// node's buffer (a gradient left there could keep a create_graph graph alive) and restores what it set aside.
-struct PassScratch {
-  explicit PassScratch(uint64_t e) : epoch(e) { running_epochs.push_back(e); }
-  ~PassScratch() {
-    for (Node* n : nodes) n->buffer_.clear();
-    for (OuterScratch& s : outer) {
-      s.node->epoch_ = s.epoch;
-      s.node->pending_ = s.pending;
-      s.node->buffer_ = std::move(s.buffer);
+// Every node reachable from the roots, in discovery order, with its incoming edges counted.
+std::vector<Node*> discover(const std::vector<Edge>& roots, GraphTask& task) {
+  std::vector<Node*> order;
+  auto visit = [&](Node* n) -> NodeTask& {
+    auto [it, fresh] = task.try_emplace(n);
+    if (fresh) {
+      it->second.buffer.resize(n->num_outputs);
+      order.push_back(n);
     }
-    running_epochs.pop_back();
-  }
-  PassScratch(const PassScratch&) = delete;
-  PassScratch& operator=(const PassScratch&) = delete;
-  uint64_t epoch;
-  std::vector<Node*> nodes;
-  std::vector<OuterScratch> outer;
-};
-
-// Stamps every node reachable from the roots with this pass's epoch and counts its incoming edges.
-void discover(const std::vector<Edge>& roots, PassScratch& pass) {
-  std::vector<Node*>& nodes = pass.nodes;
-  auto visit = [&](Node* n) {
-    if (n->epoch_ == pass.epoch) return;
-    if (std::find(running_epochs.begin(), running_epochs.end(), n->epoch_) != running_epochs.end())
-      pass.outer.push_back({n, n->epoch_, n->pending_, std::move(n->buffer_)});
-    n->epoch_ = pass.epoch;
-    n->pending_ = 0;
-    n->buffer_.assign(n->num_outputs, Tensor());
-    nodes.push_back(n);
+    return it->second;
   };
   for (const Edge& e : roots)
     if (e.valid()) visit(e.fn.get());
-  for (size_t i = 0; i < nodes.size(); ++i) {  // nodes grows while we walk it: an iterative BFS
-    for (const Edge& e : nodes[i]->next_edges) {
-      if (!e.valid()) continue;
-      visit(e.fn.get());
-      ++e.fn->pending_;
-    }
-  }
+  for (size_t i = 0; i < order.size(); ++i)  // order grows while we walk it: an iterative BFS
+    for (const Edge& e : order[i]->next_edges)
+      if (e.valid()) ++visit(e.fn.get()).pending;
+  return order;
 }
 
 // The queue_callback list of one pass: a backward started from a hook has callbacks of its own, and the
@@ -144,22 +109,22 @@ void run(const std::vector<Edge>& roots, tensor_list&& root_grads, bool keep_gra
          const std::vector<Capture>& captures, tensor_list* captured) {
   AutoGradMode mode(create_graph);
   CallbackScope callbacks;
-  PassScratch pass(current_epoch.fetch_add(1, std::memory_order_relaxed) + 1);
-  discover(roots, pass);
+  GraphTask task;
+  const std::vector<Node*> order = discover(roots, task);
   // A node from run_in_next_backward is a root without a gradient; it may also be an output's grad_fn
   // (backward entered at a collective's output), so only defined root gradients are summed.
   for (size_t i = 0; i < roots.size(); ++i)
     if (roots[i].valid() && root_grads[i].defined())
-      accumulate(roots[i].fn->buffer_[roots[i].input_nr], std::move(root_grads[i]), roots[i].fn->name());
+      accumulate(task[roots[i].fn.get()].buffer[roots[i].input_nr], std::move(root_grads[i]), roots[i].fn->name());
 
   std::priority_queue<Node*, std::vector<Node*>, LaterFirst> ready;
-  for (Node* n : pass.nodes)
-    if (n->pending_ == 0) ready.push(n);
+  for (Node* n : order)
+    if (task[n].pending == 0) ready.push(n);
 
   while (!ready.empty()) {
     Node* node = ready.top();
     ready.pop();
-    tensor_list grads = std::move(node->buffer_);
+    tensor_list grads = std::move(task[node].buffer);
     run_pre_hooks(*node, grads);
     for (const Capture& c : captures)
       if (c.node == node) (*captured)[c.slot] = grads[c.input_nr];
@@ -174,10 +139,10 @@ void run(const std::vector<Edge>& roots, tensor_list&& root_grads, bool keep_gra
     for (size_t i = 0; i < node->next_edges.size(); ++i) {
       const Edge& e = node->next_edges[i];
       if (!e.valid()) continue;
-      Node* next = e.fn.get();
+      NodeTask& next = task[e.fn.get()];
       if (i < outputs.size() && outputs[i].defined())
-        accumulate(next->buffer_[e.input_nr], std::move(outputs[i]), node->name());
-      if (--next->pending_ == 0) ready.push(next);
+        accumulate(next.buffer[e.input_nr], std::move(outputs[i]), node->name());
+      if (--next.pending == 0) ready.push(e.fn.get());
     }
   }
   callbacks.run_all();
@@ -213,8 +178,8 @@ std::vector<Edge> make_roots(const tensor_list& outputs, const tensor_list& grad
 }
 
 // Note [split backward]: backward_input splits one pass into B, the nodes from which an input's gradient can
-// be reached, and W, the rest. Its state lives in a map of its own, never in the nodes' scratch, because
-// other passes (the next micro-batch's B) run over the same parameters' accumulators before this W does.
+// be reached, and W, the rest. Its state lives in a map that W takes over (Note [pass state]): other passes
+// (the next micro-batch's B) run over the same parameters' accumulators before this W does.
 // Nodes run in decreasing sequence number (accumulators as soon as complete), as in run(). Every consumer of
 // a B node is a B node, so B sums a B node's gradients in run()'s order. A W node also gets gradients from B
 // nodes, which arrive before W runs: it keeps every contribution with its producer's sequence number and

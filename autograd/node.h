@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "strata/tensor/tensor.h"
@@ -56,11 +57,6 @@ struct Node : std::enable_shared_from_this<Node> {
   std::vector<std::pair<uint32_t, GradHook>> pre_hooks;
   /// Applied even when no gradient arrives (set by run_in_next_backward for cross-process ops).
   bool always_run = false;
-
-  // Engine scratch, valid during one backward pass (see engine.cpp).
-  uint64_t epoch_ = 0;
-  uint32_t pending_ = 0;
-  tensor_list buffer_;
 };
 
 /// A node whose backward is a lambda; most ops use it through record().
@@ -88,7 +84,8 @@ struct LambdaNode final : Node {
 /// g itself when nothing else holds it and it is contiguous, else a clone (what a leaf may keep as grad()).
 Tensor take_or_clone(Tensor&& g);
 
-/// Accumulates into a leaf's grad(); the end of every path.
+/// Accumulates into a leaf's grad(); the end of every path. Passes on several threads may reach one leaf:
+/// each accumulation, with the leaf's hooks, holds the node's lock.
 struct AccumulateGrad final : Node {
   explicit AccumulateGrad(const Tensor& variable);
   tensor_list apply(tensor_list&& grads) override;
@@ -96,6 +93,9 @@ struct AccumulateGrad final : Node {
   /// The leaf, held weakly: with create_graph the leaf's grad() holds this graph, and a strong
   /// link back would make a cycle. A leaf nobody holds any more has no grad() to write.
   std::weak_ptr<TensorImpl> variable;
+
+ private:
+  std::mutex mutex_;
 };
 
 /// Autograd's per-tensor state, owned by TensorImpl::autograd_meta.

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 
 #include "strata/autograd/engine.h"
 #include "strata/autograd/grad_mode.h"
@@ -112,6 +113,9 @@ void refresh_view_history(const Tensor& t) {
 
 std::shared_ptr<Node> grad_accumulator(const Tensor& t) {
   AutogradMeta& m = ensure_meta(t);
+  // Threads recording over one leaf share its accumulator (Note [pass state]); creation is rare, so one lock.
+  static std::mutex mutex;
+  std::lock_guard lock(mutex);
   if (auto acc = m.grad_accumulator.lock()) return acc;
   auto acc = std::make_shared<AccumulateGrad>(t);
   m.grad_accumulator = acc;
@@ -257,6 +261,7 @@ tensor_list AccumulateGrad::apply(tensor_list&& grads) {
   Tensor g = std::move(grads[0]);
   auto impl = this->variable.lock();
   if (!g.defined() || !impl) return {};
+  std::lock_guard lock(mutex_);
   const Tensor variable(std::move(impl));
   AutogradMeta& m = ensure_meta(variable);
   for (const GradHook& hook : m.hooks) {

@@ -1,16 +1,26 @@
 #include "strata/tensor/creation.h"
 
 #include <cmath>
+#include <utility>
 
 #include "strata/tensor/kernels.h"
 #include "strata/tensor/promotion.h"
 
 namespace strata {
 
+namespace {
+thread_local Generator* thread_default_generator = nullptr;  // set by ThreadDefaultGenerator
+}  // namespace
+
 Generator& default_generator() {
   static Generator gen;
-  return gen;
+  return thread_default_generator ? *thread_default_generator : gen;
 }
+
+ThreadDefaultGenerator::ThreadDefaultGenerator(Generator& gen)
+    : outer_(std::exchange(thread_default_generator, &gen)) {}
+
+ThreadDefaultGenerator::~ThreadDefaultGenerator() { thread_default_generator = outer_; }
 
 void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
 

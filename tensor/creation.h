@@ -54,8 +54,21 @@ class GeneratorStateGuard {
   Generator& gen_;
   const Generator saved_;
 };
-/// The process-wide generator used when a factory gets no generator.
+/// The process-wide generator used when a factory gets no generator (or this thread's, see
+/// ThreadDefaultGenerator).
 Generator& default_generator();
+/// Within its scope default_generator() is `gen` on this thread, and only here: autograd::checkpoint
+/// replays forward's random draws on a copy, leaving the stream other threads draw from alone.
+class ThreadDefaultGenerator {
+ public:
+  explicit ThreadDefaultGenerator(Generator& gen);  ///< makes gen this thread's default generator
+  ~ThreadDefaultGenerator();                        ///< puts the previous one back
+  ThreadDefaultGenerator(const ThreadDefaultGenerator&) = delete;
+  ThreadDefaultGenerator& operator=(const ThreadDefaultGenerator&) = delete;
+
+ private:
+  Generator* outer_;
+};
 /// Seeds the default generator, as torch::manual_seed.
 void manual_seed(uint64_t seed);
 
