@@ -1,7 +1,8 @@
 // strata_bench_allreduce: strata's distributed::all_reduce against a raw MPI_Allreduce of the same
 // buffer, float32 from 4 B to 64 MiB, in one run. Prints latency, algbw and busbw of both, their
 // ratio and difference, and checks the targets: strata within 3% of raw MPI from 64 KiB up and
-// within 1 us up to 64 B.
+// within 1 us up to 64 B. Also times strata with the consistency checks OFF, to show what the default
+// INFO check costs.
 //
 //   mpirun -np 2 ./strata_bench_allreduce [--seconds S] [--reps R]
 //
@@ -82,18 +83,21 @@ double warm_up(const Op& op, double block_s) {
 }
 
 struct Timing {
-  double strata_s = 0;  // median seconds per call
+  double strata_s = 0;  // median seconds per call, at the debug level in effect
   double raw_s = 0;
-  double diff_s = 0;  // median over block pairs of strata - raw
-  double ratio = 0;   // median over block pairs of strata / raw
-  int64_t iters = 0;  // calls per timed block
+  double diff_s = 0;       // median over neighbouring blocks of strata - raw
+  double ratio = 0;        // median over neighbouring blocks of strata / raw
+  double check_s = 0;      // median over neighbouring blocks of strata - strata with the checks OFF
+  double check_ratio = 0;  // ... and of strata / strata OFF
+  int64_t iters = 0;       // calls per timed block
 };
 
-// Both sides reduce the same zero-filled buffer in place (zeros stay zeros: no overflow, no
-// denormals) in back-to-back blocks, whose order flips each repetition. The difference and the
-// ratio are taken per pair of neighbouring blocks, so load that comes and goes on a shared machine
-// hits both sides of a pair alike, and their medians drop the pairs a burst split.
-Timing time_size(int64_t bytes, const Options& opt) {
+// The three sides reduce the same zero-filled buffer in place (zeros stay zeros: no overflow, no
+// denormals) in back-to-back blocks, whose order rotates each repetition: strata at the debug level in
+// effect (INFO by default, Note [call windows]), strata with the checks OFF, and raw MPI. Differences and
+// ratios are taken within each repetition's neighbouring blocks, so load that comes and goes on a shared
+// machine hits the sides alike, and their medians drop the repetitions a burst split.
+Timing time_size(int64_t bytes, const Options& opt, dist::DebugLevel level) {
   const int64_t numel = bytes / static_cast<int64_t>(sizeof(float));
   strata::Tensor t = strata::zeros({numel}, strata::kFloat32);
   float* data = t.data_ptr<float>();
@@ -102,31 +106,43 @@ Timing time_size(int64_t bytes, const Options& opt) {
   auto raw_mpi = [&] {
     check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
   };
+  auto time_side = [&](int side, int64_t iters) {
+    if (side == 2) return seconds_per_call(raw_mpi, iters);
+    dist::set_debug_level(side == 0 ? level : dist::DebugLevel::OFF);
+    const double seconds = seconds_per_call(through_strata, iters);
+    dist::set_debug_level(level);
+    return seconds;
+  };
 
   const double block_s = opt.seconds / opt.reps;
   const double estimate = std::max(warm_up(through_strata, block_s), warm_up(raw_mpi, block_s));
   Timing timing;
   timing.iters = std::max<int64_t>(1, std::llround(block_s / estimate));
-  std::vector<double> strata_s, raw_s, diff_s, ratio;
+  std::vector<double> strata_s, raw_s, diff_s, ratio, check_s, check_ratio;
   for (int rep = 0; rep < opt.reps; ++rep) {
-    double s = 0, r = 0;
-    if (rep % 2 == 0) {
-      s = seconds_per_call(through_strata, timing.iters);
-      r = seconds_per_call(raw_mpi, timing.iters);
-    } else {
-      r = seconds_per_call(raw_mpi, timing.iters);
-      s = seconds_per_call(through_strata, timing.iters);
+    double seconds[3];
+    for (int k = 0; k < 3; ++k) {
+      const int side = (rep + k) % 3;
+      seconds[side] = time_side(side, timing.iters);
     }
-    strata_s.push_back(s);
-    raw_s.push_back(r);
-    diff_s.push_back(s - r);
-    ratio.push_back(s / r);
+    strata_s.push_back(seconds[0]);
+    raw_s.push_back(seconds[2]);
+    diff_s.push_back(seconds[0] - seconds[2]);
+    ratio.push_back(seconds[0] / seconds[2]);
+    check_s.push_back(seconds[0] - seconds[1]);
+    check_ratio.push_back(seconds[0] / seconds[1]);
   }
   timing.strata_s = median(strata_s);
   timing.raw_s = median(raw_s);
   timing.diff_s = median(diff_s);
   timing.ratio = median(ratio);
+  timing.check_s = median(check_s);
+  timing.check_ratio = median(check_ratio);
   return timing;
+}
+
+const char* level_name(dist::DebugLevel level) {
+  return level == dist::DebugLevel::OFF ? "OFF" : level == dist::DebugLevel::INFO ? "INFO" : "DETAIL";
 }
 
 // Fails loudly if strata's all_reduce is not reducing (a profiling switch left on, say).
@@ -168,6 +184,7 @@ int main(int argc, char** argv) {
   check_all_reduce_sums(world);
 
   const double bus_factor = world > 1 ? 2.0 * (world - 1) / world : 0.0;
+  const dist::DebugLevel level = dist::get_debug_level();
   if (rank == 0) {
     std::printf("all_reduce, float32, SUM, in place: strata vs MPI_Allreduce(MPI_IN_PLACE)\n");
     std::printf("%d ranks, %s; %d block pairs per size, %.2f s per size and side%s\n", world,
@@ -175,18 +192,21 @@ int main(int argc, char** argv) {
                 dist::comm_logging() ? "; comm logging ON (STRATA_COMM_LOG)" : "");
     if (world == 1) std::printf("one rank: nothing crosses a process; run it as mpirun -np 2 %s\n", argv[0]);
     std::printf(
-        "us: median per call (slowest rank); diff, ratio: medians over neighbouring block pairs; "
-        "GB/s = 1e9 B/s\n");
+        "us: median per call (slowest rank); diff, ratio: medians over neighbouring blocks; GB/s = 1e9 B/s\n"
+        "strata runs with STRATA_DISTRIBUTED_DEBUG=%s; check us, check ratio: strata against strata with the "
+        "checks OFF\n",
+        level_name(level));
     std::printf("targets: ratio <= %.2f from %s up, diff <= %.1f us up to %s\n\n", kBandwidthTargetRatio,
                 size_label(kBandwidthTargetMinBytes).c_str(), kLatencyTargetS * 1e6,
                 size_label(kLatencyTargetMaxBytes).c_str());
-    std::printf("%8s %8s | %10s %10s %9s %7s | %12s %12s | %12s %12s | %s\n", "size", "calls", "strata us", "raw us",
-                "diff us", "ratio", "strata algbw", "strata busbw", "raw algbw", "raw busbw", "target");
+    std::printf("%8s %8s | %10s %10s %9s %7s | %9s %7s | %12s %12s | %12s %12s | %s\n", "size", "calls", "strata us",
+                "raw us", "diff us", "ratio", "check us", "check", "strata algbw", "strata busbw", "raw algbw",
+                "raw busbw", "target");
   }
 
   int latency_pass = 0, latency_rows = 0, bandwidth_pass = 0, bandwidth_rows = 0;
   for (int64_t bytes = kMinBytes; bytes <= kMaxBytes; bytes *= kSizeStep) {
-    const Timing t = time_size(bytes, opt);
+    const Timing t = time_size(bytes, opt, level);
     if (rank != 0) continue;
     const char* verdict = "-";
     if (bytes <= kLatencyTargetMaxBytes) {
@@ -201,10 +221,10 @@ int main(int argc, char** argv) {
       verdict = pass ? "PASS (ratio <= 1.03)" : "MISS (ratio <= 1.03)";
     }
     const double strata_algbw = bytes / t.strata_s / 1e9, raw_algbw = bytes / t.raw_s / 1e9;
-    std::printf("%8s %8lld | %10.2f %10.2f %+9.2f %7.3f | %12.3f %12.3f | %12.3f %12.3f | %s\n",
+    std::printf("%8s %8lld | %10.2f %10.2f %+9.2f %7.3f | %+9.3f %7.3f | %12.3f %12.3f | %12.3f %12.3f | %s\n",
                 size_label(bytes).c_str(), static_cast<long long>(t.iters), t.strata_s * 1e6, t.raw_s * 1e6,
-                t.diff_s * 1e6, t.ratio, strata_algbw, strata_algbw * bus_factor, raw_algbw, raw_algbw * bus_factor,
-                verdict);
+                t.diff_s * 1e6, t.ratio, t.check_s * 1e6, t.check_ratio, strata_algbw, strata_algbw * bus_factor,
+                raw_algbw, raw_algbw * bus_factor, verdict);
     std::fflush(stdout);
   }
   if (rank == 0)

@@ -17,10 +17,11 @@
 // tensors must not be touched until then.
 //
 // Failures end in errors, not hangs: a collective still blocked after STRATA_COMM_TIMEOUT_S
-// seconds (default 600) ends the job naming the ranks that never arrived, and with
-// STRATA_DISTRIBUTED_DEBUG=DETAIL every collective first checks that all ranks of its group
-// made the same call (op, dtype, shape, root, reduce op, call number), and throws on every
-// rank if not.
+// seconds (default 600) ends the job naming the ranks that never arrived. Ranks that make
+// different calls (op, dtype, shape, root, reduce op, call number) are an error on every rank of
+// the group: by default (STRATA_DISTRIBUTED_DEBUG=INFO) the ranks compare their last 64
+// collectives of a group at every 64th call, naming the first that differs; with DETAIL every
+// collective is checked before it runs; OFF checks nothing.
 
 #include <chrono>
 #include <cstring>
@@ -69,8 +70,9 @@ int get_group_rank(const Group& group, int global_rank);
 /// With a group: releases it (later collectives on it throw). Without: finalize().
 void destroy_process_group(const Group& group = {});
 
-/// How much checking collectives do (torch's TORCH_DISTRIBUTED_DEBUG), from STRATA_DISTRIBUTED_DEBUG.
-enum class DebugLevel : int8_t { OFF, DETAIL };
+/// How much checking collectives do (torch's TORCH_DISTRIBUTED_DEBUG), from STRATA_DISTRIBUTED_DEBUG: OFF,
+/// INFO (the default: the ranks compare their calls every 64 collectives of a group) or DETAIL (before each).
+enum class DebugLevel : int8_t { OFF, INFO, DETAIL };
 /// Sets the debug level on this rank; every rank of a group must use the same one.
 void set_debug_level(DebugLevel level);
 /// The current debug level.

@@ -1,11 +1,17 @@
-// The DETAIL checks (STRATA_DISTRIBUTED_DEBUG=DETAIL): before a collective the ranks of the group
-// exchange a fingerprint of their call and all throw when the calls differ; a p2p sender's
-// fingerprint travels beside its data and the receiver compares it with its own.
+// The checks that ranks made the same calls. INFO (the default) compares the ranks' last kWindow collectives
+// of a group once every kWindow calls (Note [call windows]). DETAIL (STRATA_DISTRIBUTED_DEBUG=DETAIL):
+// before a collective the ranks of the group exchange a fingerprint of their call and all throw when the
+// calls differ; a p2p sender's fingerprint travels beside its data and the receiver compares it with its own.
 
 #include <algorithm>
+#include <array>
+#include <climits>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <sstream>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -162,6 +168,84 @@ class CheckedP2P final : public Work {
   std::shared_ptr<Work> transfer_;
 };
 
+constexpr unsigned kAllFields = kOp | kDtype | kShape | kRoot | kReduceOp | kSeq;
+
+// "rank 0 called all_reduce(Float [2], SUM); ranks 1, 2 called all_reduce(Float [3], SUM)": the calls of
+// group ranks 0, 1, ... at calls[0], calls[stride], ...; ranks with the same call share one entry.
+std::string who_called(const ProcessGroup& g, const Fingerprint* calls, size_t stride, bool with_seq) {
+  std::vector<std::string> described;
+  std::vector<std::vector<int>> callers;
+  for (int r = 0; r < g.size(); ++r) {
+    std::string call = describe_call(calls[r * stride], g, with_seq);
+    size_t i = 0;
+    while (i < described.size() && described[i] != call) ++i;
+    if (i == described.size()) {
+      described.push_back(std::move(call));
+      callers.emplace_back();
+    }
+    callers[i].push_back(g.ranks()[r]);
+  }
+  std::ostringstream who;
+  for (size_t i = 0; i < described.size(); ++i) {
+    who << (i ? "; " : "") << (callers[i].size() == 1 ? "rank " : "ranks ");
+    for (size_t j = 0; j < callers[i].size(); ++j) who << (j ? ", " : "") << callers[i][j];
+    who << " called " << described[i];
+  }
+  return who.str();
+}
+
+// Note [call windows]: under INFO, the default, each rank keeps the fingerprints of its last kWindow
+// collectives on each group. At every kWindow-th call, before that call is posted, the ranks compare a hash
+// of their windows with one all_reduce of two words; when the hashes differ they all_gather the windows and
+// every rank throws, naming the first call where the ranks' differ. A call costs a fingerprint and a copy;
+// the comparison, one small all_reduce per kWindow calls (the all_reduce benchmark measures both). A
+// mismatch is caught within kWindow calls instead of before it runs (DETAIL): the results in between are
+// wrong, and the message says so. Ranks that made a different number of calls still compare at their own
+// kWindow-th calls, so the comparisons meet each other.
+constexpr size_t kWindow = 64;
+
+struct CallWindow {
+  std::mutex mutex;
+  size_t count = 0;  // calls in the window so far
+  std::array<Fingerprint, kWindow> calls;
+};
+
+// Windows live as long as the process (a group id is never reused); each thread remembers its last one.
+CallWindow& window_of(const ProcessGroup& g) {
+  thread_local int64_t last_id = -1;
+  thread_local CallWindow* last = nullptr;
+  if (g.id() == last_id) return *last;
+  static std::mutex mutex;
+  static std::unordered_map<int64_t, std::unique_ptr<CallWindow>> windows;
+  std::lock_guard lock(mutex);
+  std::unique_ptr<CallWindow>& w = windows[g.id()];
+  if (!w) w = std::make_unique<CallWindow>();
+  last_id = g.id();
+  last = w.get();
+  return *w;
+}
+
+// What must agree: a shape that may legitimately differ (all_to_all_single's splits) is left out.
+Fingerprint canonical(Fingerprint f) {
+  if (!f.shapes_must_match) {
+    f.ndim = 0;
+    std::fill(std::begin(f.dims), std::end(f.dims), 0);
+    f.shape_hash = 0;
+  }
+  return f;
+}
+
+uint64_t window_hash(const std::array<Fingerprint, kWindow>& calls) {
+  uint64_t h = 14695981039346656037ull;  // FNV-1a, a word at a time
+  for (const Fingerprint& call : calls) {
+    int64_t words[kWords];
+    const Fingerprint c = canonical(call);
+    std::memcpy(words, &c, sizeof(c));
+    for (int64_t word : words) h = (h ^ static_cast<uint64_t>(word)) * 1099511628211ull;
+  }
+  return h;
+}
+
 }  // namespace
 
 void check_collective(const OpRecord& record) {
@@ -177,29 +261,54 @@ void check_collective(const OpRecord& record) {
         .all_gather(from_blob(all.data(), {kWords * g.size()}, kLong), from_blob(&mine, {kWords}, kLong), false);
   }
   unsigned diff = 0;
-  for (const Fingerprint& f : all) diff |= differences(all[0], f, kOp | kDtype | kShape | kRoot | kReduceOp | kSeq);
+  for (const Fingerprint& f : all) diff |= differences(all[0], f, kAllFields);
   if (!diff) return;
-  // Ranks with the same call share one entry: "ranks 1, 2, 3 called all_reduce(Float [3], SUM)".
-  std::vector<std::string> calls;
-  std::vector<std::vector<int>> callers;
-  for (int r = 0; r < g.size(); ++r) {
-    std::string call = describe_call(all[r], g, diff & kSeq);
-    size_t i = 0;
-    while (i < calls.size() && calls[i] != call) ++i;
-    if (i == calls.size()) {
-      calls.push_back(std::move(call));
-      callers.emplace_back();
-    }
-    callers[i].push_back(g.ranks()[r]);
-  }
-  std::ostringstream who;
-  for (size_t i = 0; i < calls.size(); ++i) {
-    who << (i ? "; " : "") << (callers[i].size() == 1 ? "rank " : "ranks ");
-    for (size_t j = 0; j < callers[i].size(); ++j) who << (j ? ", " : "") << callers[i][j];
-    who << " called " << calls[i];
-  }
   STRATA_CHECK(false, record.op, " #", record.seq, " on ", g.describe(), ": ranks disagree on ", field_names(diff),
-               " (STRATA_DISTRIBUTED_DEBUG=DETAIL): ", who.str());
+               " (STRATA_DISTRIBUTED_DEBUG=DETAIL): ", who_called(g, all.data(), 1, diff & kSeq));
+}
+
+void note_collective(const OpRecord& record) {
+  const ProcessGroup& g = *record.group;
+  if (g.size() == 1) return;
+  CallWindow& w = window_of(g);
+  std::lock_guard lock(w.mutex);
+  w.calls[w.count++] = fingerprint(record);
+  if (w.count < kWindow) return;
+  w.count = 0;
+  const uint64_t h = window_hash(w.calls);
+  // MAX of the hash and of its complement: the complement's maximum is the complement of the least hash.
+  int64_t words[2] = {static_cast<int64_t>(h >> 1), LLONG_MAX - static_cast<int64_t>(h >> 1)};
+  Backend& cpu = g.backend(kCPU, record.op);
+  {
+    BlockingScope scope(record);
+    cpu.all_reduce(from_blob(words, {2}, kLong), ReduceOp::MAX, false);
+  }
+  if (words[0] == LLONG_MAX - words[1]) return;
+  std::vector<Fingerprint> all(kWindow * g.size());
+  {
+    BlockingScope scope(record);
+    cpu.all_gather(from_blob(all.data(), {kWords * static_cast<int64_t>(all.size())}, kLong),
+                   from_blob(w.calls.data(), {kWords * static_cast<int64_t>(kWindow)}, kLong), false);
+  }
+  // The first call where some rank's differs from group rank 0's.
+  for (size_t i = 0; i < kWindow; ++i) {
+    unsigned diff = 0;
+    bool differ = false;
+    for (int r = 1; r < g.size(); ++r) {
+      const Fingerprint &a = all[i], &b = all[r * kWindow + i];
+      diff |= differences(a, b, kAllFields);
+      const Fingerprint ca = canonical(a), cb = canonical(b);
+      differ = differ || std::memcmp(&ca, &cb, sizeof(ca)) != 0;
+    }
+    if (!differ) continue;
+    STRATA_CHECK(false, record.op, " #", record.seq, " on ", g.describe(), ": the ranks' calls differ from #",
+                 all[i].seq, " on", diff ? ": ranks disagree on " + field_names(diff) : std::string(),
+                 " (found by the check of every ", kWindow,
+                 " calls, STRATA_DISTRIBUTED_DEBUG=INFO; the results of the calls since are wrong, and "
+                 "STRATA_DISTRIBUTED_DEBUG=DETAIL checks each call before it runs): ",
+                 who_called(g, all.data() + i, kWindow, true));
+  }
+  STRATA_INTERNAL_ASSERT(false);  // the hashes differ, so some call does
 }
 
 std::shared_ptr<Work> check_p2p(const OpRecord& record, bool is_send, int tag, std::shared_ptr<Work> transfer) {

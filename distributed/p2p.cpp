@@ -28,7 +28,10 @@ std::pair<ProcessGroup*, int> check_p2p_args(const char* op, bool is_send, const
 
 std::shared_ptr<Work> p2p(const char* op, bool is_send, const Tensor& tensor, int peer, const Group& group, int tag,
                           bool async_op) {
-  auto [g, r] = check_p2p_args(op, is_send, tensor, peer, group);
+  // Not a structured binding: clang before 16 cannot capture one in the lambdas below.
+  const std::pair<ProcessGroup*, int> target = check_p2p_args(op, is_send, tensor, peer, group);
+  ProcessGroup* g = target.first;
+  const int r = target.second;
   Backend& b = g->backend(tensor.device(), op);
   detail::OpRecord rec = make_record(op, *g, tensor, tensor.nbytes(), /*counted=*/false);
   rec.peer = r;

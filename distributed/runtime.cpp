@@ -52,7 +52,7 @@ struct Runtime {
   // By id. The runtime holds every group until destroy_process_group or finalize, as
   // torch.distributed does, so a recorded collective can find its group in backward.
   std::vector<Group> groups;
-  DebugLevel debug = DebugLevel::OFF;
+  DebugLevel debug = DebugLevel::INFO;
   std::chrono::milliseconds timeout{600'000};
   std::terminate_handler previous_terminate = nullptr;
   ThreadChoice threads;
@@ -75,8 +75,11 @@ std::chrono::milliseconds timeout_from_env() {
 
 DebugLevel debug_from_env() {
   const char* text = std::getenv("STRATA_DISTRIBUTED_DEBUG");
-  if (!text || !*text || std::string(text) == "OFF") return DebugLevel::OFF;
-  STRATA_CHECK(std::string(text) == "DETAIL", "init: STRATA_DISTRIBUTED_DEBUG must be OFF or DETAIL, got '", text, "'");
+  if (!text || !*text) return DebugLevel::INFO;
+  const std::string level = text;
+  if (level == "OFF") return DebugLevel::OFF;
+  if (level == "INFO") return DebugLevel::INFO;
+  STRATA_CHECK(level == "DETAIL", "init: STRATA_DISTRIBUTED_DEBUG must be OFF, INFO or DETAIL, got '", text, "'");
   return DebugLevel::DETAIL;
 }
 

@@ -66,7 +66,8 @@ template <class Post>
 std::shared_ptr<Work> run(OpRecord& record, const Group& group, bool async_op, Post&& post,
                           std::function<void()> finish = {}) {
   const bool p2p = record.peer != kNoRank;
-  if (get_debug_level() == DebugLevel::DETAIL && !p2p) check_collective(record);
+  if (!p2p && get_debug_level() == DebugLevel::INFO) note_collective(record);
+  if (!p2p && get_debug_level() == DebugLevel::DETAIL) check_collective(record);
   const Clock::time_point start = logging_enabled() ? Clock::now() : Clock::time_point{};
   if (!async_op) {
     {

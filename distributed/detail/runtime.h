@@ -49,13 +49,13 @@ std::chrono::milliseconds comm_timeout();
 /// The root or peer of an OpRecord whose op has none.
 constexpr int kNoRank = -1;
 
-/// What one collective or p2p call is, for the DETAIL check, the watchdog and the logger.
+/// What one collective or p2p call is, for the INFO and DETAIL checks, the watchdog and the logger.
 struct OpRecord {
   const char* op = "";  ///< e.g. "all_reduce"
   ProcessGroup* group = nullptr;
   uint64_t seq = 0;  ///< the group's sequence number of this call
   ScalarType dtype = kFloat;
-  DimVector shape;                    ///< the tensor's shape (the input where they differ); filled under DETAIL only
+  DimVector shape;                    ///< the tensor's shape (the input where they differ); empty when checks are OFF
   int root = kNoRank;                 ///< group rank of the root; kNoRank for rootless ops
   int peer = kNoRank;                 ///< group rank of the other side of a p2p op; kNoRank for collectives
   std::optional<ReduceOp> reduce_op;  ///< the reduction; none when the op does not reduce
@@ -63,7 +63,11 @@ struct OpRecord {
   int64_t bytes = 0;                  ///< message size for the logger
 };
 
-// ---- DETAIL checks (debug.cpp) ----
+// ---- INFO and DETAIL checks (debug.cpp) ----
+/// For a collective under DebugLevel::INFO: adds the call to the group's window and, at every 64th call,
+/// compares the ranks' windows (Note [call windows]); throws on every rank, naming the first call that
+/// differs, when they do not match.
+void note_collective(const OpRecord& record);
 /// For a collective under DebugLevel::DETAIL: exchanges the records of all ranks of the group and, when
 /// op, dtype, root, reduce op or (where they must match) shape differ, throws on every rank a message
 /// naming each rank's call. Itself a collective on the group's CPU backend.

@@ -1,6 +1,7 @@
 // STRATA_DISTRIBUTED_DEBUG=DETAIL: collectives whose ranks disagree throw on every rank, naming
 // each rank's call; a p2p receiver throws when the sender's dtype or shape differ, and the pair
 // stays in step afterwards; calls that agree (including legitimately different shapes) pass.
+// INFO (the default): the same mismatches are caught within 64 calls, on every rank, naming the first.
 
 #include <gtest/gtest.h>
 
@@ -184,6 +185,83 @@ TEST_F(Detail, P2PRingExchangeDoesNotDeadlock) {
       batch_isend_irecv({{P2POp::kRecv, got, (me + n - 1) % n}, {P2POp::kSend, full({2}, me, kFloat), (me + 1) % n}});
   for (auto& w : works) w->wait();
   EXPECT_VALUES(got, {double((me + n - 1) % n), double((me + n - 1) % n)});
+}
+
+// ---- INFO: the default, windows of 64 calls compared at every 64th ----
+
+class Info : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    was_ = get_debug_level();
+    set_debug_level(DebugLevel::INFO);
+  }
+  void TearDown() override { set_debug_level(was_); }
+
+ private:
+  DebugLevel was_ = DebugLevel::OFF;
+};
+
+// Agreeing all_reduces on WORLD until one throws (the comparison at a window's end), at most `limit`;
+// returns the message, or "" when none threw.
+std::string agree_until_caught(int limit) {
+  for (int i = 0; i < limit; ++i) {
+    Tensor t = ones({1});
+    try {
+      all_reduce(t);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    EXPECT_VALUES(t, {double(get_world_size())});
+  }
+  return "";
+}
+
+TEST_F(Info, ShapeMismatchIsCaughtWithinAWindow) {
+  NEEDS_RANKS(2);
+  // The same number of elements in another shape: MPI moves it without a word.
+  Tensor t = ones(get_rank() == 0 ? IntArrayRef{2, 3} : IntArrayRef{3, 2});
+  all_reduce(t);
+  const uint64_t seq = get_world_group()->sequence_number();
+  const std::string message = agree_until_caught(64);
+  EXPECT_NE(message.find(" on WORLD: the ranks' calls differ from #" + std::to_string(seq) +
+                         " on: ranks disagree on shape (found by the check of every 64 calls, "
+                         "STRATA_DISTRIBUTED_DEBUG=INFO; the results of the calls since are wrong"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("rank 0 called #" + std::to_string(seq) + " all_reduce(Float [2, 3], SUM); " + ranks_from(1) +
+                         " called #" + std::to_string(seq) + " all_reduce(Float [3, 2], SUM)"),
+            std::string::npos)
+      << message;
+  // Caught on every rank at the same call, and the group goes on in step: a whole window passes.
+  EXPECT_EQ(agree_until_caught(130), "");
+}
+
+TEST_F(Info, ReduceOpMismatchIsCaughtWithinAWindow) {
+  NEEDS_RANKS(2);
+  Tensor t = full({2}, get_rank() + 1.0);
+  all_reduce(t, get_rank() == 0 ? ReduceOp::SUM : ReduceOp::MAX);  // a different result on each rank
+  const std::string message = agree_until_caught(64);
+  EXPECT_NE(message.find("ranks disagree on reduce op"), std::string::npos) << message;
+  EXPECT_NE(message.find("all_reduce(Float [2], SUM); " + ranks_from(1) + " called #"), std::string::npos) << message;
+  EXPECT_EQ(agree_until_caught(130), "");
+}
+
+TEST_F(Info, CallsThatAgreePassAndOffChecksNothing) {
+  NEEDS_RANKS(2);
+  // all_to_all_single's input shapes legitimately differ, barrier has no tensor.
+  const int n = get_world_size(), me = get_rank();
+  std::vector<int64_t> in_splits(n), out_splits(n, me);
+  for (int p = 0; p < n; ++p) in_splits[p] = p;
+  for (int i = 0; i < 70; ++i) {
+    Tensor in = full({n * (n - 1) / 2, 2}, me, kFloat), out = empty({static_cast<int64_t>(n) * me, 2});
+    all_to_all_single(out, in, out_splits, in_splits);
+    barrier();
+  }
+  EXPECT_EQ(agree_until_caught(130), "");
+  set_debug_level(DebugLevel::OFF);
+  Tensor t = ones(get_rank() == 0 ? IntArrayRef{2, 3} : IntArrayRef{3, 2});
+  all_reduce(t);
+  EXPECT_EQ(agree_until_caught(130), "");  // unchecked
 }
 
 }  // namespace
