@@ -19,6 +19,7 @@
 #include "strata/data/idx.h"
 #include "strata/distributed/collectives.h"
 #include "strata/distributed/comm_logger.h"
+#include "strata/distributed/flight_recorder.h"
 #include "strata/distributed/functional.h"
 #include "strata/distributed/gradcheck.h"
 #include "strata/distributed/process_group.h"

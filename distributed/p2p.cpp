@@ -35,6 +35,7 @@ std::shared_ptr<Work> p2p(const char* op, bool is_send, const Tensor& tensor, in
   Backend& b = g->backend(tensor.device(), op);
   detail::OpRecord rec = make_record(op, *g, tensor, tensor.nbytes(), /*counted=*/false);
   rec.peer = r;
+  rec.tag = tag;
   Tensor buf = buffer(tensor);
   std::function<void()> finish = is_send ? std::function<void()>{} : copy_back(tensor, buf);
   auto post = [&](bool a) { return is_send ? b.send(buf, r, tag, a) : b.recv(buf, r, tag, a); };

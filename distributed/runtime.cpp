@@ -129,6 +129,7 @@ ThreadChoice choose_threads() {
   }
   std::cerr << "strata: rank " << rank << ": uncaught exception: " << what << "\nstrata: rank " << rank
             << ": aborting the job" << std::endl;
+  detail::dump_flight_recorder_on_failure("uncaught exception: " + what);
   if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
   std::abort();
 }
@@ -227,6 +228,7 @@ void init() {
     rt.groups = {rt.world};
   }
   rt.initialized = true;
+  detail::install_flight_recorder(rank, size);
   rt.previous_terminate = std::set_terminate(terminate_job);
   static bool registered = false;
   if (!std::exchange(registered, true)) std::atexit(finalize_at_exit);

@@ -338,6 +338,9 @@ class Watchdog {
     const std::string text = report.str();
     std::fwrite(text.data(), 1, text.size(), stderr);
     std::fflush(stderr);
+    std::string reason = "watchdog: " + o.what + head;
+    reason.pop_back();  // head's newline
+    dump_flight_recorder_on_failure(reason);
     // MPI_Abort makes mpirun stop every rank at once; a plain exit would leave it to notice.
     MPI_Abort(MPI_COMM_WORLD, 1);
     std::_Exit(1);

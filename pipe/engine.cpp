@@ -15,6 +15,7 @@
 
 #include "strata/autograd/engine.h"
 #include "strata/autograd/grad_mode.h"
+#include "strata/distributed/flight_recorder.h"
 #include "strata/distributed/tensor_meta.h"
 #include "strata/nn/data_parallel.h"
 #include "strata/nn/safetensors.h"
@@ -307,6 +308,11 @@ double PipelineEngine::run(const PipeSchedule& schedule, const DataIterator& dat
   auto seconds = [](Clock::time_point t) { return std::chrono::duration<double>(t.time_since_epoch()).count(); };
   for (int t = 0; t < schedule.num_steps(); ++t) {
     for (const PipeInstruction& ins : schedule.step(t)) {
+      // The flight recorder labels the instruction's communication (a receive learns its micro-batch).
+      const bool known = ins.has_buffer() && ins.kind != PipeInstruction::LoadMicroBatch &&
+                         ins.kind != PipeInstruction::RecvActivation;
+      const dist::FlightContext label(str("stage ", grid_.get_stage_id(), ", step ", t, ": ", ins,
+                                          known ? str(", micro-batch ", st.buffer(ins).micro_batch) : ""));
       const auto start = Clock::now();
       execute(ins);
       const auto end = Clock::now();

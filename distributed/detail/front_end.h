@@ -1,6 +1,7 @@
 #pragma once
 // Internal: what every front-end op shares (collectives.cpp, p2p.cpp): the checks, the buffers,
-// and run(), which puts one backend call between the DETAIL check, the watchdog and the logger.
+// and run(), which puts one backend call between the INFO and DETAIL checks, the flight recorder, the
+// watchdog and the logger.
 
 #include <functional>
 
@@ -14,12 +15,13 @@ namespace strata::distributed::detail {
 class FrontWork final : public Work {
  public:
   FrontWork(std::shared_ptr<Work> inner, Group group, OpRecord record, std::function<void()> finish,
-            Clock::time_point start)
+            Clock::time_point start, uint64_t flight_id)
       : inner_(std::move(inner)),
         group_(std::move(group)),
         record_(std::move(record)),
         finish_(std::move(finish)),
-        start_(start) {}
+        start_(start),
+        flight_id_(flight_id) {}
 
   bool is_completed() override {
     if (!finished_ && inner_->is_completed()) complete();
@@ -49,6 +51,7 @@ class FrontWork final : public Work {
     } catch (...) {
       error_ = std::current_exception();
     }
+    flight_done(flight_id_, !error_);
     if (logging_enabled()) log_op(record_, seconds_since(start_));
   }
 
@@ -57,6 +60,7 @@ class FrontWork final : public Work {
   OpRecord record_;
   std::function<void()> finish_;
   Clock::time_point start_;
+  uint64_t flight_id_;
   bool finished_ = false;
   std::exception_ptr error_;
 };
@@ -69,18 +73,29 @@ std::shared_ptr<Work> run(OpRecord& record, const Group& group, bool async_op, P
   if (!p2p && get_debug_level() == DebugLevel::INFO) note_collective(record);
   if (!p2p && get_debug_level() == DebugLevel::DETAIL) check_collective(record);
   const Clock::time_point start = logging_enabled() ? Clock::now() : Clock::time_point{};
+  const uint64_t flight_id = flight_posted(record);
   if (!async_op) {
-    {
+    try {
       BlockingScope scope(record);
       post(false);
+    } catch (...) {
+      flight_done(flight_id, false);
+      throw;
     }
+    flight_done(flight_id, true);
     if (finish) finish();
     if (logging_enabled()) log_op(record, seconds_since(start));
     return completed_work();
   }
-  std::shared_ptr<Work> inner = post(true);
+  std::shared_ptr<Work> inner;
+  try {
+    inner = post(true);
+  } catch (...) {
+    flight_done(flight_id, false);
+    throw;
+  }
   return std::make_shared<FrontWork>(std::move(inner), group ? group : get_world_group(), std::move(record),
-                                     std::move(finish), start);
+                                     std::move(finish), start, flight_id);
 }
 
 /// The record of a call on `g` about tensor `t`. A collective (`counted`) takes the group's next

@@ -61,7 +61,20 @@ struct OpRecord {
   std::optional<ReduceOp> reduce_op;  ///< the reduction; none when the op does not reduce
   bool shapes_must_match = true;      ///< false where ranks legitimately pass different shapes
   int64_t bytes = 0;                  ///< message size for the logger
+  int tag = 0;                        ///< a p2p op's tag
 };
+
+// ---- the flight recorder (flight_recorder.cpp) ----
+/// Records a call as posted; returns its id for flight_done (0 when the recorder is off).
+uint64_t flight_posted(const OpRecord& record);
+/// Marks call `id` completed, or failed.
+void flight_done(uint64_t id, bool ok);
+/// Remembers this rank's place for the files and, with STRATA_FLIGHT_RECORDER_DIR set, installs the
+/// handlers of fatal signals that dump the record there. Called by init().
+void install_flight_recorder(int rank, int world_size);
+/// With STRATA_FLIGHT_RECORDER_DIR set, writes DIR/rank<r>.json, once per process (the first failure
+/// tells the story); never throws. The watchdog, the terminate handler and the signal handlers call it.
+void dump_flight_recorder_on_failure(const std::string& reason) noexcept;
 
 // ---- INFO and DETAIL checks (debug.cpp) ----
 /// For a collective under DebugLevel::INFO: adds the call to the group's window and, at every 64th call,

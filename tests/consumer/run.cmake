@@ -34,13 +34,15 @@ foreach(f include/strata/autograd/ops/common.h include/strata/tensor/cpu)
     message(FATAL_ERROR "consumer: internal ${f} was installed")
   endif()
 endforeach()
-# A build with the tools installs strata-pipe, which runs from the prefix.
+# A build with the tools installs strata-pipe and strata-flight, which run from the prefix.
 load_cache(${STRATA_BUILD_DIR} READ_WITH_PREFIX build_ STRATA_BUILD_TOOLS)
 if(build_STRATA_BUILD_TOOLS)
-  if(NOT EXISTS ${prefix}/bin/strata-pipe)
-    message(FATAL_ERROR "consumer: bin/strata-pipe was not installed")
-  endif()
-  step(${prefix}/bin/strata-pipe --help)
+  foreach(tool strata-pipe strata-flight)
+    if(NOT EXISTS ${prefix}/bin/${tool})
+      message(FATAL_ERROR "consumer: bin/${tool} was not installed")
+    endif()
+    step(${prefix}/bin/${tool} --help)
+  endforeach()
 endif()
 
 step(${CMAKE_COMMAND} -S ${CMAKE_CURRENT_LIST_DIR} -B ${WORK_DIR}/build -DCMAKE_BUILD_TYPE=${CONFIG}

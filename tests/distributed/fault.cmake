@@ -6,6 +6,8 @@
 #   ENV          optional VAR=value settings for the job, space-separated
 #   EXPECT       regexes the output must each match, separated by &&
 #   MAX_SECONDS  the bound on the job's wall time
+#   FLIGHT       optional: strata-flight; the job then runs with STRATA_FLIGHT_RECORDER_DIR=WORK_DIR and
+#   FLIGHT_EXPECT  regexes (separated by &&) that strata-flight's analysis of WORK_DIR must each match
 # The job must exit non-zero within MAX_SECONDS and print every EXPECT.
 
 foreach(var MPIEXEC NUMPROC_FLAG NP EXE MODE EXPECT MAX_SECONDS)
@@ -17,6 +19,12 @@ endforeach()
 separate_arguments(flags UNIX_COMMAND "${FLAGS}")
 separate_arguments(env UNIX_COMMAND "${ENV}")
 string(REPLACE "&&" ";" expect "${EXPECT}")
+
+if(DEFINED FLIGHT)
+  file(REMOVE_RECURSE ${WORK_DIR})
+  file(MAKE_DIRECTORY ${WORK_DIR})
+  list(APPEND env STRATA_FLIGHT_RECORDER_DIR=${WORK_DIR})
+endif()
 
 string(TIMESTAMP start "%s" UTC)
 # Twice the bound: a job that hangs is killed here and reported below instead of hanging ctest.
@@ -45,7 +53,23 @@ foreach(regex IN LISTS expect)
   endif()
 endforeach()
 
-if(failures)
-  message(FATAL_ERROR "strata_dist_fault ${MODE} on ${NP} ranks:\n${failures}--- output ---\n${output}")
+set(analysis "")
+if(DEFINED FLIGHT)
+  execute_process(COMMAND ${FLIGHT} ${WORK_DIR} RESULT_VARIABLE flight_rc OUTPUT_VARIABLE analysis
+                  ERROR_VARIABLE analysis TIMEOUT 30)
+  if(NOT flight_rc EQUAL 0)
+    string(APPEND failures "strata-flight exited with ${flight_rc}\n")
+  endif()
+  string(REPLACE "&&" ";" flight_expect "${FLIGHT_EXPECT}")
+  foreach(regex IN LISTS flight_expect)
+    if(NOT analysis MATCHES "${regex}")
+      string(APPEND failures "strata-flight's analysis does not match '${regex}'\n")
+    endif()
+  endforeach()
+  set(analysis "--- strata-flight ---\n${analysis}")
 endif()
-message(STATUS "strata_dist_fault ${MODE}: exit status ${rc} after ${seconds} s\n${output}")
+
+if(failures)
+  message(FATAL_ERROR "strata_dist_fault ${MODE} on ${NP} ranks:\n${failures}--- output ---\n${output}${analysis}")
+endif()
+message(STATUS "strata_dist_fault ${MODE}: exit status ${rc} after ${seconds} s\n${output}${analysis}")

@@ -5,6 +5,7 @@
 //   timeout  rank 1 sleeps outside communication while the others are in all_reduce
 //            (run with a short STRATA_COMM_TIMEOUT_S)
 //   p2p      rank 0 waits in recv from rank 1, which sleeps
+//   diverge  rank 1 calls broadcast where the others call all_reduce (run with a short STRATA_COMM_TIMEOUT_S)
 // Every mode first completes one all_reduce, so the stuck one is the group's call #2.
 // If the job survives, every rank finishes the stuck op late and the job exits 0: the test fails.
 
@@ -20,8 +21,8 @@ namespace dist = strata::distributed;
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (mode != "kill" && mode != "throw" && mode != "timeout" && mode != "p2p") {
-    std::fprintf(stderr, "usage: %s kill|throw|timeout|p2p\n", argv[0]);
+  if (mode != "kill" && mode != "throw" && mode != "timeout" && mode != "p2p" && mode != "diverge") {
+    std::fprintf(stderr, "usage: %s kill|throw|timeout|p2p|diverge\n", argv[0]);
     return 2;
   }
   dist::init();
@@ -30,7 +31,7 @@ int main(int argc, char** argv) {
   dist::all_reduce(t);
   // Long enough for the others to be blocked, far shorter than the test's bound.
   const auto late = std::chrono::milliseconds(mode == "kill" || mode == "throw" ? 500 : 30'000);
-  if (rank == 1) {
+  if (rank == 1 && mode != "diverge") {
     std::this_thread::sleep_for(late);
     if (mode == "kill") std::raise(SIGKILL);
     if (mode == "throw") throw strata::Error("fault test: rank 1 gives up");
@@ -38,6 +39,9 @@ int main(int argc, char** argv) {
   if (mode == "p2p") {
     if (rank == 0) dist::recv(t, 1);
     if (rank == 1) dist::send(t, 0);
+  } else if (mode == "diverge" && rank == 1) {
+    dist::broadcast(t, 1);
+    std::this_thread::sleep_for(late);  // the others wait for an all_reduce that never comes
   } else {
     dist::all_reduce(t);
   }
