@@ -20,10 +20,14 @@ class IntArrayRef {
   IntArrayRef() = default;
   IntArrayRef(const int64_t& one) : data_(&one), size_(1) {}                   ///< a single value
   IntArrayRef(const int64_t* data, size_t size) : data_(data), size_(size) {}  ///< pointer and length
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Winit-list-lifetime"  // borrowing a braced list for one call is the intent
+#endif
   IntArrayRef(std::initializer_list<int64_t> l) : data_(l.begin()), size_(l.size()) {}  ///< a braced list
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
   IntArrayRef(const std::vector<int64_t>& v) : data_(v.data()), size_(v.size()) {}  ///< a vector
   const int64_t* data() const { return data_; }                                     ///< first element
   size_t size() const { return size_; }                                             ///< number of values
