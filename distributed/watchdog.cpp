@@ -5,10 +5,10 @@
 //
 // Note [watchdog protocol]: the watchdogs talk on their own duplicate of MPI_COMM_WORLD, so their
 // messages never meet the user's. Each keeps one receive posted for a Query (the id of the group
-// the asker is blocked on) and answers with an Answer: the op it is blocked in, or that it is not
-// in communication and the number of its last call on that group. A rank that answers with the
-// asker's op and sequence number has arrived; the others are named with their answer, or as not
-// answering at all.
+// the asker is blocked on) and answers with an Answer: the op it is blocked in (with its peer, if
+// point to point), or that it is not in communication and the number of its last call on that group.
+// A rank that answers with the asker's op and sequence number has arrived; the others are named with
+// their answer, or as not answering at all (Note [waiting on a waiter] asks one hop further).
 
 #include <algorithm>
 #include <atomic>
@@ -143,6 +143,7 @@ struct Query {
 struct Answer {
   int64_t group = -1;  // the group of the op the rank is blocked in, -1 when it is not blocked
   uint64_t seq = 0;    // that op's sequence number
+  int peer = kNoRank;  // the global rank that op sends to or receives from, if it is point to point
   char op[kOpChars] = {};
   char text[224] = {};  // the rank's state as a person reads it
 };
@@ -240,6 +241,10 @@ class Watchdog {
     if (blocked) {
       a.group = blocked->op.group;
       a.seq = blocked->op.seq;
+      if (blocked->op.peer != kNoRank) {
+        std::shared_ptr<ProcessGroup> g = find_group(blocked->op.group);
+        a.peer = g ? g->ranks()[blocked->op.peer] : blocked->op.peer;
+      }
       std::strncpy(a.op, blocked->op.op, kOpChars - 1);
       char held[64];
       std::snprintf(held, sizeof(held), "blocked for %.1f s in ", seconds_since(blocked->since));
@@ -278,31 +283,65 @@ class Watchdog {
     return o;
   }
 
-  // Asks the ranks of the overdue op where they are, prints who never arrived, ends the job.
-  [[noreturn]] void end_job(const Overdue& o) {
-    const size_t n = o.asked.size();
-    std::vector<Answer> answers(n);
-    std::vector<MPI_Request> requests(2 * n, MPI_REQUEST_NULL);
-    const Query query{o.group_id};
-    for (size_t i = 0; i < n; ++i) {
-      MPI_Irecv(&answers[i], sizeof(Answer), MPI_BYTE, o.asked[i], kTagAnswer, comm_, &requests[i]);
-      MPI_Isend(&query, sizeof(query), MPI_BYTE, o.asked[i], kTagQuery, comm_, &requests[n + i]);
+  // One round of questions, a Query to each of `ranks`, and their answers as they come. Unanswered
+  // requests stay posted, so a Round stays in place until the job ends (end_job keeps it).
+  struct Round {
+    std::vector<int> ranks;
+    std::vector<Query> queries;
+    std::vector<Answer> answers;
+    std::vector<MPI_Request> requests;
+    std::vector<bool> answered;
+
+    std::string state(size_t i) const {
+      if (answered[i]) return std::string(answers[i].text, strnlen(answers[i].text, sizeof(answers[i].text)));
+      // A rank that died or left, or one whose host the network no longer reaches (a cut link takes
+      // this side channel down with the data's).
+      return "did not answer within " + std::to_string(kAnswerWindow.count()) +
+             " s (it died, left the job, or its host cannot be reached)";
     }
-    // Answer the others meanwhile: they may be asking this rank the same question.
-    std::vector<bool> answered(n, false);
+  };
+
+  // Asks rank ranks[i] what it is doing about group groups[i] and waits up to kAnswerWindow for the
+  // answers, answering the others meanwhile: they may be asking this rank the same question.
+  std::unique_ptr<Round> ask(std::vector<int> ranks, const std::vector<int64_t>& groups) {
+    auto round = std::make_unique<Round>();
+    const size_t n = ranks.size();
+    round->ranks = std::move(ranks);
+    for (int64_t id : groups) round->queries.push_back({id});
+    round->answers.resize(n);
+    round->requests.assign(2 * n, MPI_REQUEST_NULL);
+    round->answered.assign(n, false);
+    for (size_t i = 0; i < n; ++i) {
+      MPI_Irecv(&round->answers[i], sizeof(Answer), MPI_BYTE, round->ranks[i], kTagAnswer, comm_, &round->requests[i]);
+      MPI_Isend(&round->queries[i], sizeof(Query), MPI_BYTE, round->ranks[i], kTagQuery, comm_,
+                &round->requests[n + i]);
+    }
     const Clock::time_point asked_at = Clock::now();
     size_t left = n;
     while (left > 0 && Clock::now() - asked_at < kAnswerWindow) {
       for (size_t i = 0; i < n; ++i) {
         int flag = 0;
-        if (!answered[i] && MPI_Test(&requests[i], &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag) {
-          answered[i] = true;
+        if (!round->answered[i] && MPI_Test(&round->requests[i], &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag) {
+          round->answered[i] = true;
           --left;
         }
       }
       serve_queries();
       std::this_thread::sleep_for(kPollPeriod / 4);
     }
+    return round;
+  }
+
+  // Asks the ranks of the overdue op where they are, prints who never arrived, ends the job.
+  // Note [waiting on a waiter]: a rank that never arrived may itself be blocked receiving from (or sending
+  // to) a rank that cannot answer: in a pipeline cut off from its next stage, rank 1's all-reduce with
+  // rank 0 waits on rank 0's receive from rank 2, on the far side of a cut link. Whichever watchdog ends
+  // the job first reports, so such peers are asked too, one hop on, and named with the rank that waits.
+  [[noreturn]] void end_job(const Overdue& o) {
+    const std::unique_ptr<Round> first = ask(o.asked, std::vector<int64_t>(o.asked.size(), o.group_id));
+    const size_t n = o.asked.size();
+    const std::vector<Answer>& answers = first->answers;
+    const std::vector<bool>& answered = first->answered;
 
     // Ranks listed in rank order, each missing one with what it said it was doing.
     std::vector<int> arrived{rank_}, missing;
@@ -314,9 +353,27 @@ class Watchdog {
         continue;
       }
       missing.push_back(o.asked[i]);
-      states.emplace_back(o.asked[i], answered[i] ? std::string(a.text, strnlen(a.text, sizeof(a.text)))
-                                                  : "did not answer (it died, or left the job)");
+      states.emplace_back(o.asked[i], first->state(i));
     }
+    // One hop on (Note [waiting on a waiter]): the peers that missing ranks are blocked on in point to point.
+    std::vector<int> next, waiters;
+    std::vector<int64_t> next_groups;  // the group each waiter is blocked on
+    for (size_t i = 0; i < n; ++i) {
+      const int peer = answers[i].peer;
+      if (!answered[i] || peer == kNoRank || peer == rank_ ||
+          std::find(o.asked.begin(), o.asked.end(), peer) != o.asked.end() ||
+          std::find(next.begin(), next.end(), peer) != next.end())
+        continue;
+      next.push_back(peer);
+      waiters.push_back(o.asked[i]);
+      next_groups.push_back(answers[i].group);
+    }
+    std::vector<std::pair<int, std::string>> beyond;
+    const std::unique_ptr<Round> second = next.empty() ? nullptr : ask(next, next_groups);
+    for (size_t i = 0; i < next.size(); ++i)
+      beyond.emplace_back(next[i], "rank " + std::to_string(next[i]) + ", which rank " + std::to_string(waiters[i]) +
+                                       " waits for: " + second->state(i));
+    std::sort(beyond.begin(), beyond.end());
     std::sort(arrived.begin(), arrived.end());
     std::sort(missing.begin(), missing.end());
     std::sort(states.begin(), states.end());
@@ -334,6 +391,7 @@ class Watchdog {
            << "ranks that never arrived: " << (missing.empty() ? "none, every rank is in this op" : list(missing))
            << "\n";
     for (const auto& [r, state] : states) report << prefix << "  rank " << r << ": " << state << "\n";
+    for (const auto& [r, line] : beyond) report << prefix << "  " << line << "\n";
     if (!o.p2p) report << prefix << "ranks that arrived: " << list(arrived) << "\n";
     const std::string text = report.str();
     std::fwrite(text.data(), 1, text.size(), stderr);

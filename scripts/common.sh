@@ -5,9 +5,9 @@ export DEBIAN_FRONTEND=noninteractive
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 JOBS="${STRATA_JOBS:-$(nproc)}"
 
-# Packages every build needs.
+# Packages every build needs (iproute2: the multihost test's network namespaces, scripts/multihost).
 REQUIRED_PACKAGES=(build-essential cmake libeigen3-dev libdnnl-dev libgtest-dev libbenchmark-dev libopenmpi-dev openmpi-bin
-  zlib1g-dev nlohmann-json3-dev dataset-fashion-mnist python3 clang-format git)
+  zlib1g-dev nlohmann-json3-dev dataset-fashion-mnist python3 clang-format git iproute2)
 
 sudo_if_needed() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
