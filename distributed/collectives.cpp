@@ -18,7 +18,7 @@ OpRecord make_record(const char* op, ProcessGroup& g, const Tensor& t, int64_t b
   r.group = &g;
   r.seq = counted ? g.next_sequence_number() : 0;
   r.dtype = t.dtype();
-  if (get_debug_level() != DebugLevel::OFF) r.shape = DimVector(t.sizes());
+  r.shape = DimVector(t.sizes());
   r.bytes = bytes;
   return r;
 }

@@ -55,7 +55,7 @@ struct OpRecord {
   ProcessGroup* group = nullptr;
   uint64_t seq = 0;  ///< the group's sequence number of this call
   ScalarType dtype = kFloat;
-  DimVector shape;                    ///< the tensor's shape (the input where they differ); empty when checks are OFF
+  DimVector shape;                    ///< the tensor's shape (the input where they differ)
   int root = kNoRank;                 ///< group rank of the root; kNoRank for rootless ops
   int peer = kNoRank;                 ///< group rank of the other side of a p2p op; kNoRank for collectives
   std::optional<ReduceOp> reduce_op;  ///< the reduction; none when the op does not reduce

@@ -87,6 +87,16 @@ TEST(FlightRecorder, DumpHoldsTheCallsInOrderWithTheirLabels) {
     EXPECT_EQ(calls[i].at("id").get<uint64_t>(), calls[i - 1].at("id").get<uint64_t>() + 1);
 }
 
+// The record does not depend on the consistency checks: with them OFF a call still has its shape.
+TEST(FlightRecorder, RecordsShapesWithTheChecksOff) {
+  const dist::DebugLevel level = dist::get_debug_level();
+  dist::set_debug_level(dist::DebugLevel::OFF);
+  Tensor t = zeros({3, 1});
+  dist::all_reduce(t);
+  dist::set_debug_level(level);
+  EXPECT_EQ(dump("off").at("calls").back().at("shape"), Json({3, 1}));
+}
+
 TEST(FlightRecorder, TheRingKeepsTheNewestCalls) {
   for (int i = 0; i < 1100; ++i) dist::barrier();
   const Json j = dump("ring");
