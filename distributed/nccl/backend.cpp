@@ -25,6 +25,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <exception>
 #include <string>
 #include <utility>
@@ -503,15 +504,15 @@ namespace strata::distributed::detail {
 
 namespace {
 
-// STRATA_CUDA_BACKEND: which path CUDA tensors take (distributed/README.md).
-enum class Path : int64_t { kAuto, kNccl, kMpi };
+// STRATA_CUDA_BACKEND: which path CUDA tensors take (distributed/README.md). kBad: a value that is none of them,
+// refused only once every rank has joined the agreement, so that no rank is left waiting in it.
+enum class Path : int64_t { kAuto, kNccl, kMpi, kBad };
 
 Path path_from_env() {
   const char* text = std::getenv("STRATA_CUDA_BACKEND");
   if (!text || !*text || std::string(text) == "auto") return Path::kAuto;
   if (std::string(text) == "nccl") return Path::kNccl;
-  STRATA_CHECK(std::string(text) == "mpi", "init: STRATA_CUDA_BACKEND must be auto, nccl or mpi, got '", text, "'");
-  return Path::kMpi;
+  return std::string(text) == "mpi" ? Path::kMpi : Path::kBad;
 }
 
 // This rank's place on its node: its index among the node's ranks, their number, and whether the GPU it
@@ -559,12 +560,17 @@ std::unique_ptr<Backend> make_cuda_backend(Backend& cpu, int rank, int size) {
   const Path wanted = path_from_env();
   const int gpus = cuda::device_count();
   const NodePlace place = node_place(gpus);
-  // Every rank must take the same path: [sees a GPU, has one of its own, setting, -setting] reduced with MIN.
+  // Every rank must take the same path: [sees a GPU, has one of its own, setting, -setting, the first rank
+  // with a bad setting] reduced with MIN.
   Tensor agreed = tensor(std::vector<int64_t>{gpus > 0 && !place.gpu_error, place.own_gpu, static_cast<int64_t>(wanted),
-                                              -static_cast<int64_t>(wanted)});
+                                              -static_cast<int64_t>(wanted),
+                                              wanted == Path::kBad ? rank : std::numeric_limits<int64_t>::max()});
   cpu.all_reduce(agreed, ReduceOp::MIN, false);
   if (place.gpu_error) std::rethrow_exception(place.gpu_error);  // the other ranks go on without CUDA
   const int64_t* all = agreed.data_ptr<int64_t>();
+  STRATA_CHECK(all[4] == std::numeric_limits<int64_t>::max(),
+               "init: STRATA_CUDA_BACKEND must be auto, nccl or mpi on every rank, but rank ", all[4], " has '",
+               wanted == Path::kBad && all[4] == rank ? std::getenv("STRATA_CUDA_BACKEND") : "another value", "'");
   STRATA_CHECK(all[2] == -all[3], "init: STRATA_CUDA_BACKEND differs between ranks; give every rank the same value");
   const int device = gpus > 0 ? place.local_rank % gpus : -1;
   if (gpus > 0) cuda::set_device(device);

@@ -7,7 +7,8 @@
 #   EXPECT       regexes the output must each match, separated by &&
 #   MAX_SECONDS  the bound on the job's wall time
 #   FLIGHT       optional: strata-flight; the job then runs with STRATA_FLIGHT_RECORDER_DIR=WORK_DIR and
-#   FLIGHT_EXPECT  regexes (separated by &&) that strata-flight's analysis of WORK_DIR must each match
+#   FLIGHT_EXPECT  regexes (separated by &&) that strata-flight's analysis of WORK_DIR must each match; empty:
+#                no analysis (a job that fails before the recorder starts)
 # The job must exit non-zero within MAX_SECONDS and print every EXPECT.
 
 foreach(var MPIEXEC NUMPROC_FLAG NP EXE MODE EXPECT MAX_SECONDS)
@@ -20,7 +21,10 @@ separate_arguments(flags UNIX_COMMAND "${FLAGS}")
 separate_arguments(env UNIX_COMMAND "${ENV}")
 string(REPLACE "&&" ";" expect "${EXPECT}")
 
-if(DEFINED FLIGHT)
+if(DEFINED FLIGHT AND NOT FLIGHT_EXPECT STREQUAL "")
+  set(analyse ON)
+endif()
+if(analyse)
   file(REMOVE_RECURSE ${WORK_DIR})
   file(MAKE_DIRECTORY ${WORK_DIR})
   list(APPEND env STRATA_FLIGHT_RECORDER_DIR=${WORK_DIR})
@@ -54,7 +58,7 @@ foreach(regex IN LISTS expect)
 endforeach()
 
 set(analysis "")
-if(DEFINED FLIGHT)
+if(analyse)
   execute_process(COMMAND ${FLIGHT} ${WORK_DIR} RESULT_VARIABLE flight_rc OUTPUT_VARIABLE analysis
                   ERROR_VARIABLE analysis TIMEOUT 30)
   if(NOT flight_rc EQUAL 0)

@@ -6,10 +6,12 @@
 //            (run with a short STRATA_COMM_TIMEOUT_S)
 //   p2p      rank 0 waits in recv from rank 1, which sleeps
 //   diverge  rank 1 calls broadcast where the others call all_reduce (run with a short STRATA_COMM_TIMEOUT_S)
+//   backend  rank 1 alone has a bad STRATA_CUDA_BACKEND (CUDA builds): init must fail on every rank
 // Every mode first completes one all_reduce, so the stuck one is the group's call #2.
 // If the job survives, every rank finishes the stuck op late and the job exits 0: the test fails.
 
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -21,10 +23,14 @@ namespace dist = strata::distributed;
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (mode != "kill" && mode != "throw" && mode != "timeout" && mode != "p2p" && mode != "diverge") {
-    std::fprintf(stderr, "usage: %s kill|throw|timeout|p2p|diverge\n", argv[0]);
+  if (mode != "kill" && mode != "throw" && mode != "timeout" && mode != "p2p" && mode != "diverge" &&
+      mode != "backend") {
+    std::fprintf(stderr, "usage: %s kill|throw|timeout|p2p|diverge|backend\n", argv[0]);
     return 2;
   }
+  // mpirun tells each process its rank before init() does.
+  const char* launch_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (mode == "backend" && launch_rank && std::string(launch_rank) == "1") ::setenv("STRATA_CUDA_BACKEND", "ncl", 1);
   dist::init();
   const int rank = dist::get_rank();
   strata::Tensor t = strata::ones({4});
