@@ -18,18 +18,21 @@
 namespace strata::distributed {
 namespace {
 
-// Every test runs under DETAIL and leaves the level as it found it.
-class Detail : public ::testing::Test {
+// Every test of a suite runs at its level and leaves the level as it found it.
+template <DebugLevel kLevel>
+class AtLevel : public ::testing::Test {
  protected:
   void SetUp() override {
     was_ = get_debug_level();
-    set_debug_level(DebugLevel::DETAIL);
+    set_debug_level(kLevel);
   }
   void TearDown() override { set_debug_level(was_); }
 
  private:
   DebugLevel was_ = DebugLevel::OFF;
 };
+using Detail = AtLevel<DebugLevel::DETAIL>;
+using Info = AtLevel<DebugLevel::INFO>;
 
 // How the message names global ranks first..world-1: "rank 1" or "ranks 1, 2, 3".
 std::string ranks_from(int first) {
@@ -188,18 +191,6 @@ TEST_F(Detail, P2PRingExchangeDoesNotDeadlock) {
 }
 
 // ---- INFO: the default, windows of 64 calls compared at every 64th ----
-
-class Info : public ::testing::Test {
- protected:
-  void SetUp() override {
-    was_ = get_debug_level();
-    set_debug_level(DebugLevel::INFO);
-  }
-  void TearDown() override { set_debug_level(was_); }
-
- private:
-  DebugLevel was_ = DebugLevel::OFF;
-};
 
 // Agreeing all_reduces on WORLD until one throws (the comparison at a window's end), at most `limit`;
 // returns the message, or "" when none threw.
