@@ -33,6 +33,7 @@ constexpr int64_t kNoReduceOp = -1;  // Fingerprint::reduce_op of an op that doe
 struct Fingerprint {
   char op[kOpChars];
   int64_t dtype;
+  int64_t device;  // DeviceType: each type has a backend of its own, so ranks on different types never meet
   int64_t ndim;
   int64_t dims[kMaxDims];
   uint64_t shape_hash;
@@ -41,6 +42,7 @@ struct Fingerprint {
   int64_t shapes_must_match;
   int64_t has_tensor;  // false for barrier
   uint64_t seq;        // the call's number on its group: a rank that skipped a call differs here
+  int64_t refused;     // DETAIL: this rank refused the call before it ran (Note [agreed refusals])
 };
 static_assert(std::is_trivially_copyable_v<Fingerprint> && sizeof(Fingerprint) % sizeof(int64_t) == 0);
 constexpr int64_t kWords = sizeof(Fingerprint) / sizeof(int64_t);
@@ -49,6 +51,7 @@ Fingerprint fingerprint(const OpRecord& r) {
   Fingerprint f{};
   std::strncpy(f.op, r.op, kOpChars - 1);
   f.dtype = dtype_code(r.dtype);
+  f.device = static_cast<int64_t>(r.device);
   f.ndim = static_cast<int64_t>(r.shape.size());
   f.shape_hash = 14695981039346656037ull;  // FNV-1a, a word at a time
   for (size_t d = 0; d < r.shape.size(); ++d) {
@@ -64,12 +67,13 @@ Fingerprint fingerprint(const OpRecord& r) {
 }
 
 // What a call can disagree on, in the order messages name them.
-enum Field : unsigned { kOp = 1, kDtype = 2, kShape = 4, kRoot = 8, kReduceOp = 16, kSeq = 32 };
+enum Field : unsigned { kOp = 1, kDtype = 2, kDevice = 4, kShape = 8, kRoot = 16, kReduceOp = 32, kSeq = 64 };
 
 unsigned differences(const Fingerprint& a, const Fingerprint& b, unsigned fields) {
   unsigned out = 0;
   if ((fields & kOp) && std::strncmp(a.op, b.op, kOpChars) != 0) out |= kOp;
   if ((fields & kDtype) && a.dtype != b.dtype) out |= kDtype;
+  if ((fields & kDevice) && a.device != b.device) out |= kDevice;
   if ((fields & kShape) && a.shapes_must_match && b.shapes_must_match &&
       (a.ndim != b.ndim || a.shape_hash != b.shape_hash || std::memcmp(a.dims, b.dims, sizeof(a.dims)) != 0))
     out |= kShape;
@@ -82,7 +86,7 @@ unsigned differences(const Fingerprint& a, const Fingerprint& b, unsigned fields
 // "shape", "op and dtype", "dtype, shape and root".
 std::string field_names(unsigned fields) {
   static constexpr std::pair<Field, const char*> kNames[] = {
-      {kOp, "op"},     {kDtype, "dtype"},        {kShape, "shape"},
+      {kOp, "op"},     {kDtype, "dtype"},        {kDevice, "device"},  {kShape, "shape"},
       {kRoot, "root"}, {kReduceOp, "reduce op"}, {kSeq, "call number"}};
   std::vector<const char*> names;
   for (auto [field, name] : kNames)
@@ -93,7 +97,8 @@ std::string field_names(unsigned fields) {
   return out;
 }
 
-// "all_reduce(Float [2, 3], SUM)", "broadcast(Long [4], root 1)", "barrier()"; ranks are global.
+// "all_reduce(Float [2, 3], SUM)", "all_reduce(Float [2, 3] on cuda, SUM)", "broadcast(Long [4], root 1)",
+// "barrier()"; ranks are global.
 std::string describe_call(const Fingerprint& f, const ProcessGroup& g, bool with_seq) {
   std::ostringstream os;
   if (with_seq) os << "#" << f.seq << " ";
@@ -103,6 +108,7 @@ std::string describe_call(const Fingerprint& f, const ProcessGroup& g, bool with
     os << dtype_from_code(f.dtype, "STRATA_DISTRIBUTED_DEBUG=DETAIL: a rank's call") << " "
        << IntArrayRef(f.dims, std::min<size_t>(f.ndim, kMaxDims));
     if (f.ndim > static_cast<int64_t>(kMaxDims)) os << " (" << f.ndim << " dims, the first " << kMaxDims << " shown)";
+    if (f.device != static_cast<int64_t>(kCPU)) os << " on cuda";
     sep = ", ";
   }
   if (f.reduce_op != kNoReduceOp) {
@@ -168,7 +174,7 @@ class CheckedP2P final : public Work {
   std::shared_ptr<Work> transfer_;
 };
 
-constexpr unsigned kAllFields = kOp | kDtype | kShape | kRoot | kReduceOp | kSeq;
+constexpr unsigned kAllFields = kOp | kDtype | kDevice | kShape | kRoot | kReduceOp | kSeq;
 
 // "rank 0 called all_reduce(Float [2], SUM); ranks 1, 2 called all_reduce(Float [3], SUM)": the calls of
 // group ranks 0, 1, ... at calls[0], calls[stride], ...; ranks with the same call share one entry.
@@ -246,20 +252,60 @@ uint64_t window_hash(const std::array<Fingerprint, kWindow>& calls) {
   return h;
 }
 
-}  // namespace
+// Note [agreed refusals]: under DETAIL a collective that one rank refuses before it runs (a bad argument, a
+// tensor the group's backend cannot move) would leave the other ranks waiting in it until the timeout. So
+// the refusing rank still joins the exchange of fingerprints, marked as refused; when any rank refused, the
+// ranks exchange the refusals' messages (kReasonChars each) and every rank throws: the refusing ones their
+// own error, the others the first refusing rank's. The front end and ProcessGroup::backend() make every
+// check that one rank can fail alone before run().
+constexpr size_t kReasonChars = 1024;
 
-void check_collective(const OpRecord& record) {
+// Exchanges this rank's fingerprint (refused when `refusal` is set) with the group's; throws on every rank
+// that did not refuse when some rank did. Returns the fingerprints in group-rank order.
+std::vector<Fingerprint> exchange(const OpRecord& record, const std::string* refusal) {
   const ProcessGroup& g = *record.group;
-  if (g.size() == 1) return;
   Fingerprint mine = fingerprint(record);
+  mine.refused = refusal != nullptr;
   std::vector<Fingerprint> all(g.size());
+  Backend& cpu = g.backend(kCPU, record.op);
   {
     // A group mismatch hangs here instead (each group talks on its own communicator); the
     // watchdog then names what every rank is blocked in.
     BlockingScope scope(record);
-    g.backend(kCPU, record.op)
-        .all_gather(from_blob(all.data(), {kWords * g.size()}, kLong), from_blob(&mine, {kWords}, kLong), false);
+    cpu.all_gather(from_blob(all.data(), {kWords * g.size()}, kLong), from_blob(&mine, {kWords}, kLong), false);
   }
+  std::vector<int> refusing;
+  for (int r = 0; r < g.size(); ++r)
+    if (all[r].refused) refusing.push_back(r);
+  if (refusing.empty()) return all;
+  std::vector<char> reasons(kReasonChars * g.size());
+  std::vector<char> reason(kReasonChars, '\0');
+  if (refusal) refusal->copy(reason.data(), kReasonChars - 1);
+  {
+    BlockingScope scope(record);
+    cpu.all_gather(from_blob(reasons.data(), {static_cast<int64_t>(reasons.size())}, kByte),
+                   from_blob(reason.data(), {static_cast<int64_t>(kReasonChars)}, kByte), false);
+  }
+  if (refusal) return all;
+  std::ostringstream who;
+  for (size_t i = 0; i < refusing.size(); ++i) who << (i ? ", " : "") << g.ranks()[refusing[i]];
+  const char* first = reasons.data() + refusing[0] * kReasonChars;
+  STRATA_CHECK(false, record.op, " #", record.seq, " on ", g.describe(), ": ",
+               refusing.size() == 1 ? "rank " : "ranks ", who.str(),
+               " refused the call, so no rank runs it (STRATA_DISTRIBUTED_DEBUG=DETAIL); rank ", g.ranks()[refusing[0]],
+               "'s error: ", std::string(first, strnlen(first, kReasonChars)));
+}
+
+}  // namespace
+
+void refuse_collective(const OpRecord& record, const std::string& reason) {
+  if (record.group->size() > 1) exchange(record, &reason);
+}
+
+void check_collective(const OpRecord& record) {
+  const ProcessGroup& g = *record.group;
+  if (g.size() == 1) return;
+  const std::vector<Fingerprint> all = exchange(record, nullptr);
   unsigned diff = 0;
   for (const Fingerprint& f : all) diff |= differences(all[0], f, kAllFields);
   if (!diff) return;

@@ -49,6 +49,9 @@ class Backend {
   virtual const char* name() const = 0;
   /// The device type whose tensors this backend moves.
   virtual DeviceType device_type() const = 0;
+  /// Throws, naming `op`, when this backend cannot move tensors on `device` of its type (NCCL: a GPU other
+  /// than its own). ProcessGroup::backend() calls it, before the ranks compare their calls.
+  virtual void check_device(Device /*device*/, const char* /*op*/) const {}
 
   /// Reduces `t` in place across the group.
   virtual std::shared_ptr<Work> all_reduce(const Tensor& t, ReduceOp op, bool async_op) = 0;

@@ -176,6 +176,7 @@ Backend& ProcessGroup::backend(Device device, const char* op) const {
   STRATA_CHECK(is_member(), op, ": this process (global rank ", get_rank(), ") is not a member of ", describe());
   const auto& b = backends_[static_cast<size_t>(device.type)];
   STRATA_CHECK(b, op, ": ", describe(), " has no backend for ", device, " tensors");
+  b->check_device(device, op);
   return *b;
 }
 

@@ -65,13 +65,24 @@ class FrontWork final : public Work {
   std::exception_ptr error_;
 };
 
+/// Per thread: the collectives that took a sequence number and those that reached the DETAIL check, so that
+/// a collective that fails can tell whether the ranks had compared their calls (Note [agreed refusals]).
+struct CallProgress {
+  uint64_t counted = 0;
+  uint64_t checked = 0;
+};
+inline thread_local CallProgress call_progress;
+
 // Runs one op on the backend: `post(async)` starts it, `finish` runs once it completed.
 template <class Post>
 std::shared_ptr<Work> run(OpRecord& record, const Group& group, bool async_op, Post&& post,
                           std::function<void()> finish = {}) {
   const bool p2p = record.peer != kNoRank;
   if (!p2p && get_debug_level() == DebugLevel::INFO) note_collective(record);
-  if (!p2p && get_debug_level() == DebugLevel::DETAIL) check_collective(record);
+  if (!p2p && get_debug_level() == DebugLevel::DETAIL) {
+    ++call_progress.checked;
+    check_collective(record);
+  }
   const Clock::time_point start = logging_enabled() ? Clock::now() : Clock::time_point{};
   const uint64_t flight_id = flight_posted(record);
   if (!async_op) {

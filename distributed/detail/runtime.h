@@ -55,6 +55,7 @@ struct OpRecord {
   ProcessGroup* group = nullptr;
   uint64_t seq = 0;  ///< the group's sequence number of this call
   ScalarType dtype = kFloat;
+  DeviceType device = kCPU;           ///< where the tensor lives (the backend it takes)
   DimVector shape;                    ///< the tensor's shape (the input where they differ)
   int root = kNoRank;                 ///< group rank of the root; kNoRank for rootless ops
   int peer = kNoRank;                 ///< group rank of the other side of a p2p op; kNoRank for collectives
@@ -85,6 +86,10 @@ void note_collective(const OpRecord& record);
 /// op, dtype, root, reduce op or (where they must match) shape differ, throws on every rank a message
 /// naming each rank's call. Itself a collective on the group's CPU backend.
 void check_collective(const OpRecord& record);
+/// For a collective under DETAIL that this rank refused before it ran (a bad argument, a tensor on a device
+/// the group's backend cannot move): joins the other ranks' check_collective with a refusal, so that every
+/// rank throws instead of waiting for this one (Note [agreed refusals]). `record` needs op, group and seq.
+void refuse_collective(const OpRecord& record, const std::string& reason);
 /// For a p2p op under DETAIL, given its data transfer (posted async): sends the sender's record beside it
 /// and returns the Work to wait instead. On the receiver, wait() throws when dtype or shape differ from the
 /// sender's (once the data has landed, so later messages stay in step); the sender never throws.

@@ -237,6 +237,11 @@ class NcclBackend final : public Backend {
   const char* name() const override { return "nccl"; }
   DeviceType device_type() const override { return kCUDA; }
 
+  void check_device(Device d, const char* op) const override {
+    STRATA_CHECK(d == device(), op, ": the tensor is on ", d, " but this rank's NCCL communicator is on ", device(),
+                 " (strata::cuda::current_device() when init() ran: NCCL moves each rank's tensors on one GPU)");
+  }
+
   std::shared_ptr<Work> all_reduce(const Tensor& t, ReduceOp op, bool async_op) override {
     check_device(t, "all_reduce");
     if (t.numel() == 0) return completed_work();
@@ -429,9 +434,7 @@ class NcclBackend final : public Backend {
   Device device() const { return Device(kCUDA, static_cast<int8_t>(comm_->device)); }
 
   void check_device(const Tensor& t, const char* op) const {
-    STRATA_CHECK(!t.defined() || t.device() == device(), op, ": the tensor is on ", t.device(),
-                 " but this rank's NCCL communicator is on ", device(),
-                 " (strata::cuda::current_device() when init() ran: NCCL moves each rank's tensors on one GPU)");
+    if (t.defined()) check_device(t.device(), op);
   }
 
   // Orders `launch` (the NCCL calls, on the communication stream) after the compute stream's queued work and

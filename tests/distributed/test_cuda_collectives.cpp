@@ -100,6 +100,20 @@ TEST(CudaProcessGroup, BackendBarrierAndDeviceCheck) {
   EXPECT_THROW_MSG(dist::all_reduce(ones({2}, on(other, kFloat))), "but this rank's NCCL communicator is on");
 }
 
+TEST(CudaProcessGroup, DetailNamesARankWhoseTensorIsOnAnotherDevice) {
+  STRATA_REQUIRE_CUDA();
+  if (world() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const dist::DebugLevel was = dist::get_debug_level();
+  dist::set_debug_level(dist::DebugLevel::DETAIL);
+  // Rank 0's tensor takes WORLD's CPU backend, the others' its CUDA one: without the check they would never meet.
+  Tensor t = ones({2}, on(rank() == 0 ? Device(kCPU) : gpu(), kFloat));
+  EXPECT_THROW_MSG(dist::all_reduce(t),
+                   ": ranks disagree on device (STRATA_DISTRIBUTED_DEBUG=DETAIL): rank 0 called "
+                   "all_reduce(Float [2], SUM); ");
+  EXPECT_THROW_MSG(dist::all_reduce(t), " called all_reduce(Float [2] on cuda, SUM)");
+  dist::set_debug_level(was);
+}
+
 // ---- every collective against the CPU ----
 
 TEST(CudaCollectives, AllReduceEveryOpAndDtype) {

@@ -121,6 +121,49 @@ TEST_F(Detail, SkippedCallIsACallNumberMismatch) {
   destroy_process_group(all);
 }
 
+// Note [agreed refusals]: a call that one rank refuses before it runs fails every rank, and the ranks stay in step.
+TEST_F(Detail, ACallOneRankRefusesFailsEveryRank) {
+  NEEDS_RANKS(2);
+  const bool refuses = get_rank() == 1;
+  Tensor t = ones({2});
+  tensor_list list(refuses ? 1 : get_world_size(), zeros({2}));
+  const uint64_t call = get_world_group()->sequence_number() + 1;
+  const std::string own = "all_gather: tensor_list has 1 tensors but WORLD has " + std::to_string(get_world_size());
+  EXPECT_THROW_MSG(all_gather(list, t), refuses ? own
+                                                : "all_gather #" + std::to_string(call) +
+                                                      " on WORLD: rank 1 refused the call, so no rank runs it" +
+                                                      " (STRATA_DISTRIBUTED_DEBUG=DETAIL); rank 1's error: " + own);
+  // Every rank counted the call: the next one agrees.
+  all_reduce(t);
+  EXPECT_VALUES(t, {double(get_world_size()), double(get_world_size())});
+  EXPECT_EQ(get_world_group()->sequence_number(), call + 1);
+}
+
+TEST_F(Detail, RefusalsOfSeveralRanksNameThemAll) {
+  NEEDS_RANKS(3);
+  const int dst = get_rank() == 0 ? 0 : get_world_size();  // ranks 1.. name a destination outside the world
+  const std::string own = "reduce: dst " + std::to_string(get_world_size()) + " is not a member of WORLD";
+  Tensor t = ones({2});
+  EXPECT_THROW_MSG(reduce(t, dst), get_rank() == 0 ? ": " + ranks_from(1) +
+                                                         " refused the call, so no rank runs it"
+                                                         " (STRATA_DISTRIBUTED_DEBUG=DETAIL); rank 1's error: " +
+                                                         own
+                                                   : own);
+  barrier();
+}
+
+TEST_F(Detail, ARefusalWhileTheSwitchIsOffWaitsForNoOne) {
+  NEEDS_RANKS(2);
+  all_gather_comm_off(true);
+  tensor_list list(get_rank() == 1 ? 1 : get_world_size(), zeros({2}));
+  if (get_rank() == 1)
+    EXPECT_THROW_MSG(all_gather(list, ones({2})), "all_gather: tensor_list has 1 tensors");
+  else
+    all_gather(list, ones({2}));  // off: no rank communicates, so no rank waits for rank 1
+  all_gather_comm_off(false);
+  barrier();
+}
+
 TEST_F(Detail, SubgroupMismatchNamesGlobalRanks) {
   NEEDS_RANKS(2);
   Group pair = new_group({1, 0});
