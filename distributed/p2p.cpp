@@ -79,21 +79,35 @@ std::vector<std::shared_ptr<Work>> batch_isend_irecv(const std::vector<P2POp>& o
   // All checked before any is posted: a bad op must not leave the earlier ones in flight. The ops of each
   // backend involved form one batch (an NCCL group call), so that pairwise exchanges cannot deadlock.
   std::vector<Backend*> batches;
+  std::vector<std::vector<int>> peers;  // of each batch, in group ranks
+  ProcessGroup* first_group = nullptr;
   for (size_t i = 0; i < ops.size(); ++i) {
     const P2POp& o = ops[i];
     STRATA_CHECK(o.op == P2POp::kSend || o.op == P2POp::kRecv, "batch_isend_irecv: ops[", i, "].op is ", int(o.op),
                  ", neither kSend nor kRecv");
     check_tag(o.tag, "batch_isend_irecv");
-    ProcessGroup* g = check_p2p_args("batch_isend_irecv", o.op == P2POp::kSend, o.tensor, o.peer, o.group).first;
+    const auto [g, peer] = check_p2p_args("batch_isend_irecv", o.op == P2POp::kSend, o.tensor, o.peer, o.group);
     Backend* b = &g->backend(o.tensor.device(), "batch_isend_irecv");
-    if (std::find(batches.begin(), batches.end(), b) == batches.end()) batches.push_back(b);
+    if (!first_group) first_group = g;
+    const size_t at = std::find(batches.begin(), batches.end(), b) - batches.begin();
+    if (at == batches.size()) {
+      batches.push_back(b);
+      peers.emplace_back();
+    }
+    peers[at].push_back(peer);
   }
   std::vector<std::shared_ptr<Work>> works;
   works.reserve(ops.size());
   std::exception_ptr error;  // the first one; every opened batch is closed anyway
   size_t opened = 0;
   try {
-    for (; opened < batches.size(); ++opened) batches[opened]->start_batch();
+    {
+      // Opening a batch may make communicators with its peers (Note [lazy communicators]), which waits for them.
+      OpRecord rec = make_record("batch_isend_irecv", *first_group, ops[0].tensor, 0, /*counted=*/false);
+      rec.peer = peers[0][0];
+      BlockingScope scope(rec);
+      for (; opened < batches.size(); ++opened) batches[opened]->start_batch(peers[opened]);
+    }
     for (const P2POp& o : ops) {
       works.push_back(o.op == P2POp::kSend ? isend(o.tensor, o.peer, o.group, o.tag)
                                            : irecv(o.tensor, o.peer, o.group, o.tag));

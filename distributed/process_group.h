@@ -33,6 +33,9 @@ class Work {
   /// Blocks until the op has finished and its outputs hold the result; throws the op's error.
   /// On a backend with streams (NCCL) the caller's current stream waits instead of the host.
   virtual void wait() = 0;
+  /// True when the op may still run on a device after wait() returned (NCCL). The watchdog then polls
+  /// is_completed() from its own thread until it is done, which such a Work must allow.
+  virtual bool completes_on_device() const { return false; }
 };
 
 /// A Work that is already complete (what sync calls return).
@@ -80,9 +83,10 @@ class Backend {
   /// The backend of a subgroup (MPI_Comm_split, ncclCommSplit): every rank of this group calls it with
   /// its index in the new group, or -1 outside it (then it returns null).
   virtual std::unique_ptr<Backend> split(int index) = 0;
-  /// Opens a batch of async sends and receives that start together at end_batch() (an NCCL group call, so
-  /// that pairwise exchanges cannot deadlock); batches nest. MPI posts each op at once and ignores it.
-  virtual void start_batch() {}
+  /// Opens a batch of async sends and receives with group ranks `peers` that start together at end_batch() (an
+  /// NCCL group call, so that pairwise exchanges cannot deadlock); batches nest. MPI posts each op at once and
+  /// ignores it.
+  virtual void start_batch(const std::vector<int>& /*peers*/) {}
   /// Closes the batch start_batch() opened.
   virtual void end_batch() {}
 };

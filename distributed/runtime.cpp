@@ -221,7 +221,7 @@ void init() {
   for (int i = 0; i < size; ++i) ranks[i] = i;
   Backends backends;
   backends[static_cast<size_t>(kCPU)] = mpi::make_backend(comm);
-  backends[static_cast<size_t>(kCUDA)] = detail::make_cuda_backend(*backends[static_cast<size_t>(kCPU)], rank, size);
+  backends[static_cast<size_t>(kCUDA)] = detail::make_cuda_backend(*backends[static_cast<size_t>(kCPU)], rank);
   rt.world = std::make_shared<ProcessGroup>(0, std::move(ranks), rank, std::move(backends));
   rt.threads = choose_threads();
   {

@@ -82,7 +82,7 @@ ThreadSlots& this_thread_slots() {
   return *mine;
 }
 
-// One open BlockingScope as the watchdog sees it.
+// One open BlockingScope as the watchdog sees it, or a device op (thread null, ordinal its number).
 struct OpenOp {
   const ThreadSlots* thread;
   uint64_t ordinal;
@@ -91,6 +91,32 @@ struct OpenOp {
   uint64_t seq;
   int peer;
 };
+
+// Note [device ops]: an NCCL op returns before it finishes on the GPU, so a rank that never arrives leaves
+// no BlockingScope open on the others: their hosts go on until they next read a result. The front end hands
+// such ops to the watchdog (watch_device_op), which polls each one's Work and counts the op as open from its
+// post until it completes: the timeout, the questions and the answers then treat it as a blocked op.
+struct DeviceOp {
+  OpenOp op;
+  Clock::time_point posted;
+  std::shared_ptr<Work> work;
+};
+struct DeviceOps {
+  std::atomic<bool> watching{false};  // while the watchdog runs
+  std::mutex mutex;
+  std::vector<DeviceOp> pending;
+  uint64_t posted = 0;
+};
+DeviceOps device_ops;
+
+// The device ops still running, with their post times; drops the finished ones.
+std::vector<DeviceOp> running_device_ops() {
+  std::vector<DeviceOp> running;
+  std::lock_guard lock(device_ops.mutex);
+  std::erase_if(device_ops.pending, [](const DeviceOp& d) { return d.work->is_completed(); });
+  for (const DeviceOp& d : device_ops.pending) running.push_back({d.op, d.posted, nullptr});
+  return running;
+}
 
 // The open ops of every thread, outermost first.
 std::vector<OpenOp> open_ops() {
@@ -133,6 +159,7 @@ std::string describe_op(const OpenOp& o) {
     os << g->describe();
   else
     os << "group " << o.group;
+  if (!o.thread) os << " (running on the device)";
   return os.str();
 }
 
@@ -226,6 +253,7 @@ class Watchdog {
                                [&](const Timed& t) { return t.op.thread == o.thread && t.op.ordinal == o.ordinal; });
       timed.push_back({o, seen == timed_.end() ? now : seen->since});
     }
+    for (const DeviceOp& d : running_device_ops()) timed.push_back({d.op, d.posted});
     timed_ = std::move(timed);
   }
 
@@ -436,9 +464,23 @@ void start_watchdog() {
   STRATA_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "start_watchdog: MPI_Comm_dup");
   STRATA_MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "start_watchdog: MPI_Comm_set_errhandler");
   watchdog = std::make_unique<Watchdog>(comm, comm_timeout());
+  device_ops.watching = true;
 }
 
-void stop_watchdog() { watchdog.reset(); }
+void stop_watchdog() {
+  device_ops.watching = false;
+  watchdog.reset();
+  std::lock_guard lock(device_ops.mutex);
+  device_ops.pending.clear();
+}
+
+void watch_device_op(const OpRecord& record, std::shared_ptr<Work> work) {
+  if (!device_ops.watching.load(std::memory_order_relaxed)) return;
+  const Clock::time_point now = Clock::now();
+  std::lock_guard lock(device_ops.mutex);
+  const OpenOp op{nullptr, ++device_ops.posted, record.op, record.group->id(), record.seq, record.peer};
+  device_ops.pending.push_back({op, now, std::move(work)});
+}
 
 BlockingScope::BlockingScope(const OpRecord& record) {
   ThreadSlots& t = this_thread_slots();

@@ -88,7 +88,8 @@ std::shared_ptr<Work> run(OpRecord& record, const Group& group, bool async_op, P
   if (!async_op) {
     try {
       BlockingScope scope(record);
-      post(false);
+      std::shared_ptr<Work> done = post(false);
+      if (done->completes_on_device()) watch_device_op(record, std::move(done));
     } catch (...) {
       flight_done(flight_id, false);
       throw;
@@ -100,7 +101,9 @@ std::shared_ptr<Work> run(OpRecord& record, const Group& group, bool async_op, P
   }
   std::shared_ptr<Work> inner;
   try {
+    BlockingScope scope(record);  // posting may make a communicator first (Note [lazy communicators])
     inner = post(true);
+    if (inner->completes_on_device()) watch_device_op(record, inner);
   } catch (...) {
     flight_done(flight_id, false);
     throw;

@@ -101,6 +101,9 @@ std::shared_ptr<Work> check_p2p(const OpRecord& record, bool is_send, int tag, s
 void start_watchdog();
 /// Stops it (finalize).
 void stop_watchdog();
+/// Hands the watchdog an op whose Work completes_on_device(): until it completes, the op counts as blocked
+/// since now (Note [device ops]).
+void watch_device_op(const OpRecord& record, std::shared_ptr<Work> work);
 /// Marks this thread as blocked in `record`'s op from construction to destruction. When the timeout
 /// passes first, the watchdog asks the other ranks where they are, prints which ones never arrived,
 /// and ends the job with exit status 1 (mpirun then stops every rank).

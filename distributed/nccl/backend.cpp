@@ -1,8 +1,9 @@
-// The NCCL backend: CUDA tensors over an NCCL communicator, one GPU per rank, as c10d's
-// ProcessGroupNCCL. WORLD's communicator is made in init() (rank 0's unique id travels through
-// the MPI backend), a subgroup's in new_group() by ncclCommSplit. Gather, scatter and all_to_all
-// are sends and receives inside one NCCL group call. NCCL has no tags: sends and receives between
-// two ranks match in the order they are posted.
+// The NCCL backend: CUDA tensors over NCCL communicators, one GPU per rank, as c10d's
+// ProcessGroupNCCL. A group's communicators are made on first use (Note [lazy communicators] in
+// detail/lazy_comms.h; the unique ids travel on a private MPI communicator): the group's for
+// collectives, one per peer for sends and receives. Gather, scatter and all_to_all are sends and
+// receives on the group's communicator inside one NCCL group call. NCCL has no tags: sends and
+// receives between two ranks match in the order they are posted.
 //
 // Note [NCCL streams]: each communicator has a communication stream of its own, next to the
 // compute stream of Note [CUDA streams] (tensor/cuda/cuda_kernels.h). Before an op the
@@ -16,7 +17,7 @@
 
 #include <nccl.h>
 
-// ncclCommSplit and NCCL_SPLIT_NOCOLOR arrived in 2.18 (ncclAvg, ncclBfloat16 and ncclGetLastError earlier).
+// The oldest NCCL strata is built with (ncclAvg, ncclBfloat16 and ncclGetLastError arrived earlier).
 #if NCCL_VERSION_CODE < NCCL_VERSION(2, 18, 0)
 #error "strata's NCCL backend needs NCCL 2.18 or newer"
 #endif
@@ -26,12 +27,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <exception>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "strata/distributed/detail/cuda_backend.h"
+#include "strata/distributed/detail/lazy_comms.h"
 #include "strata/distributed/mpi/mpi.h"
 #include "strata/tensor/creation.h"
 #include "strata/tensor/cuda.h"
@@ -110,36 +113,45 @@ struct Comm {
   std::atomic<bool> failed{false};  // set by whichever thread first sees an error
 };
 
-// Note [NCCL batches]: between start_batch() and end_batch() NCCL only collects the calls (a group
-// call), so an op's end event can be recorded only once the outermost ncclGroupEnd has enqueued
-// them. Batches are per thread, as NCCL's groups are.
+// Note [NCCL batches]: the ops between the outermost start_batch() and its end_batch(), on any NCCL
+// backend, form one NCCL group call. start_batch() makes the pair communicators its batch lacks
+// (Note [lazy communicators]); a communicator made inside a group call would only be ready at its end, so
+// the group opens at the batch's first op, after every backend's start_batch(). NCCL only collects the
+// calls until the group closes, so an op's end event can be recorded only then. Batches are per thread, as
+// NCCL's groups are.
 struct PendingEnd {
   std::shared_ptr<Comm> comm;
   std::shared_ptr<Event> end;
 };
 thread_local int batch_depth = 0;
+thread_local bool group_open = false;
 thread_local std::vector<PendingEnd> batch_pending;
 
+// The watchdog polls is_completed() from its thread (Note [device ops]), hence the mutex.
 class NcclWork final : public Work {
  public:
   NcclWork(std::shared_ptr<Comm> comm, std::shared_ptr<Event> end, std::vector<Tensor> keep, bool host_waits)
       : comm_(std::move(comm)), end_(std::move(end)), keep_(std::move(keep)), host_waits_(host_waits) {}
 
   ~NcclWork() override {
-    if (waited_) return;
+    if (waited_ || completed_) return;
     try {  // Note [NCCL streams]: the tensors' memory is free for reuse only after the op
       cudaStreamWaitEvent(cuda::current_stream(comm_->device), end_->event, 0);
     } catch (...) {
     }
   }
 
+  bool completes_on_device() const override { return true; }
+
   bool is_completed() override {
-    if (error_) return true;
+    std::lock_guard lock(mutex_);
+    if (error_ || completed_) return true;
     try {
       comm_->check_async_error();
       const cudaError_t code = cudaEventQuery(end_->event);
       if (code == cudaErrorNotReady) return false;
       STRATA_CUDA_CHECK(code);
+      completed_ = true;
     } catch (...) {
       error_ = std::current_exception();
     }
@@ -147,6 +159,7 @@ class NcclWork final : public Work {
   }
 
   void wait() override {
+    std::lock_guard lock(mutex_);
     if (!waited_ && !error_) {
       try {
         comm_->check_async_error();
@@ -165,7 +178,9 @@ class NcclWork final : public Work {
   std::shared_ptr<Event> end_;
   std::vector<Tensor> keep_;
   bool host_waits_;  // barrier: the host itself waits
+  std::mutex mutex_;
   bool waited_ = false;
+  bool completed_ = false;  // finished on the device, so no stream needs to wait for it
   std::exception_ptr error_;
 };
 
@@ -230,9 +245,30 @@ void grouped(Calls&& calls) {
 
 char* bytes_of(const Tensor& t) { return static_cast<char*>(t.data_ptr()); }
 
+using Comms = detail::LazyComms<Comm, ncclUniqueId>;
+
+// The communicators of a group whose private CPU backend is `host`, on GPU `device`.
+std::unique_ptr<Comms> make_comms(std::unique_ptr<Backend> host, int rank, int device) {
+  auto make_id = [] {
+    ncclUniqueId id{};
+    STRATA_NCCL_CHECK(ncclGetUniqueId(&id));
+    return id;
+  };
+  auto make_comm = [device](const ncclUniqueId& id, int nranks, int rank) {
+    ncclComm_t comm = nullptr;
+    {
+      cuda::DeviceGuard guard(device);
+      STRATA_NCCL_CHECK(ncclCommInitRank(&comm, nranks, id, rank));
+    }
+    return std::make_shared<Comm>(comm, device);
+  };
+  return std::make_unique<Comms>(std::move(host), rank, make_id, make_comm);
+}
+
 class NcclBackend final : public Backend {
  public:
-  explicit NcclBackend(std::shared_ptr<Comm> comm) : comm_(std::move(comm)), ready_(make_ready(comm_->device)) {}
+  NcclBackend(std::unique_ptr<Comms> comms, int device)
+      : comms_(std::move(comms)), device_(device), ready_(make_ready(device)) {}
 
   const char* name() const override { return "nccl"; }
   DeviceType device_type() const override { return kCUDA; }
@@ -245,7 +281,7 @@ class NcclBackend final : public Backend {
   std::shared_ptr<Work> all_reduce(const Tensor& t, ReduceOp op, bool async_op) override {
     check_device(t, "all_reduce");
     if (t.numel() == 0) return completed_work();
-    return run(async_op, {t}, [&](ncclComm_t c, cudaStream_t s) {
+    return run(comms_->group(), async_op, {t}, [&](ncclComm_t c, cudaStream_t s) {
       STRATA_NCCL_CHECK(
           ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), datatype(t.dtype()), reduce_op(op, t.dtype()), c, s));
     });
@@ -255,8 +291,8 @@ class NcclBackend final : public Backend {
     check_device(t, "reduce");
     if (t.numel() == 0) return completed_work();
     // Off the root the result buffer may be null, so NCCL leaves those tensors as they were.
-    void* result = comm_->rank == root ? t.data_ptr() : nullptr;
-    return run(async_op, {t}, [&](ncclComm_t c, cudaStream_t s) {
+    void* result = comms_->rank() == root ? t.data_ptr() : nullptr;
+    return run(comms_->group(), async_op, {t}, [&](ncclComm_t c, cudaStream_t s) {
       STRATA_NCCL_CHECK(
           ncclReduce(t.data_ptr(), result, t.numel(), datatype(t.dtype()), reduce_op(op, t.dtype()), root, c, s));
     });
@@ -265,7 +301,7 @@ class NcclBackend final : public Backend {
   std::shared_ptr<Work> broadcast(const Tensor& t, int root, bool async_op) override {
     check_device(t, "broadcast");
     if (t.numel() == 0) return completed_work();
-    return run(async_op, {t}, [&](ncclComm_t c, cudaStream_t s) {
+    return run(comms_->group(), async_op, {t}, [&](ncclComm_t c, cudaStream_t s) {
       STRATA_NCCL_CHECK(ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), datatype(t.dtype()), root, c, s));
     });
   }
@@ -274,7 +310,7 @@ class NcclBackend final : public Backend {
     check_device(out, "all_gather");
     check_device(in, "all_gather");
     if (in.numel() == 0) return completed_work();
-    return run(async_op, {out, in}, [&](ncclComm_t c, cudaStream_t s) {
+    return run(comms_->group(), async_op, {out, in}, [&](ncclComm_t c, cudaStream_t s) {
       STRATA_NCCL_CHECK(ncclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), datatype(in.dtype()), c, s));
     });
   }
@@ -283,7 +319,7 @@ class NcclBackend final : public Backend {
     check_device(out, "reduce_scatter");
     check_device(in, "reduce_scatter");
     if (out.numel() == 0) return completed_work();
-    return run(async_op, {out, in}, [&](ncclComm_t c, cudaStream_t s) {
+    return run(comms_->group(), async_op, {out, in}, [&](ncclComm_t c, cudaStream_t s) {
       STRATA_NCCL_CHECK(ncclReduceScatter(in.data_ptr(), out.data_ptr(), out.numel(), datatype(in.dtype()),
                                           reduce_op(op, in.dtype()), c, s));
     });
@@ -293,19 +329,20 @@ class NcclBackend final : public Backend {
     check_device(out, "gather");
     check_device(in, "gather");
     if (in.numel() == 0) return completed_work();
-    return run(async_op, {out, in}, [&](ncclComm_t c, cudaStream_t s) {
+    const std::shared_ptr<Comm> comm = comms_->group();
+    return run(comm, async_op, {out, in}, [&](ncclComm_t c, cudaStream_t s) {
       const size_t n = in.numel(), bytes = in.nbytes();
       const ncclDataType_t dt = datatype(in.dtype());
-      if (comm_->rank == root) {
+      if (comms_->rank() == root) {
         STRATA_CUDA_CHECK(
             cudaMemcpyAsync(bytes_of(out) + root * bytes, in.data_ptr(), bytes, cudaMemcpyDeviceToDevice, s));
       }
       grouped([&] {
-        if (comm_->rank != root) {
+        if (comms_->rank() != root) {
           STRATA_NCCL_CHECK(ncclSend(in.data_ptr(), n, dt, root, c, s));
           return;
         }
-        for (int p = 0; p < comm_->size; ++p)
+        for (int p = 0; p < comm->size; ++p)
           if (p != root) STRATA_NCCL_CHECK(ncclRecv(bytes_of(out) + p * bytes, n, dt, p, c, s));
       });
     });
@@ -315,19 +352,20 @@ class NcclBackend final : public Backend {
     check_device(out, "scatter");
     check_device(in, "scatter");
     if (out.numel() == 0) return completed_work();
-    return run(async_op, {out, in}, [&](ncclComm_t c, cudaStream_t s) {
+    const std::shared_ptr<Comm> comm = comms_->group();
+    return run(comm, async_op, {out, in}, [&](ncclComm_t c, cudaStream_t s) {
       const size_t n = out.numel(), bytes = out.nbytes();
       const ncclDataType_t dt = datatype(out.dtype());
-      if (comm_->rank == root) {
+      if (comms_->rank() == root) {
         STRATA_CUDA_CHECK(
             cudaMemcpyAsync(out.data_ptr(), bytes_of(in) + root * bytes, bytes, cudaMemcpyDeviceToDevice, s));
       }
       grouped([&] {
-        if (comm_->rank != root) {
+        if (comms_->rank() != root) {
           STRATA_NCCL_CHECK(ncclRecv(out.data_ptr(), n, dt, root, c, s));
           return;
         }
-        for (int p = 0; p < comm_->size; ++p)
+        for (int p = 0; p < comm->size; ++p)
           if (p != root) STRATA_NCCL_CHECK(ncclSend(bytes_of(in) + p * bytes, n, dt, p, c, s));
       });
     });
@@ -337,25 +375,26 @@ class NcclBackend final : public Backend {
                                    const std::vector<int64_t>& in_counts, bool async_op) override {
     check_device(out, "all_to_all");
     check_device(in, "all_to_all");
-    const int me = comm_->rank;
+    const int me = comms_->rank();
     STRATA_CHECK(in_counts[me] == out_counts[me], "all_to_all: this rank sends itself ", in_counts[me],
                  " elements but expects ", out_counts[me], " from itself");
-    return run(async_op, {out, in}, [&](ncclComm_t c, cudaStream_t s) {
+    const std::shared_ptr<Comm> comm = comms_->group();
+    return run(comm, async_op, {out, in}, [&](ncclComm_t c, cudaStream_t s) {
       const ncclDataType_t dt = datatype(in.dtype());
-      const int64_t size = in.element_size();
+      const int64_t element = in.element_size();
       int64_t send_at = 0, recv_at = 0;
-      std::vector<int64_t> send_offsets(comm_->size), recv_offsets(comm_->size);
-      for (int p = 0; p < comm_->size; ++p) {
+      std::vector<int64_t> send_offsets(comm->size), recv_offsets(comm->size);
+      for (int p = 0; p < comm->size; ++p) {
         send_offsets[p] = send_at;
         recv_offsets[p] = recv_at;
-        send_at += in_counts[p] * size;
-        recv_at += out_counts[p] * size;
+        send_at += in_counts[p] * element;
+        recv_at += out_counts[p] * element;
       }
       if (in_counts[me] > 0)
         STRATA_CUDA_CHECK(cudaMemcpyAsync(bytes_of(out) + recv_offsets[me], bytes_of(in) + send_offsets[me],
-                                          in_counts[me] * size, cudaMemcpyDeviceToDevice, s));
+                                          in_counts[me] * element, cudaMemcpyDeviceToDevice, s));
       grouped([&] {
-        for (int p = 0; p < comm_->size; ++p) {
+        for (int p = 0; p < comm->size; ++p) {
           if (p == me) continue;
           if (in_counts[p] > 0) STRATA_NCCL_CHECK(ncclSend(bytes_of(in) + send_offsets[p], in_counts[p], dt, p, c, s));
           if (out_counts[p] > 0)
@@ -365,20 +404,23 @@ class NcclBackend final : public Backend {
     });
   }
 
-  // NCCL has no tags (the tag is ignored): messages between two ranks match in posting order.
+  // On the communicator of the pair, where the lower rank is 0. NCCL has no tags (the tag is ignored): messages
+  // between two ranks match in posting order.
   std::shared_ptr<Work> send(const Tensor& t, int dst, int, bool async_op) override {
     check_device(t, "send");
     if (t.numel() == 0) return completed_work();
-    return run(async_op, {t}, [&](ncclComm_t c, cudaStream_t s) {
-      STRATA_NCCL_CHECK(ncclSend(t.data_ptr(), t.numel(), datatype(t.dtype()), dst, c, s));
+    const int peer = comms_->rank() < dst ? 1 : 0;
+    return run(comms_->pair(dst), async_op, {t}, [&](ncclComm_t c, cudaStream_t s) {
+      STRATA_NCCL_CHECK(ncclSend(t.data_ptr(), t.numel(), datatype(t.dtype()), peer, c, s));
     });
   }
 
   std::shared_ptr<Work> recv(const Tensor& t, int src, int, bool async_op) override {
     check_device(t, "recv");
     if (t.numel() == 0) return completed_work();
-    return run(async_op, {t}, [&](ncclComm_t c, cudaStream_t s) {
-      STRATA_NCCL_CHECK(ncclRecv(t.data_ptr(), t.numel(), datatype(t.dtype()), src, c, s));
+    const int peer = comms_->rank() < src ? 1 : 0;
+    return run(comms_->pair(src), async_op, {t}, [&](ncclComm_t c, cudaStream_t s) {
+      STRATA_NCCL_CHECK(ncclRecv(t.data_ptr(), t.numel(), datatype(t.dtype()), peer, c, s));
     });
   }
 
@@ -386,40 +428,36 @@ class NcclBackend final : public Backend {
   std::shared_ptr<Work> barrier(bool async_op) override {
     Tensor token = zeros({1}, TensorOptions(kFloat).device(device()));
     return run(
-        async_op, {token},
+        comms_->group(), async_op, {token},
         [&](ncclComm_t c, cudaStream_t s) {
           STRATA_NCCL_CHECK(ncclAllReduce(token.data_ptr(), token.data_ptr(), 1, ncclFloat32, ncclSum, c, s));
         },
         /*host_waits=*/true);
   }
 
+  // Makes no communicator: the subgroup makes its own on first use.
   std::unique_ptr<Backend> split(int index) override {
-    ncclComm_t sub = nullptr;
-    {
-      cuda::DeviceGuard guard(comm_->device);
-      STRATA_NCCL_CHECK(ncclCommSplit(comm_->comm, index >= 0 ? 0 : NCCL_SPLIT_NOCOLOR, index, &sub, nullptr));
-    }
-    if (index < 0 || !sub) return nullptr;
-    return std::make_unique<NcclBackend>(std::make_shared<Comm>(sub, comm_->device));
+    std::unique_ptr<Comms> sub = comms_->split(index);
+    return sub ? std::make_unique<NcclBackend>(std::move(sub), device_) : nullptr;
   }
 
-  void start_batch() override {
-    STRATA_NCCL_CHECK(ncclGroupStart());
+  void start_batch(const std::vector<int>& peers) override {
+    STRATA_INTERNAL_ASSERT(!group_open);  // Note [NCCL batches]: every batch opens before the first op
+    comms_->make_pairs(peers);
     ++batch_depth;
   }
 
   void end_batch() override {
-    --batch_depth;
+    if (--batch_depth > 0 || !group_open) return;
+    group_open = false;
     const ncclResult_t code = ncclGroupEnd();
-    if (batch_depth == 0) {
-      // Note [NCCL batches]: the calls are enqueued now, so their end events can be recorded.
-      std::vector<PendingEnd> pending = std::move(batch_pending);
-      batch_pending.clear();
-      if (code == ncclSuccess) {
-        for (const PendingEnd& p : pending) {
-          cuda::DeviceGuard guard(p.comm->device);
-          STRATA_CUDA_CHECK(cudaEventRecord(p.end->event, p.comm->stream));
-        }
+    // Note [NCCL batches]: the calls are enqueued now, so their end events can be recorded.
+    std::vector<PendingEnd> pending = std::move(batch_pending);
+    batch_pending.clear();
+    if (code == ncclSuccess) {
+      for (const PendingEnd& p : pending) {
+        cuda::DeviceGuard guard(p.comm->device);
+        STRATA_CUDA_CHECK(cudaEventRecord(p.end->event, p.comm->stream));
       }
     }
     STRATA_NCCL_CHECK(code);
@@ -431,7 +469,7 @@ class NcclBackend final : public Backend {
     return std::make_unique<Event>();
   }
 
-  Device device() const { return Device(kCUDA, static_cast<int8_t>(comm_->device)); }
+  Device device() const { return Device(kCUDA, static_cast<int8_t>(device_)); }
 
   void check_device(const Tensor& t, const char* op) const {
     if (t.defined()) check_device(t.device(), op);
@@ -440,64 +478,41 @@ class NcclBackend final : public Backend {
   // Orders `launch` (the NCCL calls, on the communication stream) after the compute stream's queued work and
   // returns its Work (Note [NCCL streams]); a sync op's compute stream already waits for it.
   template <class Launch>
-  std::shared_ptr<Work> run(bool async_op, std::vector<Tensor> keep, Launch&& launch, bool host_waits = false) {
+  std::shared_ptr<Work> run(const std::shared_ptr<Comm>& comm, bool async_op, std::vector<Tensor> keep, Launch&& launch,
+                            bool host_waits = false) {
     STRATA_INTERNAL_ASSERT(async_op || batch_depth == 0);  // batches hold async sends and receives only
-    cuda::DeviceGuard guard(comm_->device);
-    STRATA_CUDA_CHECK(cudaEventRecord(ready_->event, cuda::current_stream(comm_->device)));
-    STRATA_CUDA_CHECK(cudaStreamWaitEvent(comm_->stream, ready_->event, 0));
+    if (batch_depth > 0 && !group_open) {
+      STRATA_NCCL_CHECK(ncclGroupStart());
+      group_open = true;
+    }
+    cuda::DeviceGuard guard(device_);
+    STRATA_CUDA_CHECK(cudaEventRecord(ready_->event, cuda::current_stream(device_)));
+    STRATA_CUDA_CHECK(cudaStreamWaitEvent(comm->stream, ready_->event, 0));
     auto end = std::make_shared<Event>();
     try {
-      launch(comm_->comm, comm_->stream);
+      launch(comm->comm, comm->stream);
     } catch (...) {
       // What was queued before the failure may still use the tensors: the compute stream waits for it
       // before their memory can be reused.
-      if (batch_depth == 0 && cudaEventRecord(end->event, comm_->stream) == cudaSuccess)
-        cudaStreamWaitEvent(cuda::current_stream(comm_->device), end->event, 0);
+      if (batch_depth == 0 && cudaEventRecord(end->event, comm->stream) == cudaSuccess)
+        cudaStreamWaitEvent(cuda::current_stream(device_), end->event, 0);
       throw;
     }
     if (batch_depth > 0)
-      batch_pending.push_back({comm_, end});
+      batch_pending.push_back({comm, end});
     else
-      STRATA_CUDA_CHECK(cudaEventRecord(end->event, comm_->stream));
-    auto work = std::make_shared<NcclWork>(comm_, std::move(end), std::move(keep), host_waits);
-    if (async_op) return work;
-    work->wait();
-    return completed_work();
+      STRATA_CUDA_CHECK(cudaEventRecord(end->event, comm->stream));
+    auto work = std::make_shared<NcclWork>(comm, std::move(end), std::move(keep), host_waits);
+    if (!async_op) work->wait();  // returned anyway, for the watchdog (Note [device ops])
+    return work;
   }
 
-  std::shared_ptr<Comm> comm_;
+  std::unique_ptr<Comms> comms_;
+  int device_;
   // Recorded on the compute stream before each op; a stream waits on the record made before the wait
   // call, so one event serves every op.
   std::unique_ptr<Event> ready_;
 };
-
-// WORLD's communicator: rank 0's unique id reaches the others through `cpu`, then every rank joins.
-std::unique_ptr<Backend> make_world_backend(Backend& cpu, int rank, int size, int device) {
-  ncclUniqueId id{};
-  constexpr int64_t kWords = (sizeof(ncclUniqueId) + 7) / 8;
-  Tensor message = zeros({kWords + 1}, kLong);  // the id, then whether rank 0 made one
-  std::exception_ptr failed;
-  if (rank == 0) {
-    try {
-      STRATA_NCCL_CHECK(ncclGetUniqueId(&id));
-      std::memcpy(message.data_ptr(), &id, sizeof(id));
-      message.data_ptr<int64_t>()[kWords] = 1;
-    } catch (...) {
-      failed = std::current_exception();
-    }
-  }
-  cpu.broadcast(message, 0, false);  // also when rank 0 failed, so no rank is left waiting
-  if (failed) std::rethrow_exception(failed);
-  STRATA_CHECK(message.data_ptr<int64_t>()[kWords] == 1,
-               "init: rank 0 could not make NCCL's unique id (see its error)");
-  std::memcpy(&id, message.data_ptr(), sizeof(id));
-  ncclComm_t comm = nullptr;
-  {
-    cuda::DeviceGuard guard(device);
-    STRATA_NCCL_CHECK(ncclCommInitRank(&comm, size, id, rank));
-  }
-  return std::make_unique<NcclBackend>(std::make_shared<Comm>(comm, device));
-}
 
 }  // namespace
 
@@ -559,7 +574,7 @@ NodePlace node_place(int device_count) {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(Backend& cpu, int rank, int size) {
+std::unique_ptr<Backend> make_cuda_backend(Backend& cpu, int rank) {
   const Path wanted = path_from_env();
   const int gpus = cuda::device_count();
   const NodePlace place = node_place(gpus);
@@ -590,7 +605,7 @@ std::unique_ptr<Backend> make_cuda_backend(Backend& cpu, int rank, int size) {
                "on one GPU), but ranks of a node share a GPU (this node: ",
                place.local_size, " ranks, ", gpus,
                " visible GPUs); leave it unset to move CUDA tensors through MPI with host staging");
-  return nccl::make_world_backend(cpu, rank, size, device);
+  return std::make_unique<nccl::NcclBackend>(nccl::make_comms(cpu.split(rank), rank, device), device);
 }
 
 }  // namespace strata::distributed::detail

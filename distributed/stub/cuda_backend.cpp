@@ -5,6 +5,6 @@
 
 namespace strata::distributed::detail {
 
-std::unique_ptr<Backend> make_cuda_backend(Backend&, int, int) { return nullptr; }
+std::unique_ptr<Backend> make_cuda_backend(Backend&, int) { return nullptr; }
 
 }  // namespace strata::distributed::detail

@@ -7,6 +7,8 @@
 //   p2p      rank 0 waits in recv from rank 1, which sleeps
 //   diverge  rank 1 calls broadcast where the others call all_reduce (run with a short STRATA_COMM_TIMEOUT_S)
 //   backend  rank 1 alone has a bad STRATA_CUDA_BACKEND (CUDA builds): init must fail on every rank
+//   device   as timeout, but the others' all_reduce returns at once and runs "on the device", as NCCL's
+//            does: the watchdog must see it still running (Note [device ops]; run with a short timeout)
 // Every mode first completes one all_reduce, so the stuck one is the group's call #2.
 // If the job survives, every rank finishes the stuck op late and the job exits 0: the test fails.
 
@@ -21,11 +23,64 @@
 
 namespace dist = strata::distributed;
 
+namespace {
+
+// All_reduce as NCCL's behaves for the host: it returns at once, and its Work completes on the "device" (here
+// MPI's async op) once every rank took part. Nothing else is needed here.
+class DeviceLike final : public dist::Backend {
+ public:
+  using Op = std::shared_ptr<dist::Work>;
+  explicit DeviceLike(std::unique_ptr<dist::Backend> mpi) : mpi_(std::move(mpi)) {}
+  const char* name() const override { return "device-like"; }
+  strata::DeviceType device_type() const override { return strata::kCPU; }
+  Op all_reduce(const strata::Tensor& t, dist::ReduceOp op, bool) override {
+    return std::make_shared<Running>(mpi_->all_reduce(t, op, true));
+  }
+  Op reduce(const strata::Tensor&, int, dist::ReduceOp, bool) override { return unused(); }
+  Op broadcast(const strata::Tensor&, int, bool) override { return unused(); }
+  Op all_gather(const strata::Tensor&, const strata::Tensor&, bool) override { return unused(); }
+  Op reduce_scatter(const strata::Tensor&, const strata::Tensor&, dist::ReduceOp, bool) override { return unused(); }
+  Op gather(const strata::Tensor&, const strata::Tensor&, int, bool) override { return unused(); }
+  Op scatter(const strata::Tensor&, const strata::Tensor&, int, bool) override { return unused(); }
+  Op all_to_all(const strata::Tensor&, const strata::Tensor&, const std::vector<int64_t>&, const std::vector<int64_t>&,
+                bool) override {
+    return unused();
+  }
+  Op send(const strata::Tensor&, int, int, bool) override { return unused(); }
+  Op recv(const strata::Tensor&, int, int, bool) override { return unused(); }
+  Op barrier(bool) override { return unused(); }
+  std::unique_ptr<dist::Backend> split(int) override { return nullptr; }
+
+ private:
+  struct Running final : dist::Work {
+    explicit Running(Op inner) : inner(std::move(inner)) {}
+    bool is_completed() override { return inner->is_completed(); }  // MPI's Work allows any thread
+    void wait() override {}                                         // the host does not wait
+    bool completes_on_device() const override { return true; }
+    Op inner;
+  };
+  static Op unused() { throw strata::Error("fault test: only all_reduce runs on the device-like backend"); }
+  std::unique_ptr<dist::Backend> mpi_;
+};
+
+// WORLD's ranks with a DeviceLike backend for CPU tensors; its id is WORLD's, so the watchdog names it WORLD,
+// and its calls are numbered on from WORLD's.
+dist::Group device_like_world() {
+  const dist::Group& world = dist::get_world_group();
+  dist::Backends backends;
+  backends[0] = std::make_unique<DeviceLike>(world->backend(strata::kCPU, "fault test").split(world->rank()));
+  auto group = std::make_shared<dist::ProcessGroup>(0, world->ranks(), world->rank(), std::move(backends));
+  while (group->sequence_number() < world->sequence_number()) group->next_sequence_number();
+  return group;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode != "kill" && mode != "throw" && mode != "timeout" && mode != "p2p" && mode != "diverge" &&
-      mode != "backend") {
-    std::fprintf(stderr, "usage: %s kill|throw|timeout|p2p|diverge|backend\n", argv[0]);
+      mode != "backend" && mode != "device") {
+    std::fprintf(stderr, "usage: %s kill|throw|timeout|p2p|diverge|backend|device\n", argv[0]);
     return 2;
   }
   // mpirun tells each process its rank before init() does.
@@ -35,6 +90,7 @@ int main(int argc, char** argv) {
   const int rank = dist::get_rank();
   strata::Tensor t = strata::ones({4});
   dist::all_reduce(t);
+  const dist::Group device_like = mode == "device" ? device_like_world() : nullptr;
   // Long enough for the others to be blocked, far shorter than the test's bound.
   const auto late = std::chrono::milliseconds(mode == "kill" || mode == "throw" ? 500 : 30'000);
   if (rank == 1 && mode != "diverge") {
@@ -48,6 +104,9 @@ int main(int argc, char** argv) {
   } else if (mode == "diverge" && rank == 1) {
     dist::broadcast(t, 1);
     std::this_thread::sleep_for(late);  // the others wait for an all_reduce that never comes
+  } else if (mode == "device") {
+    dist::all_reduce(t, dist::ReduceOp::SUM, device_like);
+    std::this_thread::sleep_for(late);  // the host goes on with other work meanwhile
   } else {
     dist::all_reduce(t);
   }
