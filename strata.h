@@ -57,3 +57,4 @@
 #include "strata/tensor/kernels.h"
 #include "strata/tensor/promotion.h"
 #include "strata/tensor/tensor.h"
+#include "strata/version.h"

@@ -17,6 +17,7 @@
 
 #include "strata/tensor/tensor.h"
 
+/// Reverse-mode automatic differentiation: the graph, the backward engine, custom Functions, gradcheck, checkpoint.
 namespace strata::autograd {
 
 struct Node;
@@ -31,8 +32,8 @@ class DeferredWeightGrad {
  public:
   DeferredWeightGrad();
   ~DeferredWeightGrad();
-  DeferredWeightGrad(DeferredWeightGrad&&) noexcept;
-  DeferredWeightGrad& operator=(DeferredWeightGrad&&) noexcept;
+  DeferredWeightGrad(DeferredWeightGrad&&) noexcept;             ///< takes over the work left
+  DeferredWeightGrad& operator=(DeferredWeightGrad&&) noexcept;  ///< takes over the work left
   /// Computes and accumulates the gradients left, running their hooks (post-accumulate hooks fire here);
   /// once. Dropping the object without run() computes none of them.
   void run();

@@ -148,10 +148,10 @@ struct CppNode final : Node {
     ctx.saved_.clear();
     ctx.released_ = true;
   }
-  AutogradContext ctx;
-  std::vector<bool> is_variable_input;                        // per flattened forward argument
-  std::vector<std::pair<DimVector, ScalarType>> output_info;  // to materialize missing grads
-  std::vector<DimVector> input_sizes;                         // per tensor input, to check returned grads
+  AutogradContext ctx;                                        ///< what forward saved for backward
+  std::vector<bool> is_variable_input;                        ///< per flattened forward argument: a tensor?
+  std::vector<std::pair<DimVector, ScalarType>> output_info;  ///< per output, to materialize missing grads
+  std::vector<DimVector> input_sizes;                         ///< per tensor input, to check returned grads
 };
 
 /// CRTP base of a custom differentiable function: define static forward(ctx, args...) and backward(ctx, grads).

@@ -19,6 +19,7 @@ struct GradMode {
 /// Sets grad mode for a scope and restores the previous value on exit.
 class AutoGradMode {
  public:
+  /// Sets grad mode to `enabled` until the destructor restores the previous mode.
   explicit AutoGradMode(bool enabled) : prev_(GradMode::is_enabled()) { GradMode::set_enabled(enabled); }
   ~AutoGradMode() { GradMode::set_enabled(prev_); }
   AutoGradMode(const AutoGradMode&) = delete;

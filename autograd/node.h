@@ -36,7 +36,7 @@ using GradHook = std::function<Tensor(const Tensor&)>;
 /// A backward function in the graph. apply() maps the gradients of the op's outputs to the
 /// gradients of its inputs, in the order of next_edges.
 struct Node : std::enable_shared_from_this<Node> {
-  explicit Node(uint32_t num_outputs = 1);
+  explicit Node(uint32_t num_outputs = 1);  ///< for an op with num_outputs outputs (gradients apply() receives)
   virtual ~Node();
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
@@ -61,6 +61,7 @@ struct Node : std::enable_shared_from_this<Node> {
 
 /// A node whose backward is a lambda; most ops use it through record().
 struct LambdaNode final : Node {
+  /// For op `name` (a string literal, what name() returns) with num_outputs outputs.
   LambdaNode(const char* name, uint32_t num_outputs) : Node(num_outputs), name_(name) {}
   tensor_list apply(tensor_list&& grads) override;
   const char* name() const override { return name_; }
@@ -87,7 +88,7 @@ Tensor take_or_clone(Tensor&& g);
 /// Accumulates into a leaf's grad(); the end of every path. Passes on several threads may reach one leaf:
 /// each accumulation, with the leaf's hooks, holds the node's lock.
 struct AccumulateGrad final : Node {
-  explicit AccumulateGrad(const Tensor& variable);
+  explicit AccumulateGrad(const Tensor& variable);  ///< the accumulator of leaf `variable`, held weakly
   tensor_list apply(tensor_list&& grads) override;
   const char* name() const override { return "AccumulateGrad"; }
   /// The leaf, held weakly: with create_graph the leaf's grad() holds this graph, and a strong
@@ -121,7 +122,7 @@ AutogradMeta& ensure_meta(const Tensor& t);
 Edge gradient_edge(const Tensor& t);
 /// True when grad mode is on and any input requires grad.
 bool any_requires_grad(std::initializer_list<Tensor> inputs);
-bool any_requires_grad(const tensor_list& inputs);
+bool any_requires_grad(const tensor_list& inputs);  ///< the same for a list
 
 /// Creates a LambdaNode with edges to `inputs` and makes it the grad_fn of `outputs`; null when
 /// no input requires grad or grad mode is off (then the caller skips its backward).

@@ -221,6 +221,7 @@ std::tuple<Tensor, Tensor> rnn_relu(const Tensor& input, const Tensor& hx, const
 
 // ---- sliding windows (autograd/ops/conv.cpp): inputs [N, C, H, W] or unbatched [C, H, W]; a size
 // argument is one value for every spatial dim or one per dim; an empty stride means the kernel size ----
+/// Tag types of the padding names kValid and kSame, as libtorch's torch::enumtype.
 namespace enumtype {
 struct kValid {};  ///< padding "valid": none
 struct kSame {};   ///< padding "same": the output as large as the input (stride 1)

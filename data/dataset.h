@@ -16,6 +16,8 @@
 
 #include "strata/tensor/tensor.h"
 
+/// Data loading: IDX files, datasets, Fashion-MNIST, DataLoader with seeded shuffling and per-rank shards, and
+/// libtorch's data API (datasets, transforms, samplers, make_data_loader).
 namespace strata::data {
 
 /// One example or a batch of them, as torch::data::Example<>: batches stack examples along a new first dim.
@@ -63,7 +65,8 @@ TensorDataset read_mnist(const std::string& root, bool train, const char* what =
 /// targets int64 [N] in 0..9. N is 60000 for kTrain and 10000 for kTest.
 class FashionMNIST : public TensorDataset {
  public:
-  enum class Mode { kTrain, kTest };  ///< which split, as libtorch's MNIST::Mode
+  /// Which split, as libtorch's MNIST::Mode.
+  enum class Mode { kTrain, kTest };
   /// Where Debian's package dataset-fashion-mnist installs the files.
   static constexpr const char* kDefaultRoot = "/usr/share/datasets/fashion-mnist";
   /// Loads one split from `root`, which holds {train,t10k}-{images-idx3,labels-idx1}-ubyte, each

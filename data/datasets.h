@@ -31,12 +31,14 @@
 
 namespace strata::data {
 
+/// Transforms of libtorch's data API, applied through Dataset::map: Normalize, Stack.
 namespace transforms {
 
 /// (data - mean) / stddev on each example's data, one value or one per channel (dim 0 of an example's data).
 template <class Target = Tensor>
 class Normalize {
  public:
+  /// One mean and standard deviation for every channel.
   Normalize(double mean, double stddev) : Normalize(std::vector<double>{mean}, std::vector<double>{stddev}) {}
   /// Per channel: each list has one value per channel, or one for all
   Normalize(std::vector<double> mean, std::vector<double> stddev) : mean_(std::move(mean)), stddev_(std::move(stddev)) {
@@ -74,6 +76,7 @@ class Stack {
 
 }  // namespace transforms
 
+/// Datasets of libtorch's data API: MNIST and the MapDataset that map() makes.
 namespace datasets {
 
 template <class Source, class Transform>
@@ -99,7 +102,8 @@ class DatasetBase {
 /// int64 target per example. Fashion-MNIST has the same files (data::FashionMNIST::kDefaultRoot on Debian).
 class MNIST : public DatasetBase<MNIST> {
  public:
-  enum class Mode { kTrain, kTest };  ///< which split
+  /// Which split: the training or the test images.
+  enum class Mode { kTrain, kTest };
   /// Reads `root`'s {train,t10k}-{images-idx3,labels-idx1}-ubyte (gzip-compressed or plain)
   explicit MNIST(const std::string& root, Mode mode = Mode::kTrain);
   Example<> get(size_t index) const;                       ///< image [1, 28, 28] and label of example `index`
@@ -117,6 +121,7 @@ class MNIST : public DatasetBase<MNIST> {
 template <class Source, class Transform>
 class MapDataset : public DatasetBase<MapDataset<Source, Transform>> {
  public:
+  /// `dataset`'s examples through `transform` (what dataset.map(transform) makes).
   MapDataset(Source dataset, Transform transform) : dataset_(std::move(dataset)), transform_(std::move(transform)) {}
   Example<> get(size_t index) const { return transform_.apply(dataset_.get(index)); }  ///< the transformed example
   std::optional<size_t> size() const { return dataset_.size(); }                       ///< the source's size
@@ -130,6 +135,7 @@ class MapDataset : public DatasetBase<MapDataset<Source, Transform>> {
 
 }  // namespace datasets
 
+/// libtorch's samplers, which choose the order make_data_loader visits a dataset in.
 namespace samplers {
 
 /// Indices in order, as torch::data::samplers::SequentialSampler.
@@ -148,8 +154,10 @@ struct DistributedSequentialSampler {
   /// `size` indices among num_replicas ranks; allow_duplicates pads the last share by wrapping around (else drops)
   DistributedSequentialSampler(size_t size, size_t num_replicas = 1, size_t rank = 0, bool allow_duplicates = true)
       : size(size), num_replicas(num_replicas), rank(rank), allow_duplicates(allow_duplicates) {}
-  size_t size, num_replicas, rank;  ///< indices, ranks, this rank
-  bool allow_duplicates;            ///< pad (true) or drop (false) the tail that does not divide
+  size_t size;            ///< number of indices
+  size_t num_replicas;    ///< number of ranks
+  size_t rank;            ///< this rank
+  bool allow_duplicates;  ///< pad (true) or drop (false) the tail that does not divide
 };
 /// This rank's share of a new random order every epoch, as torch::data::samplers::DistributedRandomSampler
 /// (allow_duplicates as DistributedSequentialSampler's).
@@ -157,8 +165,10 @@ struct DistributedRandomSampler {
   /// `size` indices among num_replicas ranks; allow_duplicates pads the last share by wrapping around (else drops)
   DistributedRandomSampler(size_t size, size_t num_replicas = 1, size_t rank = 0, bool allow_duplicates = true)
       : size(size), num_replicas(num_replicas), rank(rank), allow_duplicates(allow_duplicates) {}
-  size_t size, num_replicas, rank;  ///< indices, ranks, this rank
-  bool allow_duplicates;            ///< pad (true) or drop (false) the tail that does not divide
+  size_t size;            ///< number of indices
+  size_t num_replicas;    ///< number of ranks
+  size_t rank;            ///< this rank
+  bool allow_duplicates;  ///< pad (true) or drop (false) the tail that does not divide
 };
 
 }  // namespace samplers

@@ -141,6 +141,7 @@ std::shared_ptr<Work> irecv(const Tensor& tensor, int src, const Group& group = 
 
 /// One send or receive of batch_isend_irecv, as torch.distributed.P2POp.
 struct P2POp {
+  /// Which direction: a send or a receive.
   enum Kind : int8_t { kSend, kRecv };
   Kind op;           ///< kSend (isend) or kRecv (irecv)
   Tensor tensor;     ///< the buffer

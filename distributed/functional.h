@@ -46,6 +46,7 @@
 
 #include "strata/distributed/process_group.h"
 
+/// Differentiable collectives with MegEngine's names, whose backward is the dual collective.
 namespace strata::distributed::functional {
 
 /// Sum of `x` over the group, returned on group rank `root` (undefined elsewhere).

@@ -16,6 +16,8 @@
 
 #include "strata/tensor/tensor.h"
 
+/// torch.distributed over MPI and NCCL: init, process groups, collectives, point to point, objects, and the checks,
+/// watchdog, comm logger and flight recorder that find a job's failures.
 namespace strata::distributed {
 
 /// The reduction of all_reduce, reduce and reduce_scatter, as torch.distributed.ReduceOp.

@@ -19,10 +19,10 @@ namespace strata::distributed {
 
 /// What a receiver allocates a tensor from.
 struct TensorMeta {
-  ScalarType dtype = kFloat;   ///< element type
-  bool requires_grad = false;  ///< whether the receiver's tensor requires grad
-  DimVector sizes;             ///< shape
-  bool operator==(const TensorMeta&) const = default;
+  ScalarType dtype = kFloat;                           ///< element type
+  bool requires_grad = false;                          ///< whether the receiver's tensor requires grad
+  DimVector sizes;                                     ///< shape
+  bool operator==(const TensorMeta&) const = default;  ///< same dtype, requires_grad and shape
 };
 
 /// Most dims decode_meta accepts.

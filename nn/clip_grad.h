@@ -12,6 +12,7 @@
 
 #include "strata/tensor/tensor.h"
 
+/// Gradient clipping, as torch.nn.utils.
 namespace strata::nn::utils {
 
 /// Scales every gradient in place by min(1, max_norm / (total + 1e-6)), where total is the norm_type-norm

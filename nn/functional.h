@@ -13,6 +13,7 @@
 #include "strata/nn/normalization.h"
 #include "strata/nn/pooling.h"
 
+/// The layers as functions with options, as libtorch's torch::nn::functional (F::).
 namespace strata::nn::functional {
 
 using strata::LossOptions;  ///< options of cross_entropy and nll_loss

@@ -16,6 +16,7 @@
 #include "strata/tensor/creation.h"
 #include "strata/tensor/tensor.h"
 
+/// Parameter initialisers (torch.nn.init), in place, from the default generator or a given one.
 namespace strata::nn::init {
 
 /// Which fan kaiming_* preserves the variance of: the forward pass's (FanIn) or the backward's (FanOut).

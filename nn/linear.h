@@ -83,6 +83,7 @@ class UnflattenOptions {
 /// Splits one dim into sizes, as torch.nn.Unflatten ([N, 256] -> [N, 16, 4, 4] with dim 1, sizes {16, 4, 4}).
 class UnflattenImpl : public Module {
  public:
+  /// Splits `dim` into `sizes`.
   UnflattenImpl(int64_t dim, std::vector<int64_t> sizes) : UnflattenImpl(UnflattenOptions(dim, std::move(sizes))) {}
   explicit UnflattenImpl(const UnflattenOptions& options);  ///< from options
   Tensor forward(const Tensor& input);                      ///< input with dim replaced by sizes

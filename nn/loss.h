@@ -24,7 +24,8 @@ namespace strata::nn {
 class CrossEntropyLossOptions {
  public:
   CrossEntropyLossOptions() = default;
-  CrossEntropyLossOptions(const LossOptions& o)  ///< implicit: strata's LossOptions{.label_smoothing = 0.1}
+  /// Implicit: strata's LossOptions{.label_smoothing = 0.1}.
+  CrossEntropyLossOptions(const LossOptions& o)
       : weight_(o.weight),
         ignore_index_(o.ignore_index),
         reduction_(o.reduction),

@@ -32,6 +32,8 @@
 #include "strata/nn/ordered_dict.h"
 #include "strata/tensor/tensor.h"
 
+/// Modules with libtorch's holder pattern, layers, losses, initialisation, safetensors checkpoints and
+/// DistributedDataParallel.
 namespace strata::nn {
 
 /// Tensors with their dotted names, in registration order, found by name: named_parameters() returns one.

@@ -272,7 +272,7 @@ class RNNCellImpl : public detail::RNNCellImplBase {
   RNNCellOptions options;  ///< what it was made with
 
  protected:
-  std::string nonlinearity_str() const override;
+  std::string nonlinearity_str() const override;  ///< "kReLU" with the ReLU nonlinearity, else empty (tanh)
 };
 STRATA_MODULE(RNNCell);
 

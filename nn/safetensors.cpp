@@ -210,6 +210,10 @@ Json parse_header(const std::string& text, const std::string& path) {
     }
     return true;
   };
+  // nlohmann's parser takes a NUL for the end of its input and would pass over whatever follows it.
+  const size_t nul = text.find('\0');
+  STRATA_CHECK(nul == std::string::npos, file, "the header has a NUL byte at offset ", nul,
+               " (JSON holds none, and only spaces may pad the header)");
   try {
     return Json::parse(text, check_keys);
   } catch (const Json::exception& e) {

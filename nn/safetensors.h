@@ -11,7 +11,7 @@
 // File layout: an 8-byte little-endian header length N, N bytes of JSON
 // {"__metadata__": {...}, "name": {"dtype": "F32", "shape": [4, 3], "data_offsets": [begin, end]}, ...}
 // padded with spaces to a multiple of 8, then the raw little-endian data (offsets count from there).
-// strata holds BOOL, I64, F16, BF16, F32 and F64; files with other dtypes are rejected by name. load_file returns
+// strata holds BOOL, U8, I8, I16, I32, I64, F16, BF16, F32 and F64; files with other dtypes are rejected by name. load_file returns
 // CPU tensors; Module::load_state_dict copies them onto each parameter's device.
 
 #include <map>

@@ -37,6 +37,7 @@
 #include "strata/tensor/arg.h"
 #include "strata/tensor/tensor.h"
 
+/// Optimizers (SGD, Adam, AdamW) with libtorch's parameter groups and state dicts, and learning-rate schedules.
 namespace strata::optim {
 
 /// Name to tensor: what state_dict returns (the same type as nn::StateDict).
@@ -66,7 +67,7 @@ class OptimizerParamGroup {
   /// A group with its own options (copied; they must be the optimizer's options type).
   OptimizerParamGroup(std::vector<Tensor> params, const OptimizerOptions& options);
   OptimizerParamGroup(const OptimizerParamGroup& other);  ///< copies the options too
-  OptimizerParamGroup(OptimizerParamGroup&&) = default;
+  OptimizerParamGroup(OptimizerParamGroup&&) = default;   ///< takes the parameters and options
   // Not assignable: an optimizer's groups keep their parameters (their state is numbered by them).
   OptimizerParamGroup& operator=(const OptimizerParamGroup&) = delete;
   OptimizerParamGroup& operator=(OptimizerParamGroup&&) = delete;
@@ -122,9 +123,9 @@ class Optimizer {
   /// so that a bad gradient leaves every parameter as it was.
   void check_grads() const;
 
-  std::string name_;
-  std::vector<OptimizerParamGroup> groups_;
-  std::vector<ParamState> state_;  ///< indexed by parameter number, across groups in order
+  std::string name_;                         ///< the optimizer's name as errors start with it, e.g. "SGD"
+  std::vector<OptimizerParamGroup> groups_;  ///< the param groups, each with its options
+  std::vector<ParamState> state_;            ///< indexed by parameter number, across groups in order
 };
 
 namespace detail {

@@ -34,6 +34,8 @@
 #include "strata/pipe/p2p.h"
 #include "strata/pipe/schedule.h"
 
+/// DeepSpeed-style pipeline parallelism: topologies, partitioning, schedules as data, PipelineModule, stage p2p
+/// and the PipelineEngine.
 namespace strata::pipe {
 
 /// One micro-batch: the first stage's inputs and the last stage's labels (one tensor or several).
@@ -62,7 +64,8 @@ struct ExecutedInstruction {
   PipeInstruction instruction;  ///< what
   int step;                     ///< the schedule step it belongs to
   int micro_batch;              ///< its micro-batch, -1 for the end-of-batch instructions
-  double start, end;            ///< seconds on the machine's monotonic clock (one clock for the ranks of a host)
+  double start;                 ///< seconds on the machine's monotonic clock (one clock for the ranks of a host)
+  double end;                   ///< when it ended, on the same clock
 };
 
 /// Seconds this rank spent in each instruction kind during the last train_batch or eval_batch.

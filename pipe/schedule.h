@@ -44,10 +44,12 @@ namespace strata::pipe {
 
 /// One thing a stage does (DeepSpeed's PipeInstruction subclasses); buffer ops name a pipe buffer.
 struct PipeInstruction {
+/// X of STRATA_PIPE_INSTRUCTION_KINDS that makes each kind an enumerator of Kind (undefined after use).
 #define STRATA_PIPE_KIND_ENUMERATOR(kind, names_a_buffer) kind,
   /// The instruction's type (STRATA_PIPE_INSTRUCTION_KINDS lists and describes them).
   enum Kind : uint8_t { STRATA_PIPE_INSTRUCTION_KINDS(STRATA_PIPE_KIND_ENUMERATOR) };
 #undef STRATA_PIPE_KIND_ENUMERATOR
+/// X of STRATA_PIPE_INSTRUCTION_KINDS that counts the kinds (undefined after use).
 #define STRATA_PIPE_KIND_COUNT(kind, names_a_buffer) +1
   /// The number of kinds: tables indexed by Kind are this long.
   static constexpr size_t kNumKinds = 0 STRATA_PIPE_INSTRUCTION_KINDS(STRATA_PIPE_KIND_COUNT);
@@ -56,8 +58,8 @@ struct PipeInstruction {
   int32_t buffer_id = -1;  ///< the pipe buffer of a buffer op, -1 for the others
   int16_t chunk = 0;       ///< the stage's model chunk it works on (interleaved and V schedules; 0 otherwise)
 
-  bool has_buffer() const;  ///< whether this kind names a buffer
-  bool operator==(const PipeInstruction&) const = default;
+  bool has_buffer() const;                                  ///< whether this kind names a buffer
+  bool operator==(const PipeInstruction&) const = default;  ///< same kind, buffer and chunk
 };
 /// The instruction's name, e.g. "RecvGrad".
 std::string_view name(PipeInstruction::Kind kind);
@@ -78,7 +80,7 @@ class PipeStep {
   const PipeInstruction* begin() const { return items_.data(); }        ///< first instruction
   const PipeInstruction* end() const { return items_.data() + size_; }  ///< past the last
   const PipeInstruction& operator[](int i) const { return items_[i]; }  ///< instruction i
-  bool operator==(const PipeStep& other) const;
+  bool operator==(const PipeStep& other) const;                         ///< the same instructions in the same order
 
  private:
   std::array<PipeInstruction, kCapacity> items_{};
@@ -99,7 +101,7 @@ struct StageLayout {
   int virtual_stage(int stage, int chunk) const;              ///< where chunk `chunk` of `stage` is in the model
   int stage_of(int virtual_stage) const;                      ///< the stage holding a virtual stage
   int chunk_of(int virtual_stage) const;                      ///< its chunk there
-  bool operator==(const StageLayout&) const = default;
+  bool operator==(const StageLayout&) const = default;        ///< same stages, chunks and placement
 };
 
 /// The steps one stage runs for one batch of micro_batches; step(t) is computed on demand.
@@ -129,8 +131,9 @@ class PipeSchedule {
   bool is_last_stage() const { return stage_id_ == stages_ - 1; }  ///< the last stage
 
  protected:
+  /// Whether micro_batch_id is one of this batch's, 0 to micro_batches - 1.
   bool valid_micro_batch(int micro_batch_id) const { return 0 <= micro_batch_id && micro_batch_id < micro_batches_; }
-  bool valid_stage(int stage_id) const { return 0 <= stage_id && stage_id < stages_; }
+  bool valid_stage(int stage_id) const { return 0 <= stage_id && stage_id < stages_; }  ///< 0 <= stage_id < stages
 
  private:
   int micro_batches_, stages_, stage_id_;
@@ -215,6 +218,7 @@ class PlannedSchedule : public PipeSchedule {
 /// more p2p. micro_batches must be a multiple of stages (Megatron's rule; an error says so).
 class Interleaved1F1BSchedule : public PlannedSchedule {
  public:
+  /// Stage stage_id's steps for M micro_batches over S stages of `chunks` chunks each.
   Interleaved1F1BSchedule(int micro_batches, int stages, int stage_id, int chunks = 2);
   std::string_view name() const override { return "interleaved"; }
   /// Whether Megatron's order is defined for the counts: micro_batches a multiple of stages.
@@ -228,7 +232,7 @@ class Interleaved1F1BSchedule : public PlannedSchedule {
 /// is a third of 1F1B's once M >= S.
 class ZeroBubbleH1Schedule : public PlannedSchedule {
  public:
-  ZeroBubbleH1Schedule(int micro_batches, int stages, int stage_id);
+  ZeroBubbleH1Schedule(int micro_batches, int stages, int stage_id);  ///< stage stage_id's steps for M over S
   std::string_view name() const override { return "zb-h1"; }
 };
 
@@ -237,7 +241,7 @@ class ZeroBubbleH1Schedule : public PlannedSchedule {
 /// 1F1B's peak) and the bubble nearly vanishes once micro-batches outnumber stages twice over.
 class ZeroBubbleVSchedule : public PlannedSchedule {
  public:
-  ZeroBubbleVSchedule(int micro_batches, int stages, int stage_id);
+  ZeroBubbleVSchedule(int micro_batches, int stages, int stage_id);  ///< stage stage_id's steps for M over S
   std::string_view name() const override { return "zb-v"; }
 };
 
@@ -245,6 +249,7 @@ class ZeroBubbleVSchedule : public PlannedSchedule {
 /// (InferenceSchedule is DeepSpeed's, for one chunk per stage).
 class ForwardSchedule : public PlannedSchedule {
  public:
+  /// Stage stage_id's forward passes for M micro_batches over S stages placed as `layout`.
   ForwardSchedule(int micro_batches, int stages, int stage_id, StageLayout layout);
   std::string_view name() const override { return "forward"; }
   bool is_training() const override { return false; }
@@ -287,9 +292,11 @@ struct StageReport {
 };
 /// What the validator found for a whole schedule.
 struct ScheduleReport {
-  std::string schedule;                          ///< the schedule's name
-  int micro_batches = 0, stages = 0, steps = 0;  ///< M, S and the number of steps
-  int chunks = 1;                                ///< model chunks per stage
+  std::string schedule;   ///< the schedule's name
+  int micro_batches = 0;  ///< M
+  int stages = 0;         ///< S
+  int steps = 0;          ///< the number of steps
+  int chunks = 1;         ///< model chunks per stage
   /// Idle stage-steps over all stage-steps: 1 - (steps with a compute instruction, summed over stages)
   /// / (S x steps), each step one unit of time; (S - 1) / (M + S - 1) for train, inference and gpipe, 0 for
   /// dataparallel.
@@ -309,10 +316,13 @@ std::ostream& operator<<(std::ostream& os, const ScheduleReport& report);
 
 /// One executed instruction, as the validator saw it: what a trace shows.
 struct TraceEvent {
-  int stage, step, position;    ///< where: the stage, the step, the instruction's index in its step
+  int stage;                    ///< the stage it ran on
+  int step;                     ///< the step it belongs to
+  int position;                 ///< its index in its step
   PipeInstruction instruction;  ///< what
   int micro_batch;              ///< the micro-batch it worked on, -1 for the end-of-batch instructions
-  double start = 0, end = 0;    ///< when, on the simulated clock (a transfer starts when its side reached it)
+  double start = 0;             ///< when it started on the simulated clock (a transfer: when its side reached it)
+  double end = 0;               ///< when it ended
 };
 
 /// The most stage-steps (stages x steps per stage) validate_schedule simulates by default: some 10 s, 1 GB.
@@ -344,11 +354,12 @@ ScheduleReport validate_schedule(const std::function<std::unique_ptr<PipeSchedul
 
 /// One instruction as a slice of a Chrome trace (what write_chrome_trace and PipelineEngine::write_trace write).
 struct TraceSlice {
-  int row;                       ///< the trace's row ("tid"): a stage, or a rank
-  double start_us, duration_us;  ///< where on the timeline, in microseconds
-  PipeInstruction instruction;   ///< what
-  int micro_batch;               ///< the micro-batch it worked on, -1 for the end-of-batch instructions
-  int step;                      ///< the schedule step it belongs to
+  int row;                      ///< the trace's row ("tid"): a stage, or a rank
+  double start_us;              ///< where on the timeline, in microseconds
+  double duration_us;           ///< how long, in microseconds
+  PipeInstruction instruction;  ///< what
+  int micro_batch;              ///< the micro-batch it worked on, -1 for the end-of-batch instructions
+  int step;                     ///< the schedule step it belongs to
 };
 /// Chrome trace JSON: one named row per entry of `rows`, then the slices. Compute slices are labelled F3, B3,
 /// BI3 (BackwardInput) and W3, with " chunk c" past chunk 0; the others by their instruction, "RecvGrad(0)".

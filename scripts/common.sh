@@ -7,7 +7,7 @@ JOBS="${STRATA_JOBS:-$(nproc)}"
 
 # Packages every build needs (iproute2: the multihost test's network namespaces, scripts/multihost).
 REQUIRED_PACKAGES=(build-essential cmake libeigen3-dev libdnnl-dev libgtest-dev libbenchmark-dev libopenmpi-dev openmpi-bin
-  zlib1g-dev nlohmann-json3-dev dataset-fashion-mnist python3 clang-format git iproute2)
+  zlib1g-dev nlohmann-json3-dev dataset-fashion-mnist python3 python3-venv clang-format git iproute2)
 
 sudo_if_needed() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
@@ -58,4 +58,32 @@ configure_and_build() {
   local target_args=()
   if [ "${#targets[@]}" -gt 0 ]; then target_args=(--target "${targets[@]}"); fi
   cmake --build "$ROOT/$dir" -j"$JOBS" "${target_args[@]}"
+}
+
+# ensure_python_venv DIR PACKAGE...: makes DIR a Python virtual environment (python3 -m venv; Debian's
+# python3-venv) and pip-installs whichever of the packages it lacks, quietly. The system Python is never
+# touched. Returns non-zero, with a message, when the environment cannot be made or PyPI cannot be reached;
+# call it as `ensure_python_venv ... || echo ...` so that the script goes on without the packages.
+ensure_python_venv() {
+  local dir="$1"; shift
+  if [ ! -x "$dir/bin/python" ]; then
+    local fresh=0
+    [ -e "$dir" ] || fresh=1
+    if ! python3 -m venv "$dir"; then
+      echo "strata: python3 -m venv $dir failed" >&2
+      if [ "$fresh" -eq 1 ]; then rm -rf "$dir"; fi  # a half-made environment would pass the test above
+      return 1
+    fi
+  fi
+  local pkg missing=()
+  for pkg in "$@"; do
+    "$dir/bin/python" -m pip show -q "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+  done
+  if [ "${#missing[@]}" -gt 0 ]; then
+    echo "strata: pip-installing ${missing[*]} into $dir"
+    if ! "$dir/bin/python" -m pip install -q --disable-pip-version-check --retries 2 --timeout 20 "${missing[@]}"; then
+      echo "strata: pip could not install ${missing[*]} into $dir (is PyPI reachable?)" >&2
+      return 1
+    fi
+  fi
 }

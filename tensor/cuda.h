@@ -14,6 +14,7 @@
 
 #include "strata/tensor/dtype.h"
 
+/// The CUDA device API, as torch.cuda: availability, devices, synchronisation, TF32 and memory figures.
 namespace strata::cuda {
 
 /// True when strata was built with CUDA and at least one GPU is visible.

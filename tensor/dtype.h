@@ -194,7 +194,7 @@ constexpr To element_cast(From x) {
     return static_cast<To>(x);
 }
 
-/// Calls f.template operator()<T>() with T the C++ type of `t`, for code that does arithmetic on the
+/// Calls `f.template operator()<T>()` with T the C++ type of `t`, for code that does arithmetic on the
 /// host: bool, uint8_t, int8_t, int16_t, int32_t, int64_t, float or double. Half and BFloat16 throw (CPU
 /// tensors of those are converted only).
 template <class F>
@@ -241,11 +241,11 @@ constexpr int kNumDeviceTypes = static_cast<int>(DeviceType::CUDA) + 1;
 
 /// A device type and index, as in libtorch: Device(kCUDA, 1).
 struct Device {
-  DeviceType type = kCPU;  ///< CPU or CUDA
-  int8_t index = 0;        ///< device ordinal; 0 for the CPU
-  Device(DeviceType t = kCPU, int8_t i = 0) : type(t), index(i) {}
-  bool is_cpu() const { return type == kCPU; }  ///< true for host memory
-  bool operator==(const Device&) const = default;
+  DeviceType type = kCPU;                                           ///< CPU or CUDA
+  int8_t index = 0;                                                 ///< device ordinal; 0 for the CPU
+  Device(DeviceType t = kCPU, int8_t i = 0) : type(t), index(i) {}  ///< device i of type t; the CPU by default
+  bool is_cpu() const { return type == kCPU; }                      ///< true for host memory
+  bool operator==(const Device&) const = default;                   ///< same type and index
 };
 /// Prints "cpu" or "cuda:N".
 std::ostream& operator<<(std::ostream& os, Device d);

@@ -64,9 +64,11 @@ enum class BinaryOp : int8_t {
   BitwiseOr,
   BitwiseXor
 };
-/// GELU's constants: 1/sqrt(2), 1/sqrt(2 pi), sqrt(2/pi) and the tanh form's cubic coefficient.
-inline constexpr double kGeluSqrtHalf = 0.7071067811865476, kGeluInvSqrt2Pi = 0.3989422804014327,
-                        kGeluBeta = 0.7978845608028654, kGeluKappa = 0.044715;
+// GELU's constants.
+inline constexpr double kGeluSqrtHalf = 0.7071067811865476;    ///< 1/sqrt(2)
+inline constexpr double kGeluInvSqrt2Pi = 0.3989422804014327;  ///< 1/sqrt(2 pi)
+inline constexpr double kGeluBeta = 0.7978845608028654;        ///< sqrt(2/pi)
+inline constexpr double kGeluKappa = 0.044715;                 ///< the tanh form's cubic coefficient
 /// The op's name as kernel errors show it: "neg", "exp", ...
 const char* to_string(UnaryOp op);
 /// The op's name as kernel errors show it: "add", "sub", ...
@@ -108,7 +110,9 @@ const char* to_string(ReduceKind op);
 /// position (oy, ox) and kernel offset (ky, kx) read input row oy * stride[0] - pad[0] + ky * dilation[0] (and
 /// the same over the width); what falls outside [0, in[0]) x [0, in[1]) is padding.
 struct Window2d {
-  std::array<int64_t, 2> kernel, stride, dilation;           ///< per dim (height, width)
+  std::array<int64_t, 2> kernel;                             ///< window size per dim (height, width)
+  std::array<int64_t, 2> stride;                             ///< step between window positions per dim
+  std::array<int64_t, 2> dilation;                           ///< step between kernel offsets per dim
   std::array<int64_t, 2> pad;                                ///< padding before each dim
   std::array<int64_t, 2> in;                                 ///< input extent
   std::array<int64_t, 2> out;                                ///< window positions per dim

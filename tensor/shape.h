@@ -49,19 +49,20 @@ std::ostream& operator<<(std::ostream& os, IntArrayRef a);
 /// An owning list of dims that stores up to kInline values without allocating.
 class DimVector {
  public:
-  static constexpr size_t kInline = 6;
+  static constexpr size_t kInline = 6;  ///< dims stored without allocating
   DimVector() = default;
   explicit DimVector(size_t n, int64_t value = 0) { resize(n, value); }    ///< n copies of value
   DimVector(IntArrayRef a) { assign(a); }                                  ///< copies a
   DimVector(std::initializer_list<int64_t> l) { assign(IntArrayRef(l)); }  ///< copies the list
-  DimVector(const DimVector& o) { assign(o); }
+  DimVector(const DimVector& o) { assign(o); }                             ///< copies o
+  /// Copies o.
   DimVector& operator=(const DimVector& o) {
     if (this != &o) assign(o);
     return *this;
   }
-  DimVector(DimVector&& o) noexcept { *this = std::move(o); }
-  DimVector& operator=(DimVector&& o) noexcept;
-  operator IntArrayRef() const { return {data(), size_}; }  ///< borrow as IntArrayRef
+  DimVector(DimVector&& o) noexcept { *this = std::move(o); }  ///< takes o's values, leaving o empty
+  DimVector& operator=(DimVector&& o) noexcept;                ///< takes o's values, leaving o empty
+  operator IntArrayRef() const { return {data(), size_}; }     ///< borrow as IntArrayRef
 
   size_t size() const { return size_; }                                             ///< number of values
   bool empty() const { return size_ == 0; }                                         ///< true when there are no values
@@ -79,7 +80,7 @@ class DimVector {
   void insert(size_t pos, int64_t v);                                               ///< inserts v before index pos
   void erase(size_t pos);                                                           ///< removes the value at index pos
   std::vector<int64_t> vec() const { return {begin(), end()}; }                     ///< an owning std::vector copy
-  bool operator==(const DimVector& o) const { return IntArrayRef(*this) == IntArrayRef(o); }
+  bool operator==(const DimVector& o) const { return IntArrayRef(*this) == IntArrayRef(o); }  ///< same values
 
  private:
   void assign(IntArrayRef a);

@@ -21,6 +21,8 @@
 #include "strata/tensor/scalar.h"
 #include "strata/tensor/shape.h"
 
+/// strata: tensors, dtypes, devices, factories and the differentiable op library, with libtorch's names; the
+/// layers above them each have a namespace of their own (autograd, nn, optim, data, distributed, pipe, cuda).
 namespace strata {
 
 namespace autograd {
@@ -116,7 +118,7 @@ inline TensorOptions requires_grad(bool r = true) { return TensorOptions().requi
 ///
 /// Where the methods live: metadata and raw data access in tensor/tensor.cpp; the autograd methods in
 /// autograd/variable.cpp; every other method is the differentiable op of the same name from the op
-/// library (autograd/ops.h), defined beside its backward in the autograd/ops/<family>.cpp that each
+/// library (autograd/ops.h), defined beside its backward in the `autograd/ops/<family>.cpp` that each
 /// section below names. tensor/ itself never calls an op method: it works through the kernel table.
 class Tensor {
  public:

@@ -1,12 +1,21 @@
-// Uses an installed strata through its CMake package: d/dx sum(x^3 + 2 x) = 3 x^2 + 2, then
-// an all_reduce in a world of one (the package must bring MPI along).
+// Uses strata as a program outside its tree does (its CMake package, a .deb, pkg-config): the version the
+// build system reported (STRATA_EXPECTED_VERSION) is the one in <strata/version.h>, d/dx sum(x^3 + 2 x) is
+// 3 x^2 + 2, and an all_reduce in a world of one works (MPI must come along).
 #include <strata/strata.h>
 
 #include <cmath>
 #include <iostream>
+#include <string>
 
 int main() {
   using namespace strata;
+  const std::string version = std::to_string(STRATA_VERSION_MAJOR) + "." + std::to_string(STRATA_VERSION_MINOR) + "." +
+                              std::to_string(STRATA_VERSION_PATCH);
+  if (version != STRATA_VERSION || version != STRATA_EXPECTED_VERSION) {
+    std::cerr << "consumer: <strata/version.h> says " << version << " and \"" << STRATA_VERSION
+              << "\", the build system " << STRATA_EXPECTED_VERSION << "\n";
+    return 1;
+  }
   Tensor x = tensor({1.0, 2.0, 3.0}, requires_grad());
   Tensor loss = (x * x * x + x * 2.0).sum();
   loss.backward();
@@ -26,6 +35,7 @@ int main() {
     std::cerr << "consumer: all_reduce in a world of one gave " << sum << "\n";
     return 1;
   }
-  std::cout << "consumer: loss " << loss.item<float>() << ", grad " << x.grad() << "\n";
+  std::cout << "consumer: strata " << STRATA_VERSION << ", loss " << loss.item<float>() << ", grad " << x.grad()
+            << "\n";
   return 0;
 }
