@@ -5,9 +5,10 @@ export DEBIAN_FRONTEND=noninteractive
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 JOBS="${STRATA_JOBS:-$(nproc)}"
 
-# Packages every build needs (iproute2: the multihost test's network namespaces, scripts/multihost).
+# Packages every build needs (iproute2: the multihost test's network namespaces, scripts/multihost; bible-kjv:
+# examples/char_gpt's corpus, the King James Bible, which its `bible` command prints).
 REQUIRED_PACKAGES=(build-essential cmake libeigen3-dev libdnnl-dev libgtest-dev libbenchmark-dev libopenmpi-dev openmpi-bin
-  zlib1g-dev nlohmann-json3-dev dataset-fashion-mnist python3 python3-venv clang-format git iproute2)
+  zlib1g-dev nlohmann-json3-dev dataset-fashion-mnist bible-kjv python3 python3-venv clang-format git iproute2)
 
 sudo_if_needed() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi

@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""examples/char_gpt's model, data and optimizer in eager PyTorch, for its tokens/s next to strata's.
+
+    char_gpt_torch.py [--steps N] [--threads N] [--batch-size B] [--block T] [--embed C] [--heads H]
+                      [--layers N] [--lr LR] [--data FILE]
+
+The model is nanoGPT's (what strata's nn::TransformerBlock mirrors): token and learned position embeddings,
+pre-norm blocks (fused q/k/v projection, causal attention through F.scaled_dot_product_attention, a GELU MLP
+of 4C), a final LayerNorm and an LM head tied to the token embedding; AdamW with weight decay 0.1 and
+warmup-cosine learning rates, random windows of the King James Bible (Debian's bible-kjv). Prints the
+losses every 50 steps and, last, `tokens_per_s=<value>` over the steps after the first 5 (warm-up).
+"""
+import argparse
+import math
+import subprocess
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, embed, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln_1 = nn.LayerNorm(embed)
+        self.c_attn = nn.Linear(embed, 3 * embed)
+        self.c_proj = nn.Linear(embed, embed)
+        self.ln_2 = nn.LayerNorm(embed)
+        self.mlp = nn.Sequential(nn.Linear(embed, 4 * embed), nn.GELU(), nn.Linear(4 * embed, embed))
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, c)
+        x = x + self.c_proj(y)
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab, block, embed, heads, layers):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, embed)
+        nn.init.normal_(self.tok.weight, 0, 0.02)
+        self.pos = nn.Parameter(torch.randn(block, embed) * 0.02)
+        self.blocks = nn.Sequential(*[Block(embed, heads) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(embed)
+
+    def forward(self, idx):
+        x = self.tok(idx) + self.pos[: idx.shape[1]]
+        return self.ln_f(self.blocks(x)) @ self.tok.weight.t()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--block", type=int, default=64)
+    p.add_argument("--embed", type=int, default=128)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--data", default="")
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    if a.data:
+        with open(a.data, "rb") as f:
+            text = f.read()
+    else:
+        text = subprocess.run(["bible", "-l80", "Gen1:1-Rev22:21"], check=True, capture_output=True).stdout
+    vocab = sorted(set(text))
+    lut = torch.zeros(256, dtype=torch.long)
+    for i, c in enumerate(vocab):
+        lut[c] = i
+    ids = lut[torch.frombuffer(bytearray(text), dtype=torch.uint8).long()]
+    train = ids[: len(ids) * 9 // 10]
+
+    model = GPT(len(vocab), a.block, a.embed, a.heads, a.layers)
+    decay = [q for q in model.parameters() if q.dim() >= 2]
+    rest = [q for q in model.parameters() if q.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}], lr=a.lr)
+    warmup = min(100, a.steps // 10)
+
+    def lr_at(step):
+        if step < warmup:
+            return a.lr * (step + 1) / warmup
+        return a.lr * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, a.steps - warmup)))
+
+    gen = torch.Generator().manual_seed(3)
+    start = None
+    for step in range(a.steps):
+        if step == 5:
+            start = time.perf_counter()
+        starts = torch.randint(0, len(train) - a.block - 1, (a.batch_size,), generator=gen)
+        rows = torch.stack([train[s : s + a.block + 1] for s in starts.tolist()])
+        x, y = rows[:, :-1], rows[:, 1:]
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step)
+        loss = F.cross_entropy(model(x).reshape(-1, len(vocab)), y.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if (step + 1) % 50 == 0:
+            print(f"step {step + 1}: train loss {loss.item():.4f}", flush=True)
+    seconds = time.perf_counter() - start
+    print(f"torch {torch.__version__}, {a.threads} thread(s)")
+    print(f"tokens_per_s={(a.steps - 5) * a.batch_size * a.block / seconds:.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,32 @@
+# Trains char_gpt alone, as 2 data-parallel replicas and as 2 stages x 2 replicas (a small model in float64)
+# and requires the same losses in all three: each evaluation's "step N: train loss ..., val loss ..., val
+# accuracy ..." line and the final val_loss. Arguments: -DMPIEXEC -DNUMPROC_FLAG -DEXE -DWORK_DIR.
+set(args --steps 20 --eval-every 10 --eval-batches 2 --layers 2 --embed 32 --heads 2 --block 32 --batch-size 8
+    --sample 40 --dtype float64 --threads 1)
+set(layouts "alone" "2 replicas" "2 stages x 2 replicas")
+set(commands "${EXE}" "${MPIEXEC},${NUMPROC_FLAG},2,--oversubscribe,${EXE}"
+    "${MPIEXEC},${NUMPROC_FLAG},4,--oversubscribe,${EXE},--stages,2")
+set(reference "")
+foreach(i RANGE 2)
+  list(GET layouts ${i} layout)
+  list(GET commands ${i} command)
+  string(REPLACE "," ";" command "${command}")
+  execute_process(COMMAND ${command} ${args} --out ${WORK_DIR}/${i} OUTPUT_VARIABLE out ERROR_VARIABLE err
+                  RESULT_VARIABLE rc TIMEOUT 300)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "char_gpt ${layout} exited with ${rc}:\n${out}\n${err}")
+  endif()
+  string(REGEX MATCHALL "step [0-9]+: train loss [0-9.]+, val loss [0-9.]+, val accuracy [0-9.]+|val_loss=[0-9.e-]+"
+         losses "${out}")
+  list(REMOVE_DUPLICATES losses)  # a progress bar may print its summary twice
+  list(LENGTH losses n)
+  if(NOT n EQUAL 3)
+    message(FATAL_ERROR "char_gpt ${layout}: expected 2 evaluations and val_loss, got ${n} lines:\n${out}")
+  endif()
+  message("${layout}: ${losses}")
+  if(i EQUAL 0)
+    set(reference "${losses}")
+  elseif(NOT losses STREQUAL reference)
+    message(FATAL_ERROR "char_gpt ${layout} differs from alone:\n  ${losses}\nalone:\n  ${reference}")
+  endif()
+endforeach()
