@@ -55,7 +55,7 @@ class Backend {
   /// The device type whose tensors this backend moves.
   virtual DeviceType device_type() const = 0;
   /// Throws, naming `op`, when this backend cannot move tensors on `device` of its type (NCCL: a GPU other
-  /// than its own). ProcessGroup::backend() calls it, before the ranks compare their calls.
+  /// than its own). ProcessGroup::backend(Device) calls it, before the ranks compare their calls.
   virtual void check_device(Device /*device*/, const char* /*op*/) const {}
 
   /// Reduces `t` in place across the group.
@@ -116,9 +116,11 @@ class ProcessGroup {
   int group_rank(int global_rank) const;
   /// "WORLD" or "group 2 [1, 0]": how errors and logs name the group.
   std::string describe() const;
-  /// The backend for tensors on `device`; throws for non-members, destroyed groups and devices
-  /// no backend of this group supports. `op` names the caller in the error.
+  /// The backend for tensors on `device`, which its check_device accepts; throws for non-members, destroyed
+  /// groups and devices no backend of this group moves. `op` names the caller in the error.
   Backend& backend(Device device, const char* op) const;
+  /// The backend for tensors of `type`, on whichever device of that type (new_group, strata's own protocols).
+  Backend& backend(DeviceType type, const char* op) const;
   /// Whether the group has a backend for tensors of `type` (CUDA: see distributed/README.md).
   bool has_backend(DeviceType type) const { return backends_[static_cast<size_t>(type)] != nullptr; }
   /// Counts a call issued on this group and returns its number (what the timeout and debug checks report).

@@ -172,11 +172,16 @@ std::string ProcessGroup::describe() const {
 }
 
 Backend& ProcessGroup::backend(Device device, const char* op) const {
+  Backend& b = backend(device.type, op);
+  b.check_device(device, op);
+  return b;
+}
+
+Backend& ProcessGroup::backend(DeviceType type, const char* op) const {
   STRATA_CHECK(!destroyed_, op, ": ", describe(), " was destroyed");
   STRATA_CHECK(is_member(), op, ": this process (global rank ", get_rank(), ") is not a member of ", describe());
-  const auto& b = backends_[static_cast<size_t>(device.type)];
-  STRATA_CHECK(b, op, ": ", describe(), " has no backend for ", device, " tensors");
-  b->check_device(device, op);
+  const auto& b = backends_[static_cast<size_t>(type)];
+  STRATA_CHECK(b, op, ": ", describe(), " has no backend for ", type == kCPU ? "CPU" : "CUDA", " tensors");
   return *b;
 }
 
