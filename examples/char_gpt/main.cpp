@@ -35,8 +35,8 @@
 #include <string>
 #include <vector>
 
-#include "cli.h"
 #include "report.h"
+#include "setup.h"
 
 using namespace strata;
 
@@ -77,16 +77,8 @@ const char* kUsage =
     "         [--seed S] [--threads N] [--dtype float32|float64] [--device cpu|cuda] [--out DIR] [--sample N]\n"
     "         [--temperature X] [--top-k K] [--prompt TEXT] [--sample-only DIR]\n";
 
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-template <class T>
-T number(const std::string& flag, const std::string& value) {
-  const std::optional<T> out = cli::parse_number<T>(value);
-  if (!out) throw UsageError("bad value for " + flag + ": " + value);
-  return *out;
-}
+using setup::number;
+using setup::UsageError;
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -448,7 +440,7 @@ void train(const Args& a, const pipe::PipelineParallelGrid& grid, const std::sha
 
 int main(int argc, char** argv) {
   distributed::init();
-  const int rank = distributed::get_rank(), world = distributed::get_world_size();
+  const int rank = distributed::get_rank();
   Args args;
   std::optional<pipe::PipelineParallelGrid> grid;
   std::optional<Corpus> corpus;
@@ -491,14 +483,7 @@ int main(int argc, char** argv) {
   } catch (const Error& e) {
     error = std::string(e.what()) + "\n";
   }
-  // As the pipeline example (Note [setup errors] there): the lowest failing rank says why, then every rank exits 2.
-  Tensor first_failed = tensor({int64_t{error.empty() ? world : rank}});
-  distributed::all_reduce(first_failed, distributed::ReduceOp::MIN);
-  if (first_failed.item<int64_t>() < world) {
-    if (first_failed.item<int64_t>() == rank) std::cerr << "char_gpt: " << error << std::flush;
-    distributed::barrier();
-    return 2;
-  }
+  if (setup::failed_on_some_rank(error, "char_gpt")) return 2;  // Note [setup errors] in examples/common
   train(args, *grid, model, *corpus, device, dtype);
   return 0;
 }

@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "cli.h"
 #include "report.h"
+#include "setup.h"
 
 using namespace strata;
 
@@ -50,17 +50,8 @@ const char* kUsage =
     "usage: mpirun -np N pipeline [--stages S] [--micro-batches M] [--batch-size B] [--epochs N] [--lr LR]\n"
     "                             [--data DIR] [--limit N] [--seed S] [--threads N] [--device cpu|cuda]\n";
 
-// A bad command line: main prints it with the usage.
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-template <class T>
-T number(const std::string& flag, const std::string& value) {
-  const std::optional<T> out = cli::parse_number<T>(value);
-  if (!out) throw UsageError("bad value for " + flag + ": " + value);
-  return *out;
-}
+using setup::number;
+using setup::UsageError;
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -305,7 +296,7 @@ void train(const Args& args, const pipe::PipelineParallelGrid& grid, const std::
 
 int main(int argc, char** argv) {
   distributed::init();
-  const int rank = distributed::get_rank(), world = distributed::get_world_size();
+  const int rank = distributed::get_rank();
   Args args;
   std::optional<pipe::PipelineParallelGrid> grid;
   std::optional<Data> data;
@@ -340,18 +331,7 @@ int main(int argc, char** argv) {
   } catch (const Error& e) {
     error = std::string(e.what()) + "\n";
   }
-  // Note [setup errors]: a bad argument, a world size that --stages does not divide or missing data fail
-  // alike on every rank (or on some only, such as data missing on one machine). Every rank learns the lowest
-  // rank that failed; that rank alone says why, and only after it has, every rank returns 2: mpirun ends the
-  // whole job as soon as one rank exits non-zero, and might otherwise cut the message. Errors during training
-  // propagate instead, and strata ends the job naming the rank.
-  Tensor first_failed = tensor({int64_t{error.empty() ? world : rank}});
-  distributed::all_reduce(first_failed, distributed::ReduceOp::MIN);
-  if (first_failed.item<int64_t>() < world) {
-    if (first_failed.item<int64_t>() == rank) std::cerr << "pipeline: " << error << std::flush;
-    distributed::barrier();
-    return 2;
-  }
+  if (setup::failed_on_some_rank(error, "pipeline")) return 2;  // Note [setup errors] in examples/common
   train(args, *grid, model, *data);
   return 0;
 }
