@@ -1,5 +1,5 @@
 #pragma once
-// What the benchmark programs share: the MLP, matmul, LSTM and convolution sizes (so the strata, Eigen and libtorch
+// What the benchmark programs share: the MLP, matmul, LSTM, convolution and transformer block sizes (so the strata, Eigen and libtorch
 // sides run the same step), the step clock, medians and "--name value" options.
 // Google Benchmark names are "<case>/<impl>[/threads:N]" with impl one of strata, eigen, libtorch;
 // scripts/bench_ratios.py pairs them up by case.
@@ -35,6 +35,10 @@ constexpr int64_t kBlockSize = 32;    // ResNet basic block step: height and wid
 constexpr int64_t kConvBatch = 8;     // conv2d 3x3: B
 constexpr int64_t kConvWidth = 64;    // conv2d 3x3: input and output channels
 constexpr int64_t kConvSize = 56;     // conv2d 3x3: height and width (padding 1 keeps them)
+constexpr int64_t kTfBatch = 16;      // transformer block step: B
+constexpr int64_t kTfSeq = 128;       // transformer block step: T
+constexpr int64_t kTfDim = 256;       // transformer block step: C
+constexpr int64_t kTfHeads = 4;       // transformer block step: heads (of C / 4 = 64 each)
 
 /// Floating-point operations of one conv2d 3x3 forward and backward (input and weight gradients):
 /// three GEMMs of [C_out x 9 C_in] by [9 C_in x H W] per image.
@@ -42,6 +46,8 @@ constexpr double kConvFlops = 3.0 * 2.0 * kConvBatch * kConvWidth * 9 * kConvWid
 
 /// Which BLAS libtorch's matmul goes to, and its thread control (defined in bench_torch.cpp).
 std::string torch_blas_info();
+/// libtorch's version, e.g. "2.15.0" (defined in bench_torch.cpp).
+std::string torch_version();
 
 using Clock = std::chrono::steady_clock;
 /// Seconds from `start` to now.

@@ -23,7 +23,7 @@
 // (Note [progress thread] in distributed/mpi/backend.cpp), which shows when ranks fill every core. With one
 // rank nothing crosses a process, so hidden is not shown.
 // --steps: operations per block (default 20); --reps: blocks of each kind (default 15).
-// scripts/bench ddp runs it under mpirun -np 1 and -np 2.
+// scripts/bench ddp runs it under mpirun -np 1 and -np 2, and benchmarks/ddp_torch.py, PyTorch's DDP the same way.
 
 #include <algorithm>
 #include <chrono>
@@ -158,6 +158,7 @@ int main(int argc, char** argv) {
     std::printf("%5d | %8.3f %10.0f %11.3f %12.3f | %8.3f %8.3f %7s\n", world, t_step * 1e3,
                 world * kBatchPerRank / t_step, t_compute * 1e3, (t_step - t_compute) * 1e3, t_comm * 1e3, wait * 1e3,
                 hidden.c_str());
+    std::printf("step_ms=%.4f\n", t_step * 1e3);  // for scripts/bench's ratio to PyTorch's DDP
   }
   dist::finalize();
   return 0;

@@ -1,12 +1,18 @@
 // libtorch baselines of the benchmarks in bench_strata.cpp, under the same names with impl
-// "libtorch". Debian's libtorch sends float matmul to the system BLAS (libblas.so.3: OpenBLAS
-// when libopenblas0 is installed), so thread counts are set for both torch and OpenBLAS.
+// "libtorch": PyTorch's own C++ library from its PyPI wheel (scripts/bench's choice), or Debian's
+// libtorch 1.13 as the fallback. Debian's sends float matmul to the system BLAS (libblas.so.3:
+// OpenBLAS when libopenblas0 is installed), so thread counts are set for both torch and OpenBLAS;
+// the wheel's uses its own MKL, which torch::set_num_threads controls.
 
 #include <benchmark/benchmark.h>
 #include <dlfcn.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 
+#include <cmath>
+#include <limits>
 #include <string>
+#include <vector>
 
 #include "bench_common.h"
 #include "gbench_common.h"
@@ -162,13 +168,75 @@ void conv2d_3x3_torch(benchmark::State& state) {
 }
 BENCHMARK(conv2d_3x3_torch)->Name("conv2d_3x3_64_56/libtorch")->Apply(at_1_and_2_threads);
 
+// ---- (h) transformer block ----
+
+// nanoGPT's Block as strata's nn::TransformerBlock computes it: x + attn(ln_1(x)), then + mlp(ln_2(x)) with a
+// 4C GELU MLP. `fused` takes PyTorch 2's scaled_dot_product_attention instead of the product, mask and softmax.
+struct BlockImpl : torch::nn::Module {
+  BlockImpl(int64_t c, int64_t heads, bool fused) : heads(heads), fused(fused) {
+    ln_1 = register_module("ln_1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c})));
+    c_attn = register_module("c_attn", torch::nn::Linear(c, 3 * c));
+    attn_proj = register_module("attn_proj", torch::nn::Linear(c, c));
+    ln_2 = register_module("ln_2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c})));
+    c_fc = register_module("c_fc", torch::nn::Linear(c, 4 * c));
+    mlp_proj = register_module("mlp_proj", torch::nn::Linear(4 * c, c));
+  }
+
+  torch::Tensor attention(const torch::Tensor& x) {
+    const int64_t b = x.size(0), t = x.size(1), c = x.size(2), d = c / heads;
+    std::vector<torch::Tensor> qkv = c_attn(x).split(c, 2);
+    for (torch::Tensor& z : qkv) z = z.view({b, t, heads, d}).transpose(1, 2);
+    torch::Tensor y;
+#if TORCH_VERSION_MAJOR >= 2
+    if (fused) y = torch::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], {}, 0.0, /*is_causal=*/true);
+#endif
+    if (!y.defined()) {
+      torch::Tensor att = (qkv[0] * (1.0 / std::sqrt(static_cast<double>(d)))).matmul(qkv[1].transpose(-2, -1));
+      torch::Tensor future = torch::ones({t, t}, torch::kBool).triu(1);
+      y = att.masked_fill(future, -std::numeric_limits<double>::infinity()).softmax(-1).matmul(qkv[2]);
+    }
+    return attn_proj(y.transpose(1, 2).reshape({b, t, c}));
+  }
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    torch::Tensor h = x + attention(ln_1(x));
+    return h + mlp_proj(torch::gelu(c_fc(ln_2(h))));
+  }
+
+  int64_t heads;
+  bool fused;
+  torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
+  torch::nn::Linear c_attn{nullptr}, attn_proj{nullptr}, c_fc{nullptr}, mlp_proj{nullptr};
+};
+TORCH_MODULE(Block);
+
+void block_step_torch(benchmark::State& state, bool fused) {
+  set_torch_threads(static_cast<int>(state.range(0)));
+  torch::manual_seed(0);
+  Block block(kTfDim, kTfHeads, fused);
+  torch::Tensor x = torch::randn({kTfBatch, kTfSeq, kTfDim});
+  torch::Tensor target = torch::randn({kTfBatch, kTfSeq, kTfDim});
+  std::vector<torch::Tensor> params = block->parameters();
+  for (auto _ : state) {
+    torch::mse_loss(block(x), target).backward();
+    sgd_step(params);
+  }
+}
+BENCHMARK_CAPTURE(block_step_torch, , false)->Name("block_step/libtorch")->Apply(at_1_and_2_threads);
+#if TORCH_VERSION_MAJOR >= 2
+BENCHMARK_CAPTURE(block_step_torch, , true)->Name("block_step_sdpa/libtorch")->Apply(at_1_and_2_threads);
+#endif
+
 }  // namespace
+
+std::string torch_version() { return TORCH_VERSION; }
 
 std::string torch_blas_info() {
   using ConfigFn = char* (*)();
   auto config = reinterpret_cast<ConfigFn>(dlsym(RTLD_DEFAULT, "openblas_get_config"));
   if (config && openblas_set_num_threads()) return std::string(config());
-  return "not OpenBLAS (libtorch matmul timings are not representative; install libopenblas0)";
+  if (at::hasMKL()) return "MKL";
+  return "not OpenBLAS or MKL (libtorch matmul timings are not representative; install libopenblas0)";
 }
 
 }  // namespace strata_bench

@@ -9,6 +9,7 @@
 #include <iostream>
 #include <mutex>
 #include <sstream>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -127,8 +128,9 @@ ThreadChoice choose_threads() {
   } else {
     what = "std::terminate called without an active exception";
   }
-  std::cerr << "strata: rank " << rank << ": uncaught exception: " << what << "\nstrata: rank " << rank
-            << ": aborting the job" << std::endl;
+  // One write: std::cerr is unbuffered, and mpirun could put its own abort notice between the pieces of several.
+  const std::string prefix = "strata: rank " + std::to_string(rank) + ": ";
+  std::cerr << (prefix + "uncaught exception: " + what + "\n" + prefix + "aborting the job\n") << std::flush;
   detail::dump_flight_recorder_on_failure("uncaught exception: " + what);
   if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
   std::abort();

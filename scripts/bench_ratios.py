@@ -2,7 +2,9 @@
 """Prints strata's benchmark times next to its baselines, from Google Benchmark JSON output.
 
 Benchmark names are "<case>/<impl>[/threads:N][/real_time]" with impl in strata, eigen,
-libtorch. With repetitions the medians are used, otherwise the single run.
+libtorch. With repetitions the medians are used, otherwise the single run. The libtorch column
+is headed by the version strata_bench was built against (its context's libtorch_version).
+A case only libtorch has is set against the strata case STAND_INS names.
 
     bench_ratios.py build-bench/bench.json
 """
@@ -10,6 +12,9 @@ import json
 import sys
 
 IMPLS = ("strata", "eigen", "libtorch")
+# block_step_sdpa is libtorch's block with its fused attention (PyTorch 2); strata has no fused attention,
+# so its row sets strata's block_step against it.
+STAND_INS = {"block_step_sdpa": "block_step"}
 TO_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 
 
@@ -24,9 +29,10 @@ def split_name(run_name):
 
 
 def load_times(path):
-    """{case: {impl: real time in ns}}, medians preferred over single runs."""
+    """({case: {impl: real time in ns}}, libtorch version), medians preferred over single runs."""
     with open(path) as f:
-        benchmarks = json.load(f)["benchmarks"]
+        report = json.load(f)
+    benchmarks = report["benchmarks"]
     times, from_median = {}, set()
     for b in benchmarks:
         if b.get("error_occurred"):
@@ -43,7 +49,13 @@ def load_times(path):
         times.setdefault(case, {})[impl] = b["real_time"] * TO_NS[b.get("time_unit", "ns")]
         if is_median:
             from_median.add((case, impl))
-    return times
+    for case, t in times.items():
+        base, _, threads = case.partition("/")
+        if "strata" not in t and base in STAND_INS:
+            stand_in = times.get("/".join(filter(None, (STAND_INS[base], threads))), {}).get("strata")
+            if stand_in is not None:
+                t["strata"] = stand_in
+    return times, report.get("context", {}).get("libtorch_version")
 
 
 def fmt_time(ns):
@@ -62,8 +74,9 @@ def fmt_ratio(a, b):
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
-    times = load_times(sys.argv[1])
-    header = ("case", "strata", "eigen", "libtorch", "strata/eigen", "strata/libtorch")
+    times, torch_version = load_times(sys.argv[1])
+    torch = f"libtorch {torch_version}" if torch_version else "libtorch"
+    header = ("case", "strata", "eigen", torch, "strata/eigen", f"strata/{torch}")
     rows = []
     for case, t in times.items():
         s = t.get("strata")
