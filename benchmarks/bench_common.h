@@ -1,6 +1,6 @@
 #pragma once
-// What the benchmark programs share: the MLP, matmul, LSTM, convolution and transformer block sizes (so the strata, Eigen and libtorch
-// sides run the same step), the step clock, medians and "--name value" options.
+// What the benchmark programs share: the MLP, matmul, LSTM, convolution and transformer block sizes (so the
+// strata, Eigen and libtorch sides run the same step), the step clock, medians and "--name value" options.
 // Google Benchmark names are "<case>/<impl>[/threads:N]" with impl one of strata, eigen, libtorch;
 // scripts/bench_ratios.py pairs them up by case.
 

@@ -4,12 +4,14 @@
     mpirun -np 2 python ddp_torch.py [--steps S] [--reps R] [--port P]
 
 The ranks come from Open MPI's environment (OMPI_COMM_WORLD_RANK and _SIZE) and meet on 127.0.0.1:P, so
-`scripts/bench ddp` starts this as it starts strata_bench_ddp. The model, batch and method are
-strata_bench_ddp's: the 784-256-256-10 MLP, batch 128 per rank, SGD at 0.01, one thread per rank; blocks of S
-steps, each timed on the slowest rank, interleaved R times, medians printed.
+`scripts/bench ddp` starts this as it starts strata_bench_ddp (with a free port). The model, batch and step
+timing are strata_bench_ddp's: the 784-256-256-10 MLP, batch 128 per rank, SGD at 0.01, one thread per rank;
+blocks of S steps, each timed on the slowest rank, interleaved R times, medians printed.
   step     zero_grad, forward, cross entropy, backward (DDP's bucketed all_reduces over gloo), SGD update;
-  compute  the same step inside DDP's no_sync(): no all_reduce, the rest unchanged.
-overhead = step - compute is what communication costs the step. Prints the same columns as strata_bench_ddp
+  compute  the same step inside DDP's no_sync(), which skips DDP's reducer: its bucket copies as well as the
+           all_reduces (strata_bench_ddp's compute step keeps its hooks and copies and skips only the
+           communication).
+overhead = step - compute is what DDP's synchronisation costs the step. Prints the same columns as strata_bench_ddp
 where PyTorch has the quantity, and `step_ms=<value>` last for scripts/bench.
 """
 import argparse
