@@ -19,24 +19,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-
-class Block(nn.Module):
-    def __init__(self, embed, heads):
-        super().__init__()
-        self.heads = heads
-        self.ln_1 = nn.LayerNorm(embed)
-        self.c_attn = nn.Linear(embed, 3 * embed)
-        self.c_proj = nn.Linear(embed, embed)
-        self.ln_2 = nn.LayerNorm(embed)
-        self.mlp = nn.Sequential(nn.Linear(embed, 4 * embed), nn.GELU(), nn.Linear(4 * embed, embed))
-
-    def forward(self, x):
-        b, t, c = x.shape
-        q, k, v = self.c_attn(self.ln_1(x)).split(c, dim=2)
-        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, c)
-        x = x + self.c_proj(y)
-        return x + self.mlp(self.ln_2(x))
+from torch_models import Block
 
 
 class GPT(nn.Module):
@@ -45,7 +28,7 @@ class GPT(nn.Module):
         self.tok = nn.Embedding(vocab, embed)
         nn.init.normal_(self.tok.weight, 0, 0.02)
         self.pos = nn.Parameter(torch.randn(block, embed) * 0.02)
-        self.blocks = nn.Sequential(*[Block(embed, heads) for _ in range(layers)])
+        self.blocks = nn.Sequential(*[Block(embed, heads, fused=True) for _ in range(layers)])
         self.ln_f = nn.LayerNorm(embed)
 
     def forward(self, idx):

@@ -3,9 +3,9 @@
 
     torch_cpu.py --out FILE [--filter REGEX] [--reps R] [--min-time S]
 
-The cases, sizes and steps are bench_torch.cpp's (benchmarks/bench_common.h has the sizes), named
-"<case>/pytorch[/threads:N]/real_time" so that bench_ratios.py sets them beside strata's: per-op overhead
-(add, add_requires_grad, add_sum_backward), mlp_step, matmul_1024, lstm_step, lenet_step,
+The cases, sizes and steps are bench_torch.cpp's (benchmarks/bench_common.h has the sizes, torch_models.py
+the models), named "<case>/pytorch[/threads:N]/real_time" so that bench_ratios.py sets them beside strata's:
+per-op overhead (add, add_requires_grad, add_sum_backward), mlp_step, matmul_1024, lstm_step, lenet_step,
 resnet_block_step, conv2d_3x3_64_56 and block_step (block_step_sdpa with F.scaled_dot_product_attention),
 at 1 and 2 threads where bench_torch.cpp has both. This is the yardstick where the wheel's C++ library
 cannot be built (scripts/bench), and beside it what a Python user pays per op. --filter selects cases
@@ -19,19 +19,19 @@ import math
 import re
 import statistics
 import time
+from functools import partial
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
-from torch_cuda import Block
+import torch_models
 
 LR = 0.01
 CASES = []
 
 
 def case(name, threads=(None,)):
-    """Registers fn(threads) -> op as one case per thread count; op() is one timed iteration."""
+    """Registers fn() -> op as one case per thread count; op() is one timed iteration."""
 
     def register(fn):
         for t in threads:
@@ -58,25 +58,25 @@ def training_step(params, loss_fn):
 
 
 @case("add")
-def add(_):
+def add():
     a, b = torch.ones(1), torch.ones(1)
     return lambda: a + b
 
 
 @case("add_requires_grad")
-def add_requires_grad(_):
+def add_requires_grad():
     a, b = torch.ones(1, requires_grad=True), torch.ones(1, requires_grad=True)
     return lambda: a + b
 
 
 @case("add_sum_backward")
-def add_sum_backward(_):
+def add_sum_backward():
     a, b = torch.ones(1, requires_grad=True), torch.ones(1, requires_grad=True)
     return lambda: (a + b).sum().backward()
 
 
 @case("mlp_step", threads=(1, 2))
-def mlp_step(_):
+def mlp_step():
     x, y = torch.randn(64, 784), torch.randint(10, (64,))
     sizes = [(784, 256), (256, 256), (256, 10)]
     weights = [(torch.randn(i, o) * 0.05).requires_grad_() for i, o in sizes]
@@ -91,66 +91,22 @@ def mlp_step(_):
 
 
 @case("matmul_1024", threads=(1, 2))
-def matmul_1024(_):
+def matmul_1024():
     a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
     return lambda: a.matmul(b)
 
 
-@case("lstm_step", threads=(1, 2))
-def lstm_step(_):
-    lstm = nn.LSTM(256, 256, num_layers=2)
-    x, target = torch.randn(64, 32, 256), torch.randn(64, 32, 256)
-    return training_step(list(lstm.parameters()), lambda: F.mse_loss(lstm(x)[0], target))
+def model_step(build):
+    """A case of one SGD step of the torch_models builder `build` on the CPU."""
+    return lambda: training_step(*build("cpu"))
 
 
-@case("lenet_step", threads=(1, 2))
-def lenet_step(_):
-    conv1, conv2, fc1, fc2 = nn.Conv2d(1, 10, 5), nn.Conv2d(10, 20, 5), nn.Linear(320, 50), nn.Linear(50, 10)
-    x, y = torch.randn(64, 1, 28, 28), torch.randint(10, (64,))
-
-    def loss():
-        h = torch.relu(F.max_pool2d(conv1(x), 2))
-        h = torch.relu(F.max_pool2d(conv2(h), 2))
-        h = torch.relu(fc1(h.view(-1, 320)))
-        return F.nll_loss(F.log_softmax(fc2(h), 1), y)
-
-    return training_step([p for m in (conv1, conv2, fc1, fc2) for p in m.parameters()], loss)
-
-
-@case("resnet_block_step", threads=(1, 2))
-def resnet_block_step(_):
-    conv1, conv2 = (nn.Conv2d(64, 64, 3, padding=1, bias=False) for _ in range(2))
-    bn1, bn2 = nn.BatchNorm2d(64), nn.BatchNorm2d(64)
-    x, target = torch.randn(32, 64, 32, 32), torch.randn(32, 64, 32, 32)
-
-    def loss():
-        h = torch.relu(bn1(conv1(x)))
-        return F.mse_loss(torch.relu(bn2(conv2(h)) + x), target)
-
-    return training_step([p for m in (conv1, conv2, bn1, bn2) for p in m.parameters()], loss)
-
-
-@case("conv2d_3x3_64_56", threads=(1, 2))
-def conv2d_3x3(_):
-    x = torch.randn(8, 64, 56, 56, requires_grad=True)
-    w = (torch.randn(64, 64, 3, 3) * 0.05).requires_grad_()
-    grad = torch.randn(8, 64, 56, 56)
-
-    def op():
-        F.conv2d(x, w, padding=1).backward(grad)
-        x.grad, w.grad = None, None
-
-    return op
-
-
-def block_step(fused):
-    block = Block(256, 4, fused)
-    x, target = torch.randn(16, 128, 256), torch.randn(16, 128, 256)
-    return training_step(list(block.parameters()), lambda: F.mse_loss(block(x), target))
-
-
-case("block_step", threads=(1, 2))(lambda _: block_step(False))
-case("block_step_sdpa", threads=(1, 2))(lambda _: block_step(True))
+case("lstm_step", threads=(1, 2))(model_step(torch_models.lstm))
+case("lenet_step", threads=(1, 2))(model_step(torch_models.lenet))
+case("resnet_block_step", threads=(1, 2))(model_step(torch_models.resnet_block))
+case("conv2d_3x3_64_56", threads=(1, 2))(lambda: torch_models.conv2d_3x3("cpu"))
+case("block_step", threads=(1, 2))(model_step(partial(torch_models.block_step, 256, 4, False, 16, 128)))
+case("block_step_sdpa", threads=(1, 2))(model_step(partial(torch_models.block_step, 256, 4, True, 16, 128)))
 
 
 def seconds_per_call(op, reps, min_time):
@@ -186,7 +142,7 @@ def main():
             continue
         torch.set_num_threads(threads or default_threads)
         torch.manual_seed(0)
-        seconds = seconds_per_call(make(threads), args.reps, args.min_time)
+        seconds = seconds_per_call(make(), args.reps, args.min_time)
         print(f"{name:48s} {seconds * 1e6:12.2f} us", flush=True)
         results.append({"name": name + "_median", "run_name": name, "run_type": "aggregate",
                         "aggregate_name": "median", "real_time": seconds * 1e9, "time_unit": "ns"})

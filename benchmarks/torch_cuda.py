@@ -13,6 +13,7 @@
               convolution, 64 channels, 56 x 56, batch 8) and one SGD step each of lenet_step (the MNIST CNN,
               batch 64), resnet_block_step (a basic block with batch norm, 64 channels, 32 x 32, batch 32, MSE)
               and lstm_step (2 layers, 256 wide, 64 steps, batch 32, MSE), with cuDNN as PyTorch uses it.
+The models are torch_models.py's, which torch_cpu.py shares.
 
 One line per measurement, e.g. `matmul dtype=bf16 n=8192 tflops=612.30`.
 
@@ -24,13 +25,14 @@ batch time over its count. Products rotate among 4 input pairs so that repeats m
 """
 
 import argparse
-import math
 import statistics
 import sys
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+import torch_models
 
 TARGET_BATCH_SECONDS = 0.05
 
@@ -131,92 +133,23 @@ def bench_mlp(reps):
                 lambda: F.cross_entropy(model(x), y), reps, "mlp_step")
 
 
-class CausalSelfAttention(nn.Module):
-    """nanoGPT's attention, with the product-softmax-product path strata's nn::CausalSelfAttention takes."""
-
-    def __init__(self, c, heads, fused):
-        super().__init__()
-        self.c_attn, self.c_proj = nn.Linear(c, 3 * c), nn.Linear(c, c)
-        self.heads, self.fused = heads, fused
-
-    def forward(self, x):
-        b, t, c = x.shape
-        q, k, v = self.c_attn(x).split(c, dim=2)
-        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
-        if self.fused:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:
-            att = (q * (1.0 / math.sqrt(k.size(-1)))) @ k.transpose(-2, -1)
-            future = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
-            y = att.masked_fill(future, float("-inf")).softmax(dim=-1) @ v
-        return self.c_proj(y.transpose(1, 2).reshape(b, t, c))
-
-
-class Block(nn.Module):
-    """nanoGPT's Block: x + attn(ln_1(x)), then + mlp(ln_2(x)) with a 4C GELU MLP, no dropout."""
-
-    def __init__(self, c, heads, fused):
-        super().__init__()
-        self.ln_1, self.ln_2 = nn.LayerNorm(c), nn.LayerNorm(c)
-        self.attn = CausalSelfAttention(c, heads, fused)
-        self.mlp = nn.Sequential(nn.Linear(c, 4 * c), nn.GELU(), nn.Linear(4 * c, c))
-
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
-
-
 def bench_block(reps):
     for fused, name in ((False, "block_step"), (True, "block_step_sdpa")):
         torch.manual_seed(0)
-        block = Block(768, 12, fused).cuda()
-        adamw = torch.optim.AdamW(block.parameters(), lr=3e-4)
-        x = torch.randn(16, 256, 768, device="cuda")
-        target = torch.randn(16, 256, 768, device="cuda")
-        report_step(f"{name} dtype=f32 B=16 T=256 C=768 heads=12", adamw,
-                    lambda: F.mse_loss(block(x), target), reps, name)
+        params, loss = torch_models.block_step(768, 12, fused, 16, 256, "cuda")
+        report_step(f"{name} dtype=f32 B=16 T=256 C=768 heads=12", torch.optim.AdamW(params, lr=3e-4), loss, reps,
+                    name)
 
 
 def bench_models(reps):
     torch.manual_seed(0)
-    x = torch.randn(8, 64, 56, 56, device="cuda", requires_grad=True)
-    w = (torch.randn(64, 64, 3, 3, device="cuda") * 0.05).requires_grad_()
-    grad = torch.randn(8, 64, 56, 56, device="cuda")
-
-    def conv():
-        F.conv2d(x, w, padding=1).backward(grad)
-        x.grad, w.grad = None, None
-
-    print(f"conv2d_3x3 dtype=f32 B=8 C=64 HW=56 ms={time_per_call(conv, reps) * 1e3:.3f}", flush=True)
-
-    conv1, conv2 = nn.Conv2d(1, 10, 5).cuda(), nn.Conv2d(10, 20, 5).cuda()
-    fc1, fc2 = nn.Linear(320, 50).cuda(), nn.Linear(50, 10).cuda()
-    images, labels = torch.randn(64, 1, 28, 28, device="cuda"), torch.randint(10, (64,), device="cuda")
-
-    def lenet_loss():
-        h = F.relu(F.max_pool2d(conv1(images), 2))
-        h = F.relu(F.max_pool2d(conv2(h), 2))
-        h = F.relu(fc1(h.view(-1, 320)))
-        return F.nll_loss(F.log_softmax(fc2(h), 1), labels)
-
-    lenet = [p for m in (conv1, conv2, fc1, fc2) for p in m.parameters()]
-    report_step("lenet_step dtype=f32 batch=64", torch.optim.SGD(lenet, lr=0.01), lenet_loss, reps)
-
-    c1, c2 = (nn.Conv2d(64, 64, 3, padding=1, bias=False).cuda() for _ in range(2))
-    bn1, bn2 = nn.BatchNorm2d(64).cuda(), nn.BatchNorm2d(64).cuda()
-    block_x, block_target = torch.randn(32, 64, 32, 32, device="cuda"), torch.randn(32, 64, 32, 32, device="cuda")
-
-    def block_loss():
-        h = F.relu(bn1(c1(block_x)))
-        return F.mse_loss(F.relu(bn2(c2(h)) + block_x), block_target)
-
-    block = [p for m in (c1, c2, bn1, bn2) for p in m.parameters()]
-    report_step("resnet_block_step dtype=f32 B=32 C=64 HW=32", torch.optim.SGD(block, lr=0.01), block_loss, reps)
-
-    lstm = nn.LSTM(256, 256, num_layers=2).cuda()
-    seq, seq_target = torch.randn(64, 32, 256, device="cuda"), torch.randn(64, 32, 256, device="cuda")
-    report_step("lstm_step dtype=f32 T=64 B=32 hidden=256 layers=2", torch.optim.SGD(lstm.parameters(), lr=0.01),
-                lambda: F.mse_loss(lstm(seq)[0], seq_target), reps)
+    print(f"conv2d_3x3 dtype=f32 B=8 C=64 HW=56 ms={time_per_call(torch_models.conv2d_3x3('cuda'), reps) * 1e3:.3f}",
+          flush=True)
+    for line, build in (("lenet_step dtype=f32 batch=64", torch_models.lenet),
+                        ("resnet_block_step dtype=f32 B=32 C=64 HW=32", torch_models.resnet_block),
+                        ("lstm_step dtype=f32 T=64 B=32 hidden=256 layers=2", torch_models.lstm)):
+        params, loss = build("cuda")
+        report_step(line, torch.optim.SGD(params, lr=0.01), loss, reps)
 
 
 def main():

@@ -4,6 +4,9 @@
 export DEBIAN_FRONTEND=noninteractive
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 JOBS="${STRATA_JOBS:-$(nproc)}"
+# The one Python virtual environment of the scripts (ensure_python_venv): safetensors for scripts/test's interop
+# tests, PyTorch for scripts/bench's comparisons. The Release and sanitizer builds share it.
+VENV="$ROOT/build/venv"
 
 # Packages every build needs (iproute2: the multihost test's network namespaces, scripts/multihost; bible-kjv:
 # examples/char_gpt's corpus, the King James Bible, which its `bible` command prints).
