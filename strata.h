@@ -54,6 +54,7 @@
 #include "strata/pipe/topology.h"
 #include "strata/tensor/creation.h"
 #include "strata/tensor/cuda.h"
+#include "strata/tensor/dispatch_log.h"
 #include "strata/tensor/kernels.h"
 #include "strata/tensor/promotion.h"
 #include "strata/tensor/tensor.h"

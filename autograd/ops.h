@@ -180,6 +180,18 @@ Tensor dropout(const Tensor& a, double p = 0.5, bool train = true, Generator* ge
 /// int64 class indices to a one-hot int64 tensor with a trailing dim of num_classes (-1: max + 1).
 Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);
 
+// ---- attention (autograd/ops/attention.cpp) ----
+/// softmax(query key^T * scale + mask) value (torch::scaled_dot_product_attention): query [..., L, E], key [..., S, E],
+/// value [..., S, Ev] -> [..., L, Ev], batch dims broadcast. attn_mask broadcasts to [..., L, S]: bool (true takes
+/// part) or added to the scores; is_causal lets query i see keys j <= i (no attn_mask with it); scale defaults to
+/// 1 / sqrt(E); dropout_p drops attention weights (always: pass 0 when evaluating); enable_gqa lets key and value have
+/// fewer heads (dim -3) than query, each shared by a group of query heads. A query that sees no key gets a row of 0.
+/// A fused kernel that never holds [L, S] runs where the device has one (STRATA_DISPATCH_LOG=1 prints the path).
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    const std::optional<Tensor>& attn_mask = std::nullopt, double dropout_p = 0.0,
+                                    bool is_causal = false, std::optional<double> scale = std::nullopt,
+                                    bool enable_gqa = false);
+
 // ---- recurrent cells and stacks (autograd/ops/rnn.cpp), as ATen's functions; cells step [batch, features] ----
 /// LSTM's pointwise step from gate pre-activations input_gates + hidden_gates [B, 4H] (i, f, g, o) and cx [B, H]:
 /// (h', c') with c' = sigmoid(f) * cx + sigmoid(i) * tanh(g), h' = sigmoid(o) * tanh(c'); one node, one kernel

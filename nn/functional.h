@@ -44,6 +44,7 @@ using strata::nll_loss;                          ///< negative log likelihood
 using strata::one_hot;                           ///< class indices to one-hot
 using strata::relu;                              ///< max(x, 0)
 using strata::rms_norm;                          ///< x / sqrt(mean(x^2) + eps) over trailing dims
+using strata::scaled_dot_product_attention;      ///< softmax(q k^T scale + mask) v, fused
 using strata::sigmoid;                           ///< 1 / (1 + exp(-x))
 using strata::silu;                              ///< x * sigmoid(x)
 using strata::smooth_l1_loss;                    ///< quadratic below beta, then linear

@@ -1,8 +1,5 @@
 #include "strata/nn/transformer.h"
 
-#include <cmath>
-#include <limits>
-
 #include "strata/autograd/ops.h"
 #include "strata/nn/activation.h"
 
@@ -26,13 +23,11 @@ Tensor CausalSelfAttentionImpl::forward(const Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), C = embed_dim, H = num_heads, D = C / H;
   const tensor_list qkv = c_attn(x).split(C, 2);                                          // q, k, v: [B, T, C] each
   auto heads = [&](const Tensor& t) { return t.reshape({B, T, H, D}).transpose(1, 2); };  // [B, H, T, D]
-  // Scaling q costs B*T*C multiplications, scaling the scores B*H*T*T.
-  Tensor q = heads(qkv[0]) * (1.0 / std::sqrt(static_cast<double>(D)));
-  Tensor att = matmul(q, heads(qkv[1]).transpose(-2, -1));  // [B, H, T, T]
-  Tensor pos = arange(T, TensorOptions(kLong).device(x.device()));
-  Tensor future = pos.unsqueeze(0).gt(pos.unsqueeze(1));  // [T, T]: key position > query position
-  att = attn_dropout(softmax(masked_fill(att, future, -std::numeric_limits<double>::infinity()), -1));
-  Tensor y = matmul(att, heads(qkv[2])).transpose(1, 2).reshape({B, T, C});  // heads side by side again
+  // The fused attention never holds the [B, H, T, T] weights; their dropout is its dropout_p, as nanoGPT's.
+  const double dropout_p = is_training() ? attn_dropout->options.p() : 0.0;
+  Tensor y = scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), std::nullopt, dropout_p,
+                                          /*is_causal=*/true);
+  y = y.transpose(1, 2).reshape({B, T, C});  // heads side by side again
   return resid_dropout(c_proj(y));
 }
 

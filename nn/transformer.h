@@ -20,7 +20,8 @@
 namespace strata::nn {
 
 /// Multi-head self-attention where position t attends to positions <= t: q, k, v from one fused Linear
-/// (c_attn, C -> 3C), softmax(q k^T / sqrt(C / num_heads)) with -inf above the diagonal, then c_proj (C -> C).
+/// (c_attn, C -> 3C), softmax(q k^T / sqrt(C / num_heads)) v causal through scaled_dot_product_attention (fused:
+/// memory linear in T), then c_proj (C -> C).
 class CausalSelfAttentionImpl : public Module {
  public:
   /// embed_dim C split into num_heads heads (C must divide evenly); dropout on the attention weights and output.
@@ -31,7 +32,7 @@ class CausalSelfAttentionImpl : public Module {
   int64_t num_heads;               ///< heads, each of size C / num_heads
   Linear c_attn{nullptr};          ///< C -> 3C: q, k, v side by side
   Linear c_proj{nullptr};          ///< C -> C, after the heads are merged
-  Dropout attn_dropout{nullptr};   ///< on the attention weights
+  Dropout attn_dropout{nullptr};   ///< its p is the attention weights' dropout_p while training
   Dropout resid_dropout{nullptr};  ///< on the output
 };
 STRATA_MODULE(CausalSelfAttention);

@@ -1,6 +1,7 @@
 #pragma once
-// The kernel table: the small set of primitives every device implements, and the fused recurrent
-// cells. Ops above it (autograd/ops/*) are written once, for every device, in terms of these.
+// The kernel table: the small set of primitives every device implements, the fused recurrent
+// cells, and optional fused kernels (direct convolution, attention) a device may decline. Ops
+// above it (autograd/ops/*) are written once, for every device, in terms of these.
 //
 //   Tensor a = randn({2, 3}), b = randn({2, 3});
 //   Tensor out = empty(a.sizes(), a.options());
@@ -120,6 +121,20 @@ struct Window2d {
   int64_t offsets() const { return kernel[0] * kernel[1]; }  ///< kernel offsets, K
 };
 
+/// What the fused attention kernels compute besides their operands (scaled_dot_product_attention): row i of
+/// slice n weighs key j by softmax_j(q_i . k_j * scale + mask[n, i, j]), with keys j > i left out when causal
+/// (top-left aligned, as torch's tril) and, when dropout_p > 0, each weight dropped with probability dropout_p and
+/// the rest scaled by 1 / (1 - dropout_p). Weight (n, i, j) is kept when u >= dropout_p, compared in float32 (float64
+/// for double operands), u the uniform of counter offset + (n * L + i) * S + j of the stream (seed, offset) in that
+/// precision: exactly what uniform() writes for [0, 1), so a composite that draws rand({N, L, S}) drops the same.
+struct AttentionParams {
+  double scale = 1;      ///< multiplies q . k
+  bool causal = false;   ///< key j > query i gets no weight
+  double dropout_p = 0;  ///< probability of dropping a weight
+  uint64_t seed = 0;     ///< dropout's stream
+  uint64_t offset = 0;   ///< dropout's first counter
+};
+
 /// One device's implementation of the primitives.
 class Kernels {
  public:
@@ -169,6 +184,20 @@ class Kernels {
   /// false where the device has no direct kernel, as conv2d.
   virtual bool conv2d_backward_weight(const Tensor& in, const Tensor& grad_out, const Window2d& window, int64_t groups,
                                       const Tensor& grad_weight) const = 0;
+  /// Fused attention, where the device has a kernel for these operands (AttentionParams says what it computes):
+  /// out [N, L, Ev] from q [N, L, E], k [N, S, E], v [N, S, Ev], an additive mask [N, L, S] of q's dtype with any
+  /// strides (stride 0 where broadcast) or undefined; logsumexp [N, L] (float64 for double operands, else float32)
+  /// gets each row's log of its softmax denominator, -inf for a row that sees no key, whose output row is 0.
+  /// Never materialises [L, S]. q, k, v, out contiguous, one floating dtype. Returns false, writing nothing, where
+  /// it has none: the caller then composes matmul and softmax.
+  virtual bool attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                         const AttentionParams& params, const Tensor& out, const Tensor& logsumexp) const = 0;
+  /// attention's gradients from grad_out [N, L, Ev], given its out and logsumexp (the weights recomputed, not
+  /// stored): grad_q, grad_k and grad_v, contiguous, with q's, k's and v's sizes; false where attention is.
+  virtual bool attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                                  const Tensor& out, const Tensor& logsumexp, const Tensor& grad_out,
+                                  const AttentionParams& params, const Tensor& grad_q, const Tensor& grad_k,
+                                  const Tensor& grad_v) const = 0;
   /// Sorts each slice of `in` along dim and writes its first k = values.size(dim) elements (the k smallest, or
   /// largest when descending) and their int64 indices along dim; values and indices have in's sizes with dim set
   /// to k. NaN sorts as the largest value; equal elements keep their input order (Note [sort order], cpu/sort.cpp).

@@ -3,7 +3,8 @@
 // kernels.cpp (memory, table), elementwise.cpp (copy, fill, binary, where, arange), unary.cpp,
 // reduce.cpp (reduce, arg_reduce), gemm.cpp (matmul), index.cpp (gather, scatter_add),
 // window.cpp (im2col, col2im), conv.cpp (the direct convolutions, through oneDNN), sort.cpp (sort), random.cpp
-// (uniform, uniform_int, normal, multinomial), rnn.cpp (the fused recurrent cells).
+// (uniform, uniform_int, normal, multinomial), rnn.cpp (the fused recurrent cells), attention.cpp (the fused
+// attention).
 
 #include "strata/tensor/kernels.h"
 
@@ -33,6 +34,11 @@ class CpuKernels final : public Kernels {
                              const Tensor& grad_in) const override;
   bool conv2d_backward_weight(const Tensor& in, const Tensor& grad_out, const Window2d& window, int64_t groups,
                               const Tensor& grad_weight) const override;
+  bool attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const AttentionParams& params,
+                 const Tensor& out, const Tensor& logsumexp) const override;
+  bool attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Tensor& out,
+                          const Tensor& logsumexp, const Tensor& grad_out, const AttentionParams& params,
+                          const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v) const override;
   void sort(const Tensor& in, int64_t dim, bool descending, const Tensor& values, const Tensor& indices) const override;
   void arange(const Tensor& out, double start, double step) const override;
   void uniform(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset) const override;

@@ -4,7 +4,8 @@
 // defines its members: runtime.cpp (device API, streams, allocator, cuBLAS handles, the table),
 // copy.cu (copy, fill, arange), elementwise.cu (unary, binary, add_scaled, where), reduce.cu
 // (reduce, arg_reduce), index.cu (gather, scatter_add), window.cu (im2col, col2im; no direct convolution), sort.cu (sort), random.cu (uniform,
-// uniform_int, normal, multinomial), rnn.cu (the fused recurrent cells) and gemm.cpp (matmul through cuBLAS).
+// uniform_int, normal, multinomial), rnn.cu (the fused recurrent cells), attention.cu (the fused attention) and
+// gemm.cpp (matmul through cuBLAS).
 //
 // Note [CUDA streams]: every kernel, copy and allocation of device d is queued on
 // current_stream(d), one non-blocking stream per device, so work on one device runs in issue
@@ -89,6 +90,11 @@ class CudaKernels final : public Kernels {
                              const Tensor& grad_in) const override;
   bool conv2d_backward_weight(const Tensor& in, const Tensor& grad_out, const Window2d& window, int64_t groups,
                               const Tensor& grad_weight) const override;
+  bool attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const AttentionParams& params,
+                 const Tensor& out, const Tensor& logsumexp) const override;
+  bool attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Tensor& out,
+                          const Tensor& logsumexp, const Tensor& grad_out, const AttentionParams& params,
+                          const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v) const override;
   void sort(const Tensor& in, int64_t dim, bool descending, const Tensor& values, const Tensor& indices) const override;
   void arange(const Tensor& out, double start, double step) const override;
   void uniform(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset) const override;

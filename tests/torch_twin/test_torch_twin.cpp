@@ -334,3 +334,45 @@ TEST(TorchTwin, RecurrentCells) {
 }
 
 }  // namespace
+
+// scaled_dot_product_attention's fused CPU kernel next to libtorch 1.13's composite (its private
+// _scaled_dot_product_attention: the public one came in 2.0 with the same semantics). Causal, a float mask broadcast
+// over heads and a bool mask, in float64 and float32. 1.13 gives NaN for a query that sees no key, strata 0 (as
+// PyTorch 2.5 and later do), so every mask here leaves each query a key.
+TEST(TorchTwin, ScaledDotProductAttention) {
+  strata::manual_seed(13);
+  const strata::Tensor float_mask = randn({2, 1, 7, 9});
+  const strata::Tensor bool_mask =
+      strata::rand({7, 9}, strata::kDouble).gt(0.4).logical_or(strata::eye(7, 9, strata::kBool));
+  for (bool single : {false, true}) {
+    const auto as = [&](std::vector<int64_t> sizes) {
+      return single ? strata::randn(sizes, strata::kFloat) : randn(sizes);
+    };
+    const double tolerance = single ? 1e-5 : 1e-10;
+    const strata::tensor_list inputs = {as({2, 3, 7, 5}), as({2, 3, 9, 5}), as({2, 3, 9, 4})};
+    const strata::tensor_list square = {as({2, 3, 9, 5}), as({2, 3, 9, 5}), as({2, 3, 9, 4})};
+    expect_twins(
+        [](const strata::tensor_list& x) {
+          return strata::scaled_dot_product_attention(x[0], x[1], x[2], std::nullopt, 0.0, true);
+        },
+        [](const std::vector<torch::Tensor>& x) {
+          return std::get<0>(at::_scaled_dot_product_attention(x[0], x[1], x[2], {}, 0.0, false, true));
+        },
+        square, tolerance);
+    const strata::Tensor fm = single ? float_mask.to(strata::kFloat) : float_mask;
+    const torch::Tensor t_fm = to_torch(fm);
+    expect_twins(
+        [&](const strata::tensor_list& x) { return strata::scaled_dot_product_attention(x[0], x[1], x[2], fm); },
+        [&](const std::vector<torch::Tensor>& x) {
+          return std::get<0>(at::_scaled_dot_product_attention(x[0], x[1], x[2], t_fm));
+        },
+        inputs, tolerance);
+    const torch::Tensor t_bm = to_torch(bool_mask.to(strata::kDouble)).to(torch::kBool);
+    expect_twins(
+        [&](const strata::tensor_list& x) { return strata::scaled_dot_product_attention(x[0], x[1], x[2], bool_mask); },
+        [&](const std::vector<torch::Tensor>& x) {
+          return std::get<0>(at::_scaled_dot_product_attention(x[0], x[1], x[2], t_bm));
+        },
+        inputs, tolerance);
+  }
+}
