@@ -2,13 +2,15 @@
 """examples/char_gpt's model, data and optimizer in eager PyTorch, for its tokens/s next to strata's.
 
     char_gpt_torch.py [--steps N] [--threads N] [--batch-size B] [--block T] [--embed C] [--heads H]
-                      [--layers N] [--lr LR] [--data FILE]
+                      [--layers N] [--lr LR] [--data FILE] [--compile]
 
 The model is nanoGPT's (what strata's nn::TransformerBlock mirrors): token and learned position embeddings,
 pre-norm blocks (fused q/k/v projection, causal attention through F.scaled_dot_product_attention, a GELU MLP
 of 4C), a final LayerNorm and an LM head tied to the token embedding; AdamW with weight decay 0.1 and
 warmup-cosine learning rates, random windows of the King James Bible (Debian's bible-kjv). Prints the
-losses every 50 steps and, last, `tokens_per_s=<value>` over the steps after the first 5 (warm-up).
+losses every 50 steps and, last, `tokens_per_s=<value>` over the steps after the first 5 (warm-up, which
+also holds torch.compile's compilation with --compile: the model's forward and backward through Inductor's C++
+kernels; the optimizer stays eager).
 """
 import argparse
 import math
@@ -47,6 +49,7 @@ def main():
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--data", default="")
+    p.add_argument("--compile", action="store_true")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -63,6 +66,7 @@ def main():
     train = ids[: len(ids) * 9 // 10]
 
     model = GPT(len(vocab), a.block, a.embed, a.heads, a.layers)
+    forward = torch.compile(model) if a.compile else model
     decay = [q for q in model.parameters() if q.dim() >= 2]
     rest = [q for q in model.parameters() if q.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}], lr=a.lr)
@@ -83,14 +87,14 @@ def main():
         x, y = rows[:, :-1], rows[:, 1:]
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
-        loss = F.cross_entropy(model(x).reshape(-1, len(vocab)), y.reshape(-1))
+        loss = F.cross_entropy(forward(x).reshape(-1, len(vocab)), y.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         if (step + 1) % 50 == 0:
             print(f"step {step + 1}: train loss {loss.item():.4f}", flush=True)
     seconds = time.perf_counter() - start
-    print(f"torch {torch.__version__}, {a.threads} thread(s)")
+    print(f"torch {torch.__version__}, {a.threads} thread(s){', torch.compile' if a.compile else ''}")
     print(f"tokens_per_s={(a.steps - 5) * a.batch_size * a.block / seconds:.1f}")
 
 
