@@ -40,6 +40,20 @@ constexpr int64_t kTfSeq = 128;       // transformer block step: T
 constexpr int64_t kTfDim = 256;       // transformer block step: C
 constexpr int64_t kTfHeads = 4;       // transformer block step: heads (of C / 4 = 64 each)
 
+/// The parameter shapes of examples/char_gpt's default model (vocabulary 80, C 128, T 64, 4 blocks), the AdamW
+/// step's: token and position embeddings, per block ln_1, c_attn, c_proj, ln_2, c_fc, c_proj, then ln_f.
+inline std::vector<std::vector<int64_t>> char_gpt_param_shapes() {
+  constexpr int64_t V = 80, C = 128, T = 64, kLayers = 4;
+  std::vector<std::vector<int64_t>> shapes = {{V, C}, {T, C}};
+  for (int64_t l = 0; l < kLayers; ++l)
+    for (std::vector<int64_t> s : std::vector<std::vector<int64_t>>{
+             {C}, {C}, {3 * C, C}, {3 * C}, {C, C}, {C}, {C}, {C}, {4 * C, C}, {4 * C}, {C, 4 * C}, {C}})
+      shapes.push_back(s);
+  shapes.push_back({C});
+  shapes.push_back({C});
+  return shapes;
+}
+
 /// Floating-point operations of one conv2d 3x3 forward and backward (input and weight gradients):
 /// three GEMMs of [C_out x 9 C_in] by [9 C_in x H W] per image.
 constexpr double kConvFlops = 3.0 * 2.0 * kConvBatch * kConvWidth * 9 * kConvWidth * kConvSize * kConvSize;

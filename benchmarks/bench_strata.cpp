@@ -17,6 +17,8 @@
 //   (h) one SGD step of a pre-norm transformer block (nn::TransformerBlock: LayerNorm, causal self-attention,
 //       LayerNorm, 4C GELU MLP) at C 256, 4 heads, T 128, batch 16, against a mean squared error, at 1 and 2
 //       threads, next to libtorch's same block written out (and, from PyTorch 2, with its fused attention)
+//   (i) one AdamW step (weight decay 0.1) over examples/char_gpt's parameters, per parameter and fused, at 1 and 2
+//       threads, next to eager PyTorch's (torch_cpu.py: its default loop and fused=True)
 
 // GCC 12 reports false maybe-uninitialized warnings inside Eigen's AVX-512 intrinsics.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -289,6 +291,22 @@ void block_step_strata(benchmark::State& state) {
   }
 }
 BENCHMARK(block_step_strata)->Name("block_step/strata")->Apply(at_1_and_2_threads);
+
+// ---- (i) AdamW over char_gpt's parameters ----
+
+void adamw_step_strata(benchmark::State& state, bool fused) {
+  strata::set_num_threads(static_cast<int>(state.range(0)));
+  strata::manual_seed(0);
+  std::vector<Tensor> params;
+  for (const std::vector<int64_t>& shape : char_gpt_param_shapes()) {
+    params.push_back(strata::randn(shape).requires_grad_(true));
+    params.back().mutable_grad() = strata::randn(shape);
+  }
+  strata::optim::AdamW opt(params, strata::optim::AdamWOptions(1e-3).weight_decay(0.1).fused(fused));
+  for (auto _ : state) opt.step();
+}
+BENCHMARK_CAPTURE(adamw_step_strata, , false)->Name("adamw_step/strata")->Apply(at_1_and_2_threads);
+BENCHMARK_CAPTURE(adamw_step_strata, , true)->Name("adamw_step_fused/strata")->Apply(at_1_and_2_threads);
 
 }  // namespace
 

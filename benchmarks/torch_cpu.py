@@ -6,8 +6,8 @@
 The cases, sizes and steps are bench_torch.cpp's (benchmarks/bench_common.h has the sizes, torch_models.py
 the models), named "<case>/pytorch[/threads:N]/real_time" so that bench_ratios.py sets them beside strata's:
 per-op overhead (add, add_requires_grad, add_sum_backward), mlp_step, matmul_1024, lstm_step, lenet_step,
-resnet_block_step, conv2d_3x3_64_56 and block_step (block_step_sdpa with F.scaled_dot_product_attention),
-at 1 and 2 threads where bench_torch.cpp has both. This is the yardstick where the wheel's C++ library
+resnet_block_step, conv2d_3x3_64_56, block_step (block_step_sdpa with F.scaled_dot_product_attention) and
+adamw_step (bench_strata.cpp's; adamw_step_fused with fused=True), at 1 and 2 threads where the C++ side has both. This is the yardstick where the wheel's C++ library
 cannot be built (scripts/bench), and beside it what a Python user pays per op. --filter selects cases
 as Google Benchmark's --benchmark_filter does (re.search on the name). Method: per case a warm-up, then R
 repetitions, each of back-to-back calls for at least S seconds (default 0.5, Google Benchmark's default);
@@ -107,6 +107,25 @@ case("resnet_block_step", threads=(1, 2))(model_step(torch_models.resnet_block))
 case("conv2d_3x3_64_56", threads=(1, 2))(lambda: torch_models.conv2d_3x3("cpu"))
 case("block_step", threads=(1, 2))(model_step(partial(torch_models.block_step, 256, 4, False, 16, 128)))
 case("block_step_sdpa", threads=(1, 2))(model_step(partial(torch_models.block_step, 256, 4, True, 16, 128)))
+
+
+def adamw_step(fused):
+    """One AdamW step (weight decay 0.1) over examples/char_gpt's parameters (bench_common.h's
+    char_gpt_param_shapes): PyTorch's default on the CPU, a loop over parameters, or fused=True."""
+    V, C, T = 80, 128, 64
+    shapes = [(V, C), (T, C)]
+    for _ in range(4):
+        shapes += [(C,), (C,), (3 * C, C), (3 * C,), (C, C), (C,), (C,), (C,), (4 * C, C), (4 * C,), (C, 4 * C), (C,)]
+    shapes += [(C,), (C,)]
+    params = [torch.randn(s, requires_grad=True) for s in shapes]
+    for p in params:
+        p.grad = torch.randn(p.shape)
+    opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.1, fused=fused)
+    return opt.step
+
+
+case("adamw_step", threads=(1, 2))(partial(adamw_step, False))
+case("adamw_step_fused", threads=(1, 2))(partial(adamw_step, True))
 
 
 def seconds_per_call(op, reps, min_time):

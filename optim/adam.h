@@ -37,6 +37,10 @@ class BasicAdamOptions : public OptimizerOptions {
   /// Adam: L2 penalty added to the gradient (default 0); AdamW: decoupled decay of p (default 1e-2).
   STRATA_ARG(double, weight_decay) = kDecoupled ? 1e-2 : 0;
   STRATA_ARG(bool, amsgrad) = false;  ///< divide by the running maximum of v (AMSGrad)
+  /// One kernel call per dtype and device for every parameter of the group, in float64 bit for bit the per-parameter
+  /// update (as torch.optim's fused); not with foreach
+  STRATA_ARG(bool, fused) = false;
+  STRATA_ARG(bool, foreach) = false;  ///< torch.optim's multi-tensor option: the same single call as fused here
 
  public:
   std::unique_ptr<OptimizerOptions> clone() const override { return std::make_unique<BasicAdamOptions>(*this); }

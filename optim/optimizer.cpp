@@ -8,6 +8,7 @@
 #include "strata/autograd/engine.h"
 #include "strata/autograd/grad_mode.h"
 #include "strata/tensor/creation.h"
+#include "strata/tensor/dispatch_log.h"
 
 namespace strata::optim {
 
@@ -72,6 +73,37 @@ void Optimizer::check_grads() const {
       ++i;
     }
   }
+}
+
+// Note [fused steps]: with `fused` or `foreach` a group's step is one kernel-table call per dtype and
+// device (Kernels::adam_step, sgd_step) instead of about eight elementwise kernels per parameter, with the
+// same arithmetic, so the results are the per-parameter path's bit for bit in float64. The kernels write
+// raw memory, so the step bumps each written tensor's version as an in-place op would. A parameter or
+// gradient that is not contiguous takes the per-parameter path, and the dispatch log names it.
+Optimizer::FusedSplit Optimizer::split_for_fused(const OptimizerParamGroup& group, const char* step) const {
+  FusedSplit split;
+  std::vector<std::pair<ScalarType, Device>> keys;
+  for (size_t j = 0; j < group.params_.size(); ++j) {
+    const Tensor& p = group.params_[j];
+    const Tensor& grad = p.grad();
+    if (!grad.defined()) continue;
+    if (!p.is_contiguous() || !grad.is_contiguous()) {
+      log_dispatch(step, "per-parameter: a parameter or its gradient is not contiguous");
+      split.rest.push_back(j);
+      continue;
+    }
+    auto key = std::find_if(keys.begin(), keys.end(),
+                            [&](const auto& k) { return k.first == p.dtype() && k.second == p.device(); });
+    if (key == keys.end()) {
+      keys.emplace_back(p.dtype(), p.device());
+      split.buckets.emplace_back();
+      key = keys.end() - 1;
+    }
+    split.buckets[key - keys.begin()].push_back(j);
+  }
+  for (const auto& [dtype, device] : keys)
+    log_dispatch(step, str("fused ", device.is_cpu() ? "cpu" : "cuda", " kernel (", dtype, ")"));
+  return split;
 }
 
 double Optimizer::lr() const { return groups_.front().options_->get_lr(); }

@@ -122,6 +122,15 @@ class Optimizer {
   /// Throws when a gradient does not match its parameter's shape, dtype and device; step() calls it first,
   /// so that a bad gradient leaves every parameter as it was.
   void check_grads() const;
+  /// A group's parameters that have a gradient, as numbers into group.params(), split for a fused step (Note
+  /// [fused steps] in optimizer.cpp): buckets of one dtype and device whose parameter and gradient are
+  /// contiguous, one kernel call each, and the rest, which take the per-parameter path (the dispatch log says so).
+  struct FusedSplit {
+    std::vector<std::vector<size_t>> buckets;  ///< one per (dtype, device), in order of first appearance
+    std::vector<size_t> rest;                  ///< parameters the fused kernels cannot take
+  };
+  /// Splits `group`'s parameters for a fused step; `step` ("Adam.step") names the op in the dispatch log.
+  FusedSplit split_for_fused(const OptimizerParamGroup& group, const char* step) const;
 
   std::string name_;                         ///< the optimizer's name as errors start with it, e.g. "SGD"
   std::vector<OptimizerParamGroup> groups_;  ///< the param groups, each with its options

@@ -28,6 +28,10 @@ class SGDOptions : public OptimizerOptions {
   STRATA_ARG(double, dampening) = 0;     ///< scales the gradient's share of the momentum buffer by 1 - dampening
   STRATA_ARG(double, weight_decay) = 0;  ///< L2 penalty added to the gradient
   STRATA_ARG(bool, nesterov) = false;    ///< Nesterov momentum (needs momentum > 0 and dampening 0)
+  /// One kernel call per dtype and device for every parameter of the group, in float64 bit for bit the per-parameter
+  /// update (as torch.optim's fused); not with foreach
+  STRATA_ARG(bool, fused) = false;
+  STRATA_ARG(bool, foreach) = false;  ///< torch.optim's multi-tensor option: the same single call as fused here
 
  public:
   std::unique_ptr<OptimizerOptions> clone() const override { return std::make_unique<SGDOptions>(*this); }

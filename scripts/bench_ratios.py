@@ -14,8 +14,8 @@ import json
 import sys
 
 IMPLS = ("strata", "eigen", "libtorch", "pytorch")
-# block_step_sdpa is PyTorch's block with its fused attention (PyTorch 2); strata has no fused attention,
-# so its row sets strata's block_step against it.
+# block_step_sdpa is PyTorch's block with its fused attention (PyTorch 2); strata's one block always runs its
+# fused attention, so its row sets strata's block_step against it.
 STAND_INS = {"block_step_sdpa": "block_step"}
 TO_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 

@@ -16,6 +16,7 @@
 
 #include <array>
 #include <cstdint>
+#include <vector>
 
 #include "strata/tensor/tensor.h"
 
@@ -135,6 +136,44 @@ struct AttentionParams {
   uint64_t offset = 0;   ///< dropout's first counter
 };
 
+/// One parameter of a fused Adam or AdamW step (adam_step): its tensors, contiguous, of one floating dtype and
+/// device, and the bias corrections 1 - beta^step of its own step count.
+struct AdamParam {
+  Tensor param;                 ///< p, updated in place
+  Tensor grad;                  ///< g, read only
+  Tensor exp_avg;               ///< m, updated in place
+  Tensor exp_avg_sq;            ///< v, updated in place
+  Tensor max_exp_avg_sq;        ///< v_max with amsgrad (updated in place), else undefined
+  double bias_correction1 = 1;  ///< 1 - beta1^step
+  double bias_correction2 = 1;  ///< 1 - beta2^step
+};
+/// Adam's hyperparameters for adam_step (optim/adam.h has the update).
+struct AdamHyper {
+  double lr = 1e-3;         ///< learning rate
+  double beta1 = 0.9;       ///< m's decay
+  double beta2 = 0.999;     ///< v's decay
+  double eps = 1e-8;        ///< added to the denominator
+  double weight_decay = 0;  ///< L2 on the gradient (Adam) or decoupled decay of p (AdamW)
+  double decay = 1;         ///< AdamW's factor 1 - lr * weight_decay, as the per-parameter path computed it
+  bool decoupled = false;   ///< AdamW
+  bool amsgrad = false;     ///< divide by the running maximum of v
+};
+/// One parameter of a fused SGD step (sgd_step): contiguous, of one floating dtype and device.
+struct SgdParam {
+  Tensor param;             ///< p, updated in place
+  Tensor grad;              ///< g, read only
+  Tensor momentum_buffer;   ///< with momentum, updated in place (set to d on the first step), else undefined
+  bool first_step = false;  ///< the buffer is new: it takes d instead of decaying
+};
+/// SGD's hyperparameters for sgd_step (optim/sgd.h has the update).
+struct SgdHyper {
+  double lr = 0.01;         ///< learning rate
+  double momentum = 0;      ///< buffer decay; 0: no buffer
+  double dampening = 0;     ///< scales d into the buffer by 1 - dampening
+  double weight_decay = 0;  ///< L2 on the gradient
+  bool nesterov = false;    ///< step along d + momentum * buffer
+};
+
 /// One device's implementation of the primitives.
 class Kernels {
  public:
@@ -198,6 +237,18 @@ class Kernels {
                                   const Tensor& out, const Tensor& logsumexp, const Tensor& grad_out,
                                   const AttentionParams& params, const Tensor& grad_q, const Tensor& grad_k,
                                   const Tensor& grad_v) const = 0;
+  /// Adam's or AdamW's update (optim/adam.h) of every parameter in one pass (the optimizers' fused option), element
+  /// for element the same arithmetic as their per-parameter path, so float64 results are bit for bit its own: with
+  /// fma(a, b, c) = a * b + c rounded once, in the parameter's dtype (float32 for the 16-bit types on CUDA),
+  ///   g = Adam with weight decay: fma(wd, p, g);  AdamW: p = p * decay
+  ///   m = fma(1 - beta1, g, m * beta1);  v = fma(1 - beta2, g * g, v * beta2);  v_max = max(v_max, v)
+  ///   p = fma(-lr / bias_correction1, m / (sqrt(v or v_max) / sqrt(bias_correction2) + eps), p)
+  /// (scalars computed in double, then converted). Every parameter shares one dtype and device.
+  virtual void adam_step(const std::vector<AdamParam>& params, const AdamHyper& hyper) const = 0;
+  /// SGD's update (optim/sgd.h) of every parameter in one pass, the per-parameter path's arithmetic:
+  ///   d = fma(wd, p, g) with weight decay, else g;  buf = first_step ? d : fma(1 - dampening, d, buf * momentum)
+  ///   d = nesterov ? fma(momentum, buf, d) : buf (with momentum);  p = fma(-lr, d, p)
+  virtual void sgd_step(const std::vector<SgdParam>& params, const SgdHyper& hyper) const = 0;
   /// Sorts each slice of `in` along dim and writes its first k = values.size(dim) elements (the k smallest, or
   /// largest when descending) and their int64 indices along dim; values and indices have in's sizes with dim set
   /// to k. NaN sorts as the largest value; equal elements keep their input order (Note [sort order], cpu/sort.cpp).

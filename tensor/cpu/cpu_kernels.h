@@ -4,7 +4,7 @@
 // reduce.cpp (reduce, arg_reduce), gemm.cpp (matmul), index.cpp (gather, scatter_add),
 // window.cpp (im2col, col2im), conv.cpp (the direct convolutions, through oneDNN), sort.cpp (sort), random.cpp
 // (uniform, uniform_int, normal, multinomial), rnn.cpp (the fused recurrent cells), attention.cpp (the fused
-// attention).
+// attention), optim.cpp (the fused optimizer steps).
 
 #include "strata/tensor/kernels.h"
 
@@ -39,6 +39,8 @@ class CpuKernels final : public Kernels {
   bool attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Tensor& out,
                           const Tensor& logsumexp, const Tensor& grad_out, const AttentionParams& params,
                           const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v) const override;
+  void adam_step(const std::vector<AdamParam>& params, const AdamHyper& hyper) const override;
+  void sgd_step(const std::vector<SgdParam>& params, const SgdHyper& hyper) const override;
   void sort(const Tensor& in, int64_t dim, bool descending, const Tensor& values, const Tensor& indices) const override;
   void arange(const Tensor& out, double start, double step) const override;
   void uniform(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset) const override;

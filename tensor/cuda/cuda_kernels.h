@@ -4,8 +4,8 @@
 // defines its members: runtime.cpp (device API, streams, allocator, cuBLAS handles, the table),
 // copy.cu (copy, fill, arange), elementwise.cu (unary, binary, add_scaled, where), reduce.cu
 // (reduce, arg_reduce), index.cu (gather, scatter_add), window.cu (im2col, col2im; no direct convolution), sort.cu (sort), random.cu (uniform,
-// uniform_int, normal, multinomial), rnn.cu (the fused recurrent cells), attention.cu (the fused attention) and
-// gemm.cpp (matmul through cuBLAS).
+// uniform_int, normal, multinomial), rnn.cu (the fused recurrent cells), attention.cu (the fused attention), optim.cu
+// (the fused optimizer steps) and gemm.cpp (matmul through cuBLAS).
 //
 // Note [CUDA streams]: every kernel, copy and allocation of device d is queued on
 // current_stream(d), one non-blocking stream per device, so work on one device runs in issue
@@ -111,6 +111,8 @@ class CudaKernels final : public Kernels {
   void gru_cell_backward(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& hx, const Tensor& grad_hy,
                          const Tensor& grad_input_gates, const Tensor& grad_hidden_gates,
                          const Tensor& grad_hx) const override;
+  void adam_step(const std::vector<AdamParam>& params, const AdamHyper& hyper) const override;
+  void sgd_step(const std::vector<SgdParam>& params, const SgdHyper& hyper) const override;
 };
 
 }  // namespace strata::cuda
