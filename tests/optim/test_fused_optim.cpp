@@ -51,10 +51,11 @@ void expect_fused_is_per_parameter(const Options& options, ScalarType dtype, boo
   for (const Options& fast : {Options(options).fused(true), Options(options).foreach(true)}) {
     const auto fused = run(make(fast), dtype);
     for (size_t i = 0; i < fused.first.size(); ++i) {
-      if (exact)
+      if (exact) {
         EXPECT_TRUE(same_tensor(fused.first[i], per_parameter.first[i])) << "parameter " << i;
-      else
+      } else {
         EXPECT_LT(testing::normalized_error(fused.first[i], per_parameter.first[i]), 1e-6) << "parameter " << i;
+      }
     }
     if (exact) EXPECT_TRUE(testing::same_state(fused.second, per_parameter.second));
   }
