@@ -239,7 +239,8 @@ class Kernels {
                                   const Tensor& grad_v) const = 0;
   /// Adam's or AdamW's update (optim/adam.h) of every parameter in one pass (the optimizers' fused option), element
   /// for element the same arithmetic as their per-parameter path, so float64 results are bit for bit its own: with
-  /// fma(a, b, c) = a * b + c rounded once, in the parameter's dtype (float32 for the 16-bit types on CUDA),
+  /// fma(a, b, c) = a * b + c (rounded once where the CPU has FMA; add with alpha computes it alike), in the
+  /// parameter's dtype (float32 for the 16-bit types on CUDA),
   ///   g = Adam with weight decay: fma(wd, p, g);  AdamW: p = p * decay
   ///   m = fma(1 - beta1, g, m * beta1);  v = fma(1 - beta2, g * g, v * beta2);  v_max = max(v_max, v)
   ///   p = fma(-lr / bias_correction1, m / (sqrt(v or v_max) / sqrt(bias_correction2) + eps), p)

@@ -200,7 +200,10 @@ void CpuKernels::add_scaled(const Tensor& a, const Tensor& b, double alpha, cons
     STRATA_CHECK((!std::is_same_v<T, bool>), "add with alpha does not support ", a.dtype());
     if constexpr (!std::is_same_v<T, bool>)
       binary_loop<T, T>(a, b, out, [al = static_cast<T>(alpha)](T x, T y) {
-        return wrapping(x, wrapping(al, y, std::multiplies<>()), std::plus<>());
+        if constexpr (std::is_floating_point_v<T>)
+          return multiply_add(al, y, x);
+        else
+          return wrapping(x, wrapping(al, y, std::multiplies<>()), std::plus<>());
       });
   });
 }

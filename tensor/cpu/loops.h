@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <tuple>
@@ -36,6 +37,18 @@ template <class T>
 constexpr bool is_nan(T v) {
   if constexpr (std::is_floating_point_v<T>) return v != v;
   return false;
+}
+
+/// x + alpha * y, as add with alpha and the fused optimizer steps compute it: one rounding (an FMA) where the
+/// CPU has the instruction, two where it has not. Spelled out because GCC's contraction of `x + alpha * y` is
+/// not a promise: it contracts in the Release build and not in the sanitizer build (-O2 with ASan), so the
+/// two paths would agree bit for bit in one build and not the other.
+template <class T>
+inline T multiply_add(T alpha, T y, T x) {
+#ifdef __FMA__
+  if constexpr (std::is_floating_point_v<T>) return std::fma(alpha, y, x);
+#endif
+  return x + alpha * y;
 }
 
 /// True when work over `numel` elements should be split across OpenMP threads.

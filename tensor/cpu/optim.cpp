@@ -2,8 +2,8 @@
 //
 // Note [fused optimizer arithmetic]: the per-parameter path composes about eight elementwise kernels,
 // each a pass over the parameter. Here one loop reads each element once and performs the same
-// operations in the same order with the same roundings (kernels.h spells them out): std::fma where the
-// composed path's add with alpha contracts to one, a plain product where it multiplies by a Scalar. So a
+// operations in the same order with the same roundings (kernels.h spells them out): multiply_add (loops.h)
+// where the composed path adds with alpha, which calls it too, a plain product where it multiplies by a Scalar. So a
 // float64 step is bit for bit the per-parameter step (tests/optim/test_fused_optim.cpp), and so is SGD's in
 // float32; Adam's float32 differs in the last bits, as the composed path's float square root is Eigen's
 // vectorised one, not always correctly rounded, where std::sqrt is. The work is split into chunks of
@@ -74,18 +74,18 @@ void adam(const std::vector<AdamParam>& params, const AdamHyper& h) {
     const T step = static_cast<T>(-h.lr / a.bias_correction1);
     for (int64_t e = 0; e < n; ++e) {
       T g = grad[e];
-      if (l2) g = std::fma(wd, p[e], g);
+      if (l2) g = multiply_add(wd, p[e], g);
       if (decoupled) p[e] = p[e] * decay;
-      m[e] = std::fma(one_minus_beta1, g, m[e] * beta1);
+      m[e] = multiply_add(one_minus_beta1, g, m[e] * beta1);
       const T g2 = g * g;
-      v[e] = std::fma(one_minus_beta2, g2, v[e] * beta2);
+      v[e] = multiply_add(one_minus_beta2, g2, v[e] * beta2);
       T vv = v[e];
       if (v_max) {
         const T a_max = v_max[e];
         vv = v_max[e] = (a_max != a_max || a_max > vv) ? a_max : vv;  // NaN propagates, as Maximum's
       }
       const T d = std::sqrt(vv) / root_bc2 + eps;
-      p[e] = std::fma(step, m[e] / d, p[e]);
+      p[e] = multiply_add(step, m[e] / d, p[e]);
     }
   });
 }
@@ -102,12 +102,12 @@ void sgd(const std::vector<SgdParam>& params, const SgdHyper& h) {
     const T* grad = data<T>(s.grad) + first;
     T* buf = h.momentum != 0 ? data<T>(s.momentum_buffer) + first : nullptr;
     for (int64_t e = 0; e < n; ++e) {
-      T d = h.weight_decay != 0 ? std::fma(wd, p[e], grad[e]) : grad[e];
+      T d = h.weight_decay != 0 ? multiply_add(wd, p[e], grad[e]) : grad[e];
       if (buf) {
-        buf[e] = s.first_step ? d : std::fma(keep, d, buf[e] * momentum);
-        d = h.nesterov ? std::fma(momentum, buf[e], d) : buf[e];
+        buf[e] = s.first_step ? d : multiply_add(keep, d, buf[e] * momentum);
+        d = h.nesterov ? multiply_add(momentum, buf[e], d) : buf[e];
       }
-      p[e] = std::fma(step, d, p[e]);
+      p[e] = multiply_add(step, d, p[e]);
     }
   });
 }
