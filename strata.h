@@ -43,6 +43,7 @@
 #include "strata/nn/sync_batch_norm.h"
 #include "strata/nn/transformer.h"
 #include "strata/optim/adam.h"
+#include "strata/optim/grad_scaler.h"
 #include "strata/optim/lr_scheduler.h"
 #include "strata/optim/optimizer.h"
 #include "strata/optim/sgd.h"

@@ -242,6 +242,13 @@ PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, const Pip
     for (const Tensor& p : group.params())
       STRATA_CHECK(own.count(p.impl_ptr().get()), "PipelineEngine: the optimizer holds a tensor of shape ", p.sizes(),
                    " that is not a parameter of stage ", grid_.get_stage_id(), "'s module");
+  if (options_.grad_scaler) {
+    STRATA_CHECK(!options_.grad_scaler->process_group(),
+                 "PipelineEngine: leave grad_scaler's process_group unset; the engine checks for inf and NaN over "
+                 "every stage and replica (WORLD)");
+    grad_scaler_ = std::make_unique<optim::GradScaler>(
+        optim::GradScalerOptions(*options_.grad_scaler).process_group(dist::get_world_group()));
+  }
   state_ = std::make_unique<State>(grid_, options_.dynamic_shapes, stage_device(*module_, grid_), module_->layout());
 
   // Replicas start from data-parallel rank 0's values; then each tie group from its lowest stage.
@@ -412,9 +419,10 @@ void PipelineEngine::execute(const PipeInstruction& ins) {
       State::Buffer& buf = st.buffer(ins);
       tensor_list outs, grads;
       if (st.last(c)) {
-        // The only place the loss is scaled: the batch loss is the mean over micro-batches.
+        // The only place the loss is scaled: the batch loss is the mean over micro-batches, times the loss scale.
+        const double loss_scale = grad_scaler_ ? grad_scaler_->get_scale() : 1.0;
         outs = {buf.loss};
-        grads = {full_like(buf.loss, 1.0 / options_.micro_batches)};
+        grads = {full_like(buf.loss, loss_scale / options_.micro_batches)};
       } else {
         for (size_t i = 0; i < buf.out_meta->size(); ++i) {
           if (!(*buf.out_meta)[i].requires_grad) continue;
@@ -512,7 +520,12 @@ void PipelineEngine::execute(const PipeInstruction& ins) {
       reduce_grads();
       break;
     case PipeInstruction::OptimizerStep:
-      optimizer_->step();
+      if (grad_scaler_) {
+        grad_scaler_->step(*optimizer_);
+        grad_scaler_->update();
+      } else {
+        optimizer_->step();
+      }
       module_->zero_grad();
       break;
   }
@@ -618,11 +631,13 @@ void PipelineEngine::write_trace(const std::string& path) const {
 // parameter only from the lowest stage holding it; its copies share one state) and keeps each group's
 // hyperparameters. A load reads every stage's file, takes group g's hyperparameters from stage 0's file,
 // and numbers the states of this optimizer's parameters by their names again. Saving first removes the
-// optimizer files a save in another layout left, so a folder holds one checkpoint.
+// optimizer files a save in another layout left, so a folder holds one checkpoint. With a grad_scaler, every
+// stage's file also holds its state under "grad_scaler." (the same on every rank); a load takes stage 0's.
 namespace {
 
 constexpr const char* kOptimizerPrefix = "optim_states-";
 constexpr const char* kUniversalFormat = "strata-universal-1";
+constexpr const char* kScalerPrefix = "grad_scaler.";  // the engine's GradScaler state, the same on every stage
 
 // The global name of each of the optimizer's parameters, in its own order.
 std::vector<std::string> parameter_names(const nn::Module& module, const optim::Optimizer& optimizer,
@@ -649,6 +664,28 @@ std::vector<std::filesystem::path> optimizer_files(const std::string& dir) {
   return files;
 }
 
+/// The optimizer files of a universal checkpoint: every stage's "state." entries merged, and stage 0's file.
+struct OptimizerFiles {
+  nn::StateDict states, stage0;
+};
+
+OptimizerFiles read_optimizer_files(const std::string& dir, const char* where) {
+  OptimizerFiles out;
+  const std::vector<std::filesystem::path> files = optimizer_files(dir);
+  STRATA_CHECK(!files.empty(), where, ": '", dir, "' holds no optimizer state (", kOptimizerPrefix, "*.safetensors)");
+  for (const auto& path : files) {
+    std::map<std::string, std::string> meta;
+    nn::StateDict dict = nn::load_file(path.string(), &meta);
+    STRATA_CHECK(meta["format"] == kUniversalFormat, where, ": '", path.string(), "' is not a ", kUniversalFormat,
+                 " optimizer file (format \"", meta["format"], "\")");
+    if (meta["stage"] == "0") out.stage0 = dict;
+    for (auto& [key, value] : dict)
+      if (key.starts_with("state.")) out.states.insert_or_assign(key, value);
+  }
+  STRATA_CHECK(!out.stage0.empty(), where, ": '", dir, "' has no optimizer file of stage 0");
+  return out;
+}
+
 }  // namespace
 
 void PipelineEngine::save_checkpoint(const std::string& dir) {
@@ -673,6 +710,8 @@ void PipelineEngine::save_checkpoint(const std::string& dir) {
       }
       universal.emplace("state." + name + key.substr(dot), value);
     }
+    if (grad_scaler_)
+      for (auto& [key, value] : grad_scaler_->state_dict()) universal.emplace(kScalerPrefix + key, value);
     const StageLayout& layout = module_->layout();
     nn::save_file(universal, optimizer_path(dir, grid_),
                   {{"format", kUniversalFormat},
@@ -687,25 +726,23 @@ void PipelineEngine::save_checkpoint(const std::string& dir) {
 }
 
 void PipelineEngine::load_checkpoint(const std::string& dir, bool load_optimizer_states) {
+  // The scaler's state is checked first, so that a checkpoint without one changes nothing.
+  nn::StateDict scaler;
+  if (grad_scaler_ && load_optimizer_states) {
+    for (auto& [key, value] : read_optimizer_files(dir, "PipelineEngine::load_checkpoint").stage0)
+      if (key.starts_with(kScalerPrefix)) scaler.emplace(key.substr(std::strlen(kScalerPrefix)), value);
+    STRATA_CHECK(!scaler.empty(), "PipelineEngine::load_checkpoint: '", dir,
+                 "' was saved without a grad_scaler; load it with load_optimizer_states = false to start a new scale");
+  }
   module_->load_state_dir(dir);
-  if (load_optimizer_states) pipe::load_optimizer_states(dir, *module_, *optimizer_);
+  if (!load_optimizer_states) return;
+  pipe::load_optimizer_states(dir, *module_, *optimizer_);
+  if (grad_scaler_) grad_scaler_->load_state_dict(scaler);
 }
 
 void load_optimizer_states(const std::string& dir, const nn::Module& module, optim::Optimizer& optimizer) {
   constexpr const char* kWhere = "load_optimizer_states";
-  nn::StateDict merged, stage0;
-  const std::vector<std::filesystem::path> files = optimizer_files(dir);
-  STRATA_CHECK(!files.empty(), kWhere, ": '", dir, "' holds no optimizer state (", kOptimizerPrefix, "*.safetensors)");
-  for (const auto& path : files) {
-    std::map<std::string, std::string> meta;
-    nn::StateDict dict = nn::load_file(path.string(), &meta);
-    STRATA_CHECK(meta["format"] == kUniversalFormat, kWhere, ": '", path.string(), "' is not a ", kUniversalFormat,
-                 " optimizer file (format \"", meta["format"], "\")");
-    if (meta["stage"] == "0") stage0 = dict;
-    for (auto& [key, value] : dict)
-      if (key.starts_with("state.")) merged.insert_or_assign(key, value);
-  }
-  STRATA_CHECK(!stage0.empty(), kWhere, ": '", dir, "' has no optimizer file of stage 0");
+  const auto [merged, stage0] = read_optimizer_files(dir, kWhere);
   const std::vector<std::string> names = parameter_names(module, optimizer, kWhere);
   nn::StateDict native;
   for (auto& [key, value] : optimizer.state_dict())

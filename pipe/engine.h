@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "strata/optim/grad_scaler.h"
 #include "strata/optim/optimizer.h"
 #include "strata/pipe/module.h"
 #include "strata/pipe/p2p.h"
@@ -57,6 +58,10 @@ struct PipelineEngineOptions {
   bool dynamic_shapes = false;
   /// Keep when each instruction of the last batch ran on this rank (timings().executed), for write_trace.
   bool record_trace = false;
+  /// Dynamic loss scaling (DeepSpeed's fp16 "loss_scale": 0): the loss's gradient is multiplied by the scale,
+  /// every stage unscales its gradients, and a step with an inf or NaN on any stage or replica is skipped on all
+  /// of them (the engine's scaler checks over WORLD: leave process_group unset). The scale is in checkpoints.
+  std::optional<optim::GradScalerOptions> grad_scaler;
 };
 
 /// One instruction as this rank executed it (PipelineEngineOptions::record_trace).
@@ -118,9 +123,11 @@ class PipelineEngine {
   /// instructions labelled as write_chrome_trace labels them, times from the earliest instruction, so it
   /// lies beside strata-pipe's simulated trace. Every rank calls it; rank 0 writes `path`.
   void write_trace(const std::string& path) const;
-  PipelineModule& module() const { return *module_; }                ///< the model
-  const PipelineParallelGrid& grid() const { return grid_; }         ///< the grid
-  optim::Optimizer& optimizer() const { return *optimizer_; }        ///< the optimizer
+  PipelineModule& module() const { return *module_; }          ///< the model
+  const PipelineParallelGrid& grid() const { return grid_; }   ///< the grid
+  optim::Optimizer& optimizer() const { return *optimizer_; }  ///< the optimizer
+  /// The loss scaler PipelineEngineOptions::grad_scaler made, nullptr without one.
+  optim::GradScaler* grad_scaler() const { return grad_scaler_.get(); }
   const PipelineEngineOptions& options() const { return options_; }  ///< as given
 
  private:
@@ -135,6 +142,7 @@ class PipelineEngine {
   std::shared_ptr<optim::Optimizer> optimizer_;
   PipelineEngineOptions options_;
   PipelineTimings timings_;
+  std::unique_ptr<optim::GradScaler> grad_scaler_;
   std::unique_ptr<State> state_;
 };
 

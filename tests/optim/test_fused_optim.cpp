@@ -57,7 +57,9 @@ void expect_fused_is_per_parameter(const Options& options, ScalarType dtype, boo
         EXPECT_LT(testing::normalized_error(fused.first[i], per_parameter.first[i]), 1e-6) << "parameter " << i;
       }
     }
-    if (exact) EXPECT_TRUE(testing::same_state(fused.second, per_parameter.second));
+    if (exact) {
+      EXPECT_TRUE(testing::same_state(fused.second, per_parameter.second));
+    }
   }
 }
 
