@@ -101,7 +101,7 @@ struct Header {
   bool record = false;   ///< the source wants the op recorded
   ScalarType dtype = kFloat;
   DeviceType device_type = kCPU;  ///< each rank receives on its own device of this type
-  DimVector sizes;
+  DimVector sizes = {};
 };
 
 Header header_of(const Tensor& t) {

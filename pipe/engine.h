@@ -61,7 +61,7 @@ struct PipelineEngineOptions {
   /// Dynamic loss scaling (DeepSpeed's fp16 "loss_scale": 0): the loss's gradient is multiplied by the scale,
   /// every stage unscales its gradients, and a step with an inf or NaN on any stage or replica is skipped on all
   /// of them (the engine's scaler checks over WORLD: leave process_group unset). The scale is in checkpoints.
-  std::optional<optim::GradScalerOptions> grad_scaler;
+  std::optional<optim::GradScalerOptions> grad_scaler = std::nullopt;
 };
 
 /// One instruction as this rank executed it (PipelineEngineOptions::record_trace).
