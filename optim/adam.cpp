@@ -47,10 +47,6 @@ std::vector<std::string> BasicAdam<kDecoupled>::state_names(const OptimizerOptio
 
 namespace {
 
-// Note [one scratch tensor]: every intermediate (the decayed gradient, g * g, the denominator, the
-// update) is written into one scratch tensor per parameter through the kernel table, instead of a new
-// tensor per intermediate: above the allocator's block cache each allocation costs page faults.
-// Operations on the parameter itself go through Tensor's in-place methods, which bump its version.
 /// AdamW's factor 1 - lr * weight_decay, computed in this one place: the compiler may fuse the product and
 /// difference into one rounding, and the fused kernels must use the very value the per-parameter path does.
 template <bool kDecoupled>
@@ -58,6 +54,13 @@ double decoupled_decay(const BasicAdamOptions<kDecoupled>& o) {
   return 1 - o.lr() * o.weight_decay();
 }
 
+/// 1 - beta^step, computed in this one place for the per-parameter path and the fused kernels alike.
+double bias_correction(double beta, int64_t step) { return 1 - std::pow(beta, static_cast<double>(step)); }
+
+// Note [one scratch tensor]: every intermediate (the decayed gradient, g * g, the denominator, the
+// update) is written into one scratch tensor per parameter through the kernel table, instead of a new
+// tensor per intermediate: above the allocator's block cache each allocation costs page faults.
+// Operations on the parameter itself go through Tensor's in-place methods, which bump its version.
 /// One parameter's update by composed elementwise ops (the per-parameter path), its step already counted.
 template <bool kDecoupled>
 void adam_one(const BasicAdamOptions<kDecoupled>& o, Tensor& p, ParamState& state, int64_t step) {
@@ -87,8 +90,8 @@ void adam_one(const BasicAdamOptions<kDecoupled>& o, Tensor& p, ParamState& stat
     v = &v_max;
   }
 
-  const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(step));
-  const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(step));
+  const double bias_correction1 = bias_correction(beta1, step);
+  const double bias_correction2 = bias_correction(beta2, step);
   k.unary(UnaryOp::Sqrt, *v, scratch);
   scratch.div_(std::sqrt(bias_correction2)).add_(o.eps());  // denom
   k.binary(BinaryOp::Div, exp_avg, scratch, scratch);
@@ -133,15 +136,15 @@ void BasicAdam<kDecoupled>::step() {
       for (const std::vector<size_t>& bucket : split.buckets) {
         std::vector<AdamParam> slots;
         for (size_t j : bucket) {
-          const double step = static_cast<double>(count_step(j));
+          const int64_t step = count_step(j);
           ParamState& state = state_[first + j];
           AdamParam slot{params[j],
                          params[j].grad(),
                          state.at("exp_avg"),
                          state.at("exp_avg_sq"),
                          o.amsgrad() ? state.at("max_exp_avg_sq") : Tensor(),
-                         1 - std::pow(beta1, step),
-                         1 - std::pow(beta2, step)};
+                         bias_correction(beta1, step),
+                         bias_correction(beta2, step)};
           for (const Tensor& written : {slot.param, slot.exp_avg, slot.exp_avg_sq, slot.max_exp_avg_sq})
             if (written.defined()) autograd::check_inplace(written, kDecoupled ? "AdamW.step" : "Adam.step");
           slots.push_back(std::move(slot));

@@ -63,12 +63,14 @@ void GradScaler::unscale_(Optimizer& optimizer) {
       ++index;
     }
   }
-  // Per device, the sum of every gradient times 0: 0 while each element is finite, NaN once one is not (inf * 0
-  // is NaN), and it cannot overflow as a plain sum of large finite gradients could. One read per device.
+  // Per device, the sum of each gradient's max and min times 0: 0 while every element is finite, NaN once one is
+  // not (max and min propagate NaN, +-inf reaches one of them, and inf * 0 is NaN). Unlike a plain sum of the
+  // gradients it cannot overflow, and the reductions allocate nothing of the gradient's size. One read per device.
   std::vector<Tensor> probes;  // one per device, in order of first appearance
   for (Tensor& grad : grads) {
     grad.mul_(inv_scale);
-    Tensor probe = (grad * 0).sum().to(kFloat);
+    if (grad.numel() == 0) continue;
+    Tensor probe = (grad.max() * 0 + grad.min() * 0).to(kFloat);
     auto same_device = [&](const Tensor& t) { return t.device() == grad.device(); };
     if (auto it = std::find_if(probes.begin(), probes.end(), same_device); it != probes.end())
       *it = *it + probe;

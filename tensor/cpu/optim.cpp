@@ -41,17 +41,13 @@ void for_each_chunk(const std::vector<int64_t>& numels, const Body& body) {
   });
 }
 
-/// The floating dtype every parameter of a step shares; throws naming the step otherwise.
+/// The step's floating dtype, its first parameter's (data_ptr<T>() checks every other tensor against it); throws
+/// naming the step when the CPU cannot compute in it.
 template <class P>
 ScalarType step_dtype(const std::vector<P>& params, const char* step) {
   const ScalarType dtype = params.front().param.dtype();
   STRATA_CHECK(dtype == kFloat || dtype == kDouble, step, " on the CPU computes in float32 and float64, got ", dtype);
   return dtype;
-}
-
-template <class T>
-T* data(const Tensor& t) {
-  return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr;
 }
 
 /// Calls f(std::bool_constant<b>{}): a runtime flag made a compile-time one.
@@ -111,12 +107,13 @@ void adam(const std::vector<AdamParam>& params, const AdamHyper& h) {
                            static_cast<T>(h.decay),
                            static_cast<T>(std::sqrt(a.bias_correction2)),
                            static_cast<T>(-h.lr / a.bias_correction1)};
-    T* v_max = h.amsgrad ? data<T>(a.max_exp_avg_sq) + first : nullptr;
+    T* v_max = h.amsgrad ? a.max_exp_avg_sq.data_ptr<T>() + first : nullptr;
     with_flag(l2, [&](auto kL2) {
       with_flag(decoupled, [&](auto kDecoupled) {
         with_flag(h.amsgrad, [&](auto kAmsgrad) {
-          adam_chunk<T, kL2, kDecoupled, kAmsgrad>(n, s, data<T>(a.param) + first, data<T>(a.grad) + first,
-                                                   data<T>(a.exp_avg) + first, data<T>(a.exp_avg_sq) + first, v_max);
+          adam_chunk<T, kL2, kDecoupled, kAmsgrad>(n, s, a.param.data_ptr<T>() + first, a.grad.data_ptr<T>() + first,
+                                                   a.exp_avg.data_ptr<T>() + first, a.exp_avg_sq.data_ptr<T>() + first,
+                                                   v_max);
         });
       });
     });
@@ -146,13 +143,13 @@ void sgd(const std::vector<SgdParam>& params, const SgdHyper& h) {
   for (const SgdParam& s : params) numels.push_back(s.param.numel());
   for_each_chunk(numels, [&](size_t i, int64_t first, int64_t n) {
     const SgdParam& s = params[i];
-    T* buf = h.momentum != 0 ? data<T>(s.momentum_buffer) + first : nullptr;
+    T* buf = h.momentum != 0 ? s.momentum_buffer.data_ptr<T>() + first : nullptr;
     with_flag(h.weight_decay != 0, [&](auto kDecay) {
       with_flag(h.momentum != 0, [&](auto kMomentum) {
         with_flag(s.first_step, [&](auto kFirst) {
           with_flag(h.nesterov, [&](auto kNesterov) {
-            sgd_chunk<T, kDecay, kMomentum, kFirst, kNesterov>(n, wd, momentum, keep, step, data<T>(s.param) + first,
-                                                               data<T>(s.grad) + first, buf);
+            sgd_chunk<T, kDecay, kMomentum, kFirst, kNesterov>(
+                n, wd, momentum, keep, step, s.param.data_ptr<T>() + first, s.grad.data_ptr<T>() + first, buf);
           });
         });
       });
