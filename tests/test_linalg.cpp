@@ -43,6 +43,36 @@ TEST(Linalg, MatmulVectorCases) {
   EXPECT_VALUES(vb, {-3, -3, -3, -3, -3, -3});
 }
 
+// float32 products run on oneDNN's sgemm except the small ones and a long inner dim into a large output, which
+// stay with Eigen's, as float64 does (Note [GEMM backend] in tensor/cpu/gemm.cpp): each layout the kernel maps
+// without a copy (row- and column-major slices, leading dims wider than a row, a broadcast batch, one batch per
+// thread), against float64 products.
+TEST(Linalg, Float32ProductsTakeOneDnnInEveryLayout) {
+  manual_seed(5);
+  auto check = [](const Tensor& a, const Tensor& b, const char* path) {
+    const Tensor expected = a.to(kFloat64).matmul(b.to(kFloat64));
+    const Tensor c = a.matmul(b);
+    EXPECT_EQ(last_dispatch("matmul"), path);
+    EXPECT_LT(strata::testing::normalized_error(c, expected), 1e-6);
+  };
+  const char* onednn = "onednn sgemm (Float)";
+  Tensor a = randn({40, 48}), b = randn({48, 36});
+  check(a, b, onednn);
+  check(randn({48, 40}).t(), b, onednn);                                            // left operand column-major
+  check(a, randn({36, 48}).t(), onednn);                                            // right operand column-major
+  check(randn({48, 40}).t(), randn({36, 48}).t(), onednn);                          // both
+  check(randn({40, 60}).slice(1, 0, 48), randn({48, 50}).slice(1, 5, 41), onednn);  // leading dims > cols
+  check(randn({60, 40}).slice(0, 6, 54).t(), b, onednn);                        // column-major with a wide leading dim
+  check(randn({3, 40, 48}), b, onednn);                                         // a batch folded into the rows
+  check(randn({3, 40, 48}), randn({1, 48, 36}).expand({3, 48, 36}), onednn);    // a broadcast batch
+  check(randn({5, 2, 40, 48}).transpose(0, 1), randn({2, 5, 48, 36}), onednn);  // a batch that is copied
+  check(randn({64, 32, 32}), randn({64, 32, 32}), onednn);        // many small products, one batch per thread
+  check(randn({16, 16}), randn({16, 16}), "eigen gemm");          // 2^12 multiply-adds: below the threshold
+  check(randn({300, 256}).t(), randn({300, 256}), "eigen gemm");  // X^T G: K 300 > 256, a 2^16 output
+  check(randn({300, 40}).t(), randn({300, 36}), onednn);          // the same with a small output
+  check(randn({40, 48}, kFloat64), randn({48, 36}, kFloat64), "eigen gemm");
+}
+
 TEST(Linalg, BatchedBroadcastMatchesLoopOfMm) {
   Tensor a = randn({2, 1, 3, 4}, kFloat64);
   Tensor b = randn({3, 4, 5}, kFloat64);

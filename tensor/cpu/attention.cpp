@@ -8,14 +8,15 @@
 // backward is the output and each row's logsumexp, m + log(l), so backward recomputes the weights
 // P = exp(s - logsumexp) block by block instead of keeping them (Note [attention backward]). Dropout
 // draws each weight's keep bit from the counter-based stream by its (n, i, j), so backward and the
-// composite draw the same bits without storing a mask. Products are Eigen GEMMs over the blocks;
-// the exponentials run vectorised through Eigen's arrays.
+// composite draw the same bits without storing a mask. Products over the blocks go through gemm()
+// (oneDNN's sgemm for float32, Eigen's for float64); the exponentials run vectorised through Eigen's arrays.
 
 #include "strata/tensor/cpu/eigen.h"
 
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -75,10 +76,11 @@ struct Problem {
   int64_t key_end(int64_t i0, int64_t rows) const { return params.causal ? std::min(S, i0 + rows) : S; }
 
   /// scores = q[n, i0:i0+rows] k[n, j0:j0+cols]^T * scale + mask, -inf above the causal diagonal.
-  void scores(int64_t n, int64_t i0, int64_t rows, int64_t j0, int64_t cols, Matrix<T>& s) const {
-    ConstRows<T> qb(q + (n * L + i0) * E, rows, E), kb(k + (n * S + j0) * E, cols, E);
+  void scores(int64_t n, int64_t i0, int64_t rows, int64_t j0, int64_t cols, Matrix<T>& s,
+              std::atomic<bool>& refused) const {
     s.resize(rows, cols);
-    s.noalias() = qb * kb.transpose();
+    if (!gemm(false, true, rows, cols, E, T(1), q + (n * L + i0) * E, E, k + (n * S + j0) * E, E, T(0), s.data(), cols))
+      refused = true;
     s *= static_cast<T>(params.scale);
     if (mask) {
       for (int64_t r = 0; r < rows; ++r) {
@@ -114,10 +116,17 @@ struct Problem {
   bool dropout() const { return params.dropout_p > 0; }
 };
 
+/// After an OpenMP region: an error if gemm() refused one of its products (no exception may leave the region).
+void check_products(const std::atomic<bool>& refused, const char* pass) {
+  STRATA_CHECK(!refused.load(), "scaled_dot_product_attention: oneDNN's sgemm refused a block product of the fused ",
+               pass);
+}
+
 template <class T>
 void forward(const Problem<T>& pb, T* out, T* lse_out) {
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   const int64_t tasks = pb.N * pb.q_blocks();
+  std::atomic<bool> refused{false};
 #pragma omp parallel if (use_threads(pb.N * pb.L * pb.S * (pb.E + pb.Ev)))
   {
     Matrix<T> s, z, acc;
@@ -131,7 +140,7 @@ void forward(const Problem<T>& pb, T* out, T* lse_out) {
       l.setZero(rows);
       for (int64_t j0 = 0; j0 < pb.key_end(i0, rows); j0 += kKBlock) {
         const int64_t cols = std::min(kKBlock, pb.S - j0);
-        pb.scores(n, i0, rows, j0, cols, s);
+        pb.scores(n, i0, rows, j0, cols, s, refused);
         for (int64_t r = 0; r < rows; ++r) {
           const T m_new = std::max(m(r), s.row(r).maxCoeff());
           if (m_new == kNegInf) {  // nothing seen yet: exp(-inf - -inf) would be NaN
@@ -148,8 +157,9 @@ void forward(const Problem<T>& pb, T* out, T* lse_out) {
           pb.dropout_factors(n, i0, rows, j0, cols, z);
           s.array() *= z.array();
         }
-        ConstRows<T> vb(pb.v + (n * pb.S + j0) * pb.Ev, cols, pb.Ev);
-        acc.noalias() += s * vb;
+        if (!gemm(false, false, rows, pb.Ev, cols, T(1), s.data(), cols, pb.v + (n * pb.S + j0) * pb.Ev, pb.Ev, T(1),
+                  acc.data(), pb.Ev))
+          refused = true;
       }
       Rows<T> o(out + (n * pb.L + i0) * pb.Ev, rows, pb.Ev);
       for (int64_t r = 0; r < rows; ++r) {
@@ -163,6 +173,7 @@ void forward(const Problem<T>& pb, T* out, T* lse_out) {
       }
     }
   }
+  check_products(refused, "forward");
 }
 
 // Note [attention backward]: with P the weights (recomputed from logsumexp), Z the dropout factors
@@ -174,6 +185,12 @@ template <class T>
 void backward(const Problem<T>& pb, const T* out, const T* lse, const T* grad_out, T* grad_q, T* grad_k, T* grad_v) {
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   const T scale = static_cast<T>(pb.params.scale);
+  std::atomic<bool> refused{false};
+  // row-major [rows, cols] blocks with leading dim ld: c (+)= op(a) op(b)
+  auto product = [&](bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
+                     int64_t ldb, bool accumulate, T* c, int64_t ldc) {
+    if (!gemm(ta, tb, m, n, k, T(1), a, lda, b, ldb, accumulate ? T(1) : T(0), c, ldc)) refused = true;
+  };
 #pragma omp parallel if (use_threads(pb.N * pb.L * pb.S * (pb.E + pb.Ev)))
   {
     Matrix<T> s, z, pz, dp, dq;
@@ -193,8 +210,11 @@ void backward(const Problem<T>& pb, const T* out, const T* lse, const T* grad_ou
         dq.setZero(rows, pb.E);
         for (int64_t j0 = 0; j0 < pb.key_end(i0, rows); j0 += kKBlock) {
           const int64_t cols = std::min(kKBlock, pb.S - j0);
-          ConstRows<T> kb(pb.k + (n * pb.S + j0) * pb.E, cols, pb.E), vb(pb.v + (n * pb.S + j0) * pb.Ev, cols, pb.Ev);
-          pb.scores(n, i0, rows, j0, cols, s);
+          const T* kb = pb.k + (n * pb.S + j0) * pb.E;
+          const T* vb = pb.v + (n * pb.S + j0) * pb.Ev;
+          T* gkb = grad_k + (n * pb.S + j0) * pb.E;
+          T* gvb = grad_v + (n * pb.S + j0) * pb.Ev;
+          pb.scores(n, i0, rows, j0, cols, s, refused);
           for (int64_t r = 0; r < rows; ++r) {
             if (lse_rows[r] == kNegInf)  // a row that saw no key has weights 0, not exp(-inf - -inf)
               s.row(r).setZero();
@@ -202,23 +222,25 @@ void backward(const Problem<T>& pb, const T* out, const T* lse, const T* grad_ou
               s.row(r).array() = (s.row(r).array() - lse_rows[r]).exp();
           }
           // s holds P from here on.
-          dp.noalias() = gob * vb.transpose();
+          dp.resize(rows, cols);
+          product(false, true, rows, cols, pb.Ev, gob.data(), pb.Ev, vb, pb.Ev, false, dp.data(), cols);
           if (pb.dropout()) {
             pb.dropout_factors(n, i0, rows, j0, cols, z);
             pz = s.array() * z.array();
             dp.array() *= z.array();
-            gv.middleRows(j0, cols).noalias() += pz.transpose() * gob;
+            product(true, false, cols, pb.Ev, rows, pz.data(), cols, gob.data(), pb.Ev, true, gvb, pb.Ev);
           } else {
-            gv.middleRows(j0, cols).noalias() += s.transpose() * gob;
+            product(true, false, cols, pb.Ev, rows, s.data(), cols, gob.data(), pb.Ev, true, gvb, pb.Ev);
           }
           dp.array() = s.array() * (dp.array().colwise() - d) * scale;
-          dq.noalias() += dp * kb;
-          gk.middleRows(j0, cols).noalias() += dp.transpose() * qb;
+          product(false, false, rows, pb.E, cols, dp.data(), cols, kb, pb.E, true, dq.data(), pb.E);
+          product(true, false, cols, pb.E, rows, dp.data(), cols, qb.data(), pb.E, true, gkb, pb.E);
         }
         Rows<T>(grad_q + (n * pb.L + i0) * pb.E, rows, pb.E) = dq;
       }
     }
   }
+  check_products(refused, "backward");
 }
 
 /// The dtypes the CPU's fused attention computes in.

@@ -1,7 +1,7 @@
 #pragma once
 // Internal to tensor/cpu: the CPU kernel table. Each family file defines its members:
 // kernels.cpp (memory, table), elementwise.cpp (copy, fill, binary, where, arange), unary.cpp,
-// reduce.cpp (reduce, arg_reduce), gemm.cpp (matmul), index.cpp (gather, scatter_add),
+// reduce.cpp (reduce, arg_reduce), gemm.cpp (matmul, gemm), index.cpp (gather, scatter_add),
 // window.cpp (im2col, col2im), conv.cpp (the direct convolutions, through oneDNN), sort.cpp (sort), random.cpp
 // (uniform, uniform_int, normal, multinomial), rnn.cpp (the fused recurrent cells), attention.cpp (the fused
 // attention), optim.cpp (the fused optimizer steps).
@@ -58,6 +58,13 @@ class CpuKernels final : public Kernels {
                          const Tensor& grad_input_gates, const Tensor& grad_hidden_gates,
                          const Tensor& grad_hx) const override;
 };
+
+/// c [m, n] = alpha * op(a) op(b) + beta * c over row-major arrays with leading dims lda, ldb, ldc, op(x) being
+/// x, or x^T where its trans flag is set (gemm.cpp): oneDNN's sgemm for float, Eigen's GEMM for double. Safe in an
+/// OpenMP region (it then runs on the calling thread); false where oneDNN refused the arguments.
+template <class T>
+[[nodiscard]] bool gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+                        const T* b, int64_t ldb, T beta, T* c, int64_t ldc);
 
 /// binary's GeluBackward and GeluTanhBackward (unary.cpp, beside gelu): out = grad * gelu'(x), floating types.
 void gelu_backward(BinaryOp op, const Tensor& grad, const Tensor& x, const Tensor& out);
