@@ -40,7 +40,7 @@ constexpr ScalarType kInt32 = ScalarType::Int;          ///< int32_t
 constexpr int kNumScalarTypes = static_cast<int>(ScalarType::Int) + 1;
 
 /// IEEE 754 binary16 as stored bits, as c10::Half: converts to and from float, rounding to nearest even.
-/// Arithmetic on Half tensors runs on CUDA in float32; on the CPU they are copied and converted only.
+/// Arithmetic on Half tensors runs in float32 and rounds its results to Half, on CUDA and on the CPU.
 struct Half {
   uint16_t bits = 0;  ///< sign, 5 exponent bits, 10 mantissa bits
   Half() = default;
@@ -73,7 +73,7 @@ struct Half {
 };
 
 /// bfloat16 (the top half of a float32) as stored bits, as c10::BFloat16; rounds to nearest even.
-/// Arithmetic on BFloat16 tensors runs on CUDA in float32; on the CPU they are copied and converted only.
+/// Arithmetic on BFloat16 tensors runs in float32 and rounds its results to BFloat16, on CUDA and on the CPU.
 struct BFloat16 {
   uint16_t bits = 0;  ///< sign, 8 exponent bits, 7 mantissa bits
   BFloat16() = default;
@@ -87,6 +87,16 @@ struct BFloat16 {
     return static_cast<uint16_t>((x + 0x7fff + ((x >> 16) & 1)) >> 16);
   }
 };
+
+/// The largest Half or BFloat16 below x: one step down in sign-magnitude bit order (from either zero, the
+/// negative value nearest zero).
+template <class T>
+T next_below(T x) {
+  static_assert(std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, "next_below: a 16-bit float only");
+  T r;
+  r.bits = static_cast<uint16_t>((x.bits & 0x7fff) == 0 ? 0x8001 : (x.bits & 0x8000) ? x.bits + 1 : x.bits - 1);
+  return r;
+}
 
 /// Bytes per element.
 constexpr size_t element_size(ScalarType t) {
@@ -195,8 +205,8 @@ constexpr To element_cast(From x) {
 }
 
 /// Calls `f.template operator()<T>()` with T the C++ type of `t`, for code that does arithmetic on the
-/// host: bool, uint8_t, int8_t, int16_t, int32_t, int64_t, float or double. Half and BFloat16 throw (CPU
-/// tensors of those are converted only).
+/// host: bool, uint8_t, int8_t, int16_t, int32_t, int64_t, float or double. Half and BFloat16 throw (the CPU
+/// kernels compute on float32 copies of those: in_float32, tensor/cpu/cpu_kernels.h).
 template <class F>
 decltype(auto) visit_dtype(ScalarType t, F&& f) {
   switch (t) {
@@ -220,8 +230,7 @@ decltype(auto) visit_dtype(ScalarType t, F&& f) {
     case kBFloat16:
       break;
   }
-  STRATA_CHECK(false, "CPU kernels do not support ", t,
-               " tensors beyond copies and conversions: compute on CUDA or convert with .to(kFloat) first");
+  STRATA_CHECK(false, "no host arithmetic on ", t, " elements: convert with .to(kFloat) first");
 }
 
 /// visit_dtype over every dtype, Half and BFloat16 included, for code that only stores and converts.

@@ -243,12 +243,27 @@ TEST(Attention, ErrorsNameTheShapes) {
   EXPECT_THROW_MSG(scaled_dot_product_attention(randn({4}), k, v), "at least 2 dims");
 }
 
-TEST(Attention, CpuHasNoFusedKernelFor16BitTypes) {
-  // The composite runs and says why; the CPU's 16-bit arithmetic then refuses, naming the dtype.
-  const Tensor q = randn({2, 4, 8}).to(kBFloat16);
-  EXPECT_THROW_MSG(scaled_dot_product_attention(q, q, q), "BFloat16");
-  EXPECT_EQ(last_dispatch("scaled_dot_product_attention"),
-            "composite: no fused cpu kernel for BFloat16 with head dims 8 and 8");
+TEST(Attention, CpuFusedKernelRunsTheSixteenBitTypesInFloat32) {
+  // The fused kernel computes on float32 copies and rounds the outputs and gradients once (in_float32).
+  const Tensor q = randn({2, 40, 8}), k = randn({2, 30, 8}), v = randn({2, 30, 8}), g = randn({2, 40, 8});
+  for (ScalarType dt : {kHalf, kBFloat16}) {
+    SCOPED_TRACE(to_string(dt));
+    tensor_list grads[2];
+    Tensor outs[2];
+    for (int side = 0; side < 2; ++side) {
+      const ScalarType t = side == 0 ? dt : kFloat;
+      const Tensor qq = q.to(dt).to(t).requires_grad_(true), kk = k.to(dt).to(t).requires_grad_(true),
+                   vv = v.to(dt).to(t).requires_grad_(true);
+      outs[side] = scaled_dot_product_attention(qq, kk, vv, {}, 0.0, true);
+      EXPECT_EQ(last_dispatch("scaled_dot_product_attention"), str("fused cpu kernel (", t, ")"));
+      outs[side].backward(g.to(dt).to(t));
+      grads[side] = {qq.grad(), kk.grad(), vv.grad()};
+    }
+    EXPECT_TRUE(testing::same_tensor(outs[0], outs[1].to(dt)));
+    // Backward reads the rounded output where float32's reads the exact one: close, not the same bits.
+    for (int i = 0; i < 3; ++i)
+      EXPECT_LT(testing::normalized_error(grads[0][i], grads[1][i]), dt == kHalf ? 2e-3 : 1.5e-2) << "input " << i;
+  }
 }
 
 }  // namespace

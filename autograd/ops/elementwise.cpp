@@ -52,7 +52,7 @@ Tensor zero_dim_tensor(const Scalar& s, ScalarType dtype, Device device) {
   auto box = std::make_shared<HostScalar>();
   box->storage.data = box->bytes;
   box->storage.nbytes = element_size(dtype);
-  visit_dtype(dtype, [&]<class T>() { *reinterpret_cast<T*>(box->bytes) = s.to<T>(); });
+  visit_all_dtypes(dtype, [&]<class T>() { *reinterpret_cast<T*>(box->bytes) = s.to<T>(); });
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::shared_ptr<Storage>(box, &box->storage);
   impl->numel = 1;

@@ -250,6 +250,10 @@ bool has_kernel(const Tensor& q) { return q.dtype() == kFloat || q.dtype() == kD
 
 bool CpuKernels::attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                            const AttentionParams& params, const Tensor& out, const Tensor& logsumexp) const {
+  bool ran = false;
+  if (in_float32(*this, {&q, &k, &v, &mask}, {&out, &logsumexp},
+                 [&](const tensor_list& t) { ran = attention(t[0], t[1], t[2], t[3], params, t[4], t[5]); }))
+    return ran;
   if (!has_kernel(q)) return false;
   visit_dtype(q.dtype(), [&]<class T>() {
     if constexpr (std::is_floating_point_v<T>)
@@ -263,6 +267,12 @@ bool CpuKernels::attention_backward(const Tensor& q, const Tensor& k, const Tens
                                     const Tensor& out, const Tensor& logsumexp, const Tensor& grad_out,
                                     const AttentionParams& params, const Tensor& grad_q, const Tensor& grad_k,
                                     const Tensor& grad_v) const {
+  bool ran = false;
+  if (in_float32(*this, {&q, &k, &v, &mask, &out, &logsumexp, &grad_out}, {&grad_q, &grad_k, &grad_v},
+                 [&](const tensor_list& t) {
+                   ran = attention_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], params, t[7], t[8], t[9]);
+                 }))
+    return ran;
   if (!has_kernel(q)) return false;
   visit_dtype(q.dtype(), [&]<class T>() {
     if constexpr (std::is_floating_point_v<T>)

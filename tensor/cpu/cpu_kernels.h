@@ -6,6 +6,10 @@
 // (uniform, uniform_int, normal, multinomial), rnn.cpp (the fused recurrent cells), attention.cpp (the fused
 // attention), optim.cpp (the fused optimizer steps).
 
+#include <functional>
+#include <initializer_list>
+#include <vector>
+
 #include "strata/tensor/kernels.h"
 
 namespace strata::cpu {
@@ -58,6 +62,32 @@ class CpuKernels final : public Kernels {
                          const Tensor& grad_input_gates, const Tensor& grad_hidden_gates,
                          const Tensor& grad_hx) const override;
 };
+
+/// True when any of `operands` is a Half or BFloat16 tensor.
+inline bool any_16_bit_float(std::initializer_list<const Tensor*> operands) {
+  for (const Tensor* t : operands)
+    if (t->defined() && is_reduced_floating_point(t->dtype())) return true;
+  return false;
+}
+
+/// Runs `f` on float32 stand-ins for the Half and BFloat16 tensors among `inputs` and `outputs` (an output's
+/// starting from its values), then rounds the outputs' stand-ins back into them (kernels.cpp). `f` gets the
+/// inputs, then the outputs.
+void run_in_float32(const Kernels& kernels, std::initializer_list<const Tensor*> inputs,
+                    std::initializer_list<const Tensor*> outputs, const std::function<void(const tensor_list&)>& f);
+
+/// When any operand is Half or BFloat16, run_in_float32(...) and true; otherwise nothing and false, at the cost of a
+/// dtype test (no copy, no allocation). The CPU has no 16-bit float arithmetic: as libtorch's, its kernels compute
+/// in float32 and store 16 bits.
+///
+///   if (in_float32(*this, {&in}, {&out}, [&](const tensor_list& t) { unary(op, t[0], t[1]); })) return;
+template <class F>
+bool in_float32(const Kernels& kernels, std::initializer_list<const Tensor*> inputs,
+                std::initializer_list<const Tensor*> outputs, const F& f) {
+  if (!any_16_bit_float(inputs) && !any_16_bit_float(outputs)) return false;
+  run_in_float32(kernels, inputs, outputs, f);
+  return true;
+}
 
 /// c [m, n] = alpha * op(a) op(b) + beta * c over row-major arrays with leading dims lda, ldb, ldc, op(x) being
 /// x, or x^T where its trans flag is set (gemm.cpp): oneDNN's sgemm for float, Eigen's GEMM for double. Safe in an

@@ -185,6 +185,7 @@ void CpuKernels::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Ten
                b.dtype());
   const ScalarType out_dtype = writes_bool(op) ? kBool : a.dtype();
   STRATA_CHECK(out.dtype() == out_dtype, to_string(op), ": expected a ", out_dtype, " output, got ", out.dtype());
+  if (in_float32(*this, {&a, &b}, {&out}, [&](const tensor_list& t) { binary(op, t[0], t[1], t[2]); })) return;
   visit_dtype(a.dtype(), [&]<class T>() {
     if (writes_bool(op))
       predicate<T>(op, a, b, out);
@@ -196,6 +197,7 @@ void CpuKernels::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Ten
 void CpuKernels::add_scaled(const Tensor& a, const Tensor& b, double alpha, const Tensor& out) const {
   STRATA_CHECK(a.dtype() == b.dtype() && a.dtype() == out.dtype(), "add: expected operands of one dtype, got ",
                a.dtype(), ", ", b.dtype(), " and ", out.dtype());
+  if (in_float32(*this, {&a, &b}, {&out}, [&](const tensor_list& t) { add_scaled(t[0], t[1], alpha, t[2]); })) return;
   visit_dtype(a.dtype(), [&]<class T>() {
     STRATA_CHECK((!std::is_same_v<T, bool>), "add with alpha does not support ", a.dtype());
     if constexpr (!std::is_same_v<T, bool>)
@@ -212,6 +214,7 @@ void CpuKernels::where(const Tensor& cond, const Tensor& a, const Tensor& b, con
   STRATA_CHECK(cond.dtype() == kBool, "where: expected a Bool condition, got ", cond.dtype());
   STRATA_CHECK(a.dtype() == out.dtype() && b.dtype() == out.dtype(), "where: expected operands of dtype ", out.dtype(),
                ", got ", a.dtype(), " and ", b.dtype());
+  if (in_float32(*this, {&cond, &a, &b}, {&out}, [&](const tensor_list& t) { where(t[0], t[1], t[2], t[3]); })) return;
   auto loop = make_loop<4>({&out, &cond, &a, &b});
   visit_dtype(out.dtype(), [&]<class T>() {
     for_each(loop, [](char* const* d, const int64_t* s, int64_t n) {
@@ -223,6 +226,7 @@ void CpuKernels::where(const Tensor& cond, const Tensor& a, const Tensor& b, con
 
 void CpuKernels::arange(const Tensor& out, double start, double step) const {
   STRATA_CHECK(out.dim() <= 1, "arange: expected a 1-D output, got shape ", out.sizes());
+  if (in_float32(*this, {}, {&out}, [&](const tensor_list& t) { arange(t[0], start, step); })) return;
   const int64_t n = out.numel();
   const int64_t stride = out.dim() == 1 ? out.stride(0) : 1;
   visit_dtype(out.dtype(), [&]<class T>() {

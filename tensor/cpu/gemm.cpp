@@ -176,8 +176,7 @@ void CpuKernels::matmul(const Tensor& a, const Tensor& c, const Tensor& out) con
   check_matmul_operands(a, c, out);
   if (out.numel() == 0) return;
   if (a.size(2) == 0) return fill(out, 0);
-  STRATA_CHECK(!is_reduced_floating_point(out.dtype()), "matmul does not support ", out.dtype(),
-               " on the CPU: compute on CUDA or convert with .to(kFloat) first");
+  if (in_float32(*this, {&a, &c}, {&out}, [&](const tensor_list& t) { matmul(t[0], t[1], t[2]); })) return;
   visit_dtype(out.dtype(), [&]<class T>() {
     if constexpr (!std::is_same_v<T, bool>) return matmul_typed<T>(a, c, out, *this);
     STRATA_CHECK(false, "matmul does not support ", out.dtype());

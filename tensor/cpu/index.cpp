@@ -42,6 +42,7 @@ void CpuKernels::gather(const Tensor& in, int64_t dim, const Tensor& index, cons
   dim = wrap_dim(dim, in.dim(), "gather");
   check_index_operands(index, in, out, dim, "gather");
   check_indices(index, dim, in.size(dim), "gather");
+  if (in_float32(*this, {&in, &index}, {&out}, [&](const tensor_list& t) { gather(t[0], dim, t[1], t[2]); })) return;
   DimVector in_strides = strides_without(in, dim);
   visit_dtype(in.dtype(), [&]<class T>() {
     const int64_t step = in.stride(dim) * static_cast<int64_t>(sizeof(T));
@@ -73,6 +74,8 @@ void CpuKernels::scatter_add(const Tensor& out, int64_t dim, const Tensor& index
   dim = wrap_dim(dim, out.dim(), "scatter_add");
   check_index_operands(index, out, src, dim, "scatter_add");
   check_indices(index, dim, out.size(dim), "scatter_add");
+  if (in_float32(*this, {&index, &src}, {&out}, [&](const tensor_list& t) { scatter_add(t[2], dim, t[0], t[1]); }))
+    return;
   STRATA_CHECK(out.dtype() != kBool, "scatter_add does not support ", out.dtype());
   if (index.numel() == 0) return;
   DimVector out_strides = strides_without(out, dim);

@@ -132,6 +132,37 @@ void CpuKernels::deallocate(Device, void* p, size_t nbytes) const {
   std::free(p);
 }
 
+namespace {
+
+/// A float32 copy of t (a 16-bit float); dims t broadcasts (stride 0) stay stride 0, so an expanded scalar is
+/// one element, not a full tensor.
+Tensor widened(const Kernels& kernels, const Tensor& t) {
+  std::vector<int64_t> compact(t.sizes().begin(), t.sizes().end());
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.stride(d) == 0) compact[d] = 1;
+  const Tensor dense = empty(compact, t.options().dtype(kFloat));
+  kernels.copy(make_view(t, compact, t.strides(), t.storage_offset()), dense);
+  std::vector<int64_t> strides(dense.strides().begin(), dense.strides().end());
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.stride(d) == 0) strides[d] = 0;
+  return make_view(dense, t.sizes(), strides, 0);
+}
+
+}  // namespace
+
+void run_in_float32(const Kernels& kernels, std::initializer_list<const Tensor*> inputs,
+                    std::initializer_list<const Tensor*> outputs, const std::function<void(const tensor_list&)>& f) {
+  tensor_list operands;
+  for (const std::initializer_list<const Tensor*>& list : {inputs, outputs})
+    for (const Tensor* t : list) operands.push_back(any_16_bit_float({t}) ? widened(kernels, *t) : *t);
+  f(operands);
+  size_t i = inputs.size();
+  for (const Tensor* out : outputs) {
+    if (any_16_bit_float({out})) kernels.copy(operands[i], *out);
+    ++i;
+  }
+}
+
 }  // namespace cpu
 
 const Kernels& cpu_kernels() {

@@ -58,11 +58,32 @@ void generate(const Tensor& out, uint64_t offset, const Kernels& kernels, const 
   });
 }
 
+/// Half and BFloat16 as the CUDA kernel draws them (tensor/cuda/random.cu): the float32 draw rounded, and where
+/// rounding carried it up to hi, the largest 16-bit value below hi, so that the range stays [lo, hi).
+void uniform_16_bit(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset, const Kernels& kernels) {
+  const Tensor draws = empty(out.sizes(), out.options().dtype(kFloat));
+  kernels.uniform(draws, lo, hi, seed, offset);
+  const Tensor dense = out.is_contiguous() ? out : empty(out.sizes(), out.options());
+  visit_all_dtypes(out.dtype(), [&]<class T>() {
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+      const T top(static_cast<float>(hi)), below = lo == hi ? top : next_below(top);
+      const float* d = draws.data_ptr<float>();
+      T* p = static_cast<T*>(dense.data_ptr());
+      parallel_for(out.numel(), use_threads(out.numel()), [&](int64_t i) {
+        const T v(d[i]);
+        p[i] = static_cast<float>(v) < static_cast<float>(top) ? v : below;
+      });
+    }
+  });
+  if (!dense.is_same(out)) kernels.copy(dense, out);
+}
+
 }  // namespace
 
 void CpuKernels::uniform(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset) const {
   STRATA_CHECK(out.is_floating_point(), "uniform does not support ", out.dtype(), " (integers come from uniform_int)");
   STRATA_CHECK(lo <= hi, "uniform: expected lo <= hi, got lo=", lo, " hi=", hi);
+  if (is_reduced_floating_point(out.dtype())) return uniform_16_bit(out, lo, hi, seed, offset, *this);
   const Stream bits(seed, 0);
   visit_dtype(out.dtype(), [&]<class T>() {
     if constexpr (std::is_floating_point_v<T>) {
@@ -101,6 +122,8 @@ void CpuKernels::uniform_int(const Tensor& out, int64_t lo, int64_t hi, uint64_t
 void CpuKernels::normal(const Tensor& out, double mean, double stddev, uint64_t seed, uint64_t offset) const {
   STRATA_CHECK(out.is_floating_point(), "normal does not support ", out.dtype());
   STRATA_CHECK(stddev >= 0, "normal: expected std >= 0, got ", stddev);
+  // As the CUDA kernel: the float32 draw, rounded.
+  if (in_float32(*this, {}, {&out}, [&](const tensor_list& t) { normal(t[0], mean, stddev, seed, offset); })) return;
   const Stream bits0(seed, 0), bits1(seed, 1);
   visit_dtype(out.dtype(), [&]<class T>() {
     if constexpr (std::is_floating_point_v<T>) {
@@ -126,6 +149,7 @@ void CpuKernels::multinomial(const Tensor& probs, const Tensor& out, uint64_t se
   const int64_t rows = out.size(0), samples = out.size(1), categories = probs.size(1);
   if (out.numel() == 0) return;
   STRATA_CHECK(categories > 0, "multinomial: expected at least one category, got weights of shape ", probs.sizes());
+  if (in_float32(*this, {&probs}, {&out}, [&](const tensor_list& t) { multinomial(t[0], t[1], seed, offset); })) return;
   const Stream bits(seed, 0);
   visit_dtype(probs.dtype(), [&]<class T>() {
     if constexpr (std::is_floating_point_v<T>) {

@@ -228,6 +228,7 @@ void CpuKernels::reduce(ReduceKind op, const Tensor& in, IntArrayRef dims, const
   const bool sum_like = op == ReduceKind::Sum || op == ReduceKind::Prod;
   const DimVector out_strides = check_reduce_operands(op, in, dims, out);
   if (out.numel() == 0) return;
+  if (in_float32(*this, {&in}, {&out}, [&](const tensor_list& t) { reduce(op, t[0], dims, t[1]); })) return;
   if (in.numel() == 0) {
     STRATA_CHECK(sum_like, name, "(): cannot reduce over a zero-size dimension");
     return fill(out, op == ReduceKind::Sum ? 0 : 1);
@@ -257,6 +258,9 @@ void CpuKernels::arg_reduce(ReduceKind op, const Tensor& in, int64_t dim, const 
     return arg_reduce(op, as_1d(in), 0, as_1d(values), as_1d(indices));
   dim = check_arg_reduce_operands(op, in, dim, values, indices);
   if (values.numel() == 0) return;
+  if (in_float32(*this, {&in}, {&values, &indices},
+                 [&](const tensor_list& t) { arg_reduce(op, t[0], dim, t[1], t[2]); }))
+    return;
   STRATA_CHECK(in.size(dim) > 0, name, "(): cannot reduce over a zero-size dimension");
   visit_dtype(in.dtype(), [&]<class T>() {
     if (op == ReduceKind::Max)

@@ -50,6 +50,9 @@ void visit_floating(const char* op, ScalarType dtype, const F& f) {
 void CpuKernels::lstm_cell(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& cx, const Tensor& hy,
                            const Tensor& cy) const {
   const int64_t H = check_rnn_cell_operands("lstm_cell", 4, {&input_gates, &hidden_gates}, {&cx, &hy, &cy});
+  if (in_float32(*this, {&input_gates, &hidden_gates, &cx}, {&hy, &cy},
+                 [&](const tensor_list& t) { lstm_cell(t[0], t[1], t[2], t[3], t[4]); }))
+    return;
   visit_floating("lstm_cell", cx.dtype(), [&]<class T>() {
     const T *ig = input_gates.data_ptr<T>(), *hg = hidden_gates.data_ptr<T>(), *c0 = cx.data_ptr<T>();
     T *h1 = hy.data_ptr<T>(), *c1 = cy.data_ptr<T>();
@@ -74,6 +77,9 @@ void CpuKernels::lstm_cell_backward(const Tensor& input_gates, const Tensor& hid
                                     const Tensor& grad_cx) const {
   const int64_t H = check_rnn_cell_operands("lstm_cell_backward", 4, {&input_gates, &hidden_gates, &grad_gates},
                                             {&cx, &grad_hy, &grad_cy, &grad_cx});
+  if (in_float32(*this, {&input_gates, &hidden_gates, &cx, &grad_hy, &grad_cy}, {&grad_gates, &grad_cx},
+                 [&](const tensor_list& t) { lstm_cell_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6]); }))
+    return;
   visit_floating("lstm_cell_backward", cx.dtype(), [&]<class T>() {
     const T *ig = input_gates.data_ptr<T>(), *hg = hidden_gates.data_ptr<T>(), *c0 = cx.data_ptr<T>();
     const T *gh = grad_hy.data_ptr<T>(), *gc = grad_cy.data_ptr<T>();
@@ -107,6 +113,9 @@ void CpuKernels::lstm_cell_backward(const Tensor& input_gates, const Tensor& hid
 void CpuKernels::gru_cell(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& hx,
                           const Tensor& hy) const {
   const int64_t H = check_rnn_cell_operands("gru_cell", 3, {&input_gates, &hidden_gates}, {&hx, &hy});
+  if (in_float32(*this, {&input_gates, &hidden_gates, &hx}, {&hy},
+                 [&](const tensor_list& t) { gru_cell(t[0], t[1], t[2], t[3]); }))
+    return;
   visit_floating("gru_cell", hx.dtype(), [&]<class T>() {
     const T *ig = input_gates.data_ptr<T>(), *hg = hidden_gates.data_ptr<T>(), *h0 = hx.data_ptr<T>();
     T* h1 = hy.data_ptr<T>();
@@ -131,6 +140,9 @@ void CpuKernels::gru_cell_backward(const Tensor& input_gates, const Tensor& hidd
   const int64_t H = check_rnn_cell_operands("gru_cell_backward", 3,
                                             {&input_gates, &hidden_gates, &grad_input_gates, &grad_hidden_gates},
                                             {&hx, &grad_hy, &grad_hx});
+  if (in_float32(*this, {&input_gates, &hidden_gates, &hx, &grad_hy}, {&grad_input_gates, &grad_hidden_gates, &grad_hx},
+                 [&](const tensor_list& t) { gru_cell_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6]); }))
+    return;
   visit_floating("gru_cell_backward", hx.dtype(), [&]<class T>() {
     const T *ig = input_gates.data_ptr<T>(), *hg = hidden_gates.data_ptr<T>(), *h0 = hx.data_ptr<T>(),
             *gh = grad_hy.data_ptr<T>();

@@ -80,6 +80,9 @@ void CpuKernels::sort(const Tensor& in, int64_t dim, bool descending, const Tens
   if (in.dim() == 0) return sort(as_1d(in), dim, descending, as_1d(values), as_1d(indices));
   dim = check_sort_operands(in, dim, values, indices);
   if (values.numel() == 0) return;
+  if (in_float32(*this, {&in}, {&values, &indices},
+                 [&](const tensor_list& t) { sort(t[0], dim, descending, t[1], t[2]); }))
+    return;
   visit_dtype(in.dtype(), [&]<class T>() {
     if (descending)
       sort_rows<true, T>(in, dim, values, indices);

@@ -132,6 +132,7 @@ void gelu_backward(BinaryOp op, const Tensor& grad, const Tensor& x, const Tenso
 void CpuKernels::unary(UnaryOp op, const Tensor& in, const Tensor& out) const {
   const ScalarType out_dtype = op == UnaryOp::LogicalNot ? kBool : in.dtype();
   STRATA_CHECK(out.dtype() == out_dtype, to_string(op), ": expected a ", out_dtype, " output, got ", out.dtype());
+  if (in_float32(*this, {&in}, {&out}, [&](const tensor_list& t) { unary(op, t[0], t[1]); })) return;
   visit_dtype(in.dtype(), [&]<class T>() {
     constexpr bool kFloating = std::is_floating_point_v<T>;
     constexpr bool kBool = std::is_same_v<T, bool>;

@@ -42,6 +42,7 @@ void for_each_window_row(const Window2d& g, const F& row) {
 
 void CpuKernels::im2col(const Tensor& in, const Window2d& g, double pad_value, const Tensor& cols) const {
   check_window_operands("im2col", in, g, cols);
+  if (in_float32(*this, {&in}, {&cols}, [&](const tensor_list& t) { im2col(t[0], g, pad_value, t[1]); })) return;
   const int64_t planes = in.size(0) * in.size(1), plane = g.in[0] * g.in[1], span = g.offsets() * g.positions();
   visit_dtype(in.dtype(), [&]<class T>() {
     T pad;
@@ -74,6 +75,7 @@ void CpuKernels::im2col(const Tensor& in, const Window2d& g, double pad_value, c
 void CpuKernels::col2im(const Tensor& cols, const Window2d& g, const Tensor& out) const {
   check_window_operands("col2im", out, g, cols);
   STRATA_CHECK(out.dtype() != kBool, "col2im does not support ", out.dtype());
+  if (in_float32(*this, {&cols}, {&out}, [&](const tensor_list& t) { col2im(t[0], g, t[1]); })) return;
   const int64_t planes = out.size(0) * out.size(1), plane = g.in[0] * g.in[1], span = g.offsets() * g.positions();
   visit_dtype(out.dtype(), [&]<class T>() {
     if constexpr (!std::is_same_v<T, bool>) {

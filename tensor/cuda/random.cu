@@ -170,13 +170,6 @@ Loop<1> row_major_loop(const Tensor& out) {
   return g;
 }
 
-/// The largest 16-bit float T below top: one step down in sign-magnitude bit order.
-template <class T>
-T below_16bit(T top) {
-  const auto bits = std::bit_cast<uint16_t>(top);
-  return std::bit_cast<T>(static_cast<uint16_t>((bits & 0x7fff) == 0 ? 0x8001 : (bits & 0x8000) ? bits + 1 : bits - 1));
-}
-
 /// Runs launch.template operator()<kInd>() on out's device and stream, for a non-empty out.
 template <class F>
 void launch_on(const Tensor& out, const Loop<1>& loop, F&& launch) {
@@ -203,7 +196,8 @@ void CudaKernels::uniform(const Tensor& out, double lo, double hi, uint64_t seed
       const W top = static_cast<W>(hi), below = lo == hi ? top : std::nextafter(top, static_cast<W>(lo));
       T top_t = convert<T>(top), below_t = top_t;
       if constexpr (is_reduced_v<T>) {
-        if (lo != hi) below_t = below_16bit(top_t);
+        using Host = std::conditional_t<std::is_same_v<T, __half>, Half, BFloat16>;  // the same bits
+        if (lo != hi) below_t = std::bit_cast<T>(next_below(std::bit_cast<Host>(top_t)));
       }
       const Loop<1> loop = row_major_loop(out);
       launch_on(out, loop, [&]<Indexing kInd>(cudaStream_t stream) {
