@@ -7,6 +7,7 @@
 //   Tensor loss = cross_entropy(fc(randn({64, 784})), randint(0, 10, {64}));
 //   loss.backward();
 
+#include "strata/autograd/autocast.h"
 #include "strata/autograd/checkpoint.h"
 #include "strata/autograd/engine.h"
 #include "strata/autograd/function.h"

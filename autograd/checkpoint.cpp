@@ -1,10 +1,10 @@
 // Activation checkpointing (autograd/checkpoint.h).
 //
-// Note [checkpoint]: forward keeps fn, its inputs (detached, version-checked) and the default generator's
-// seed and position, never fn's activations. Backward runs fn again with grad enabled on fresh detached
-// copies of the inputs, drawing from a copy of the generator as forward found it (this thread's default
-// generator for the recomputation: the real stream, which other threads may be drawing from, ends where it
-// would without it), then calls grad() on the recomputed graph. grad() captures the gradients at the
+// Note [checkpoint]: forward keeps fn, its inputs (detached, version-checked), the default generator's seed
+// and position and the autocast settings, never fn's activations. Backward runs fn again with grad enabled
+// and forward's autocast on fresh detached copies of the inputs, drawing from a copy of the generator as
+// forward found it (this thread's default generator for the recomputation: the real stream, which other
+// threads may be drawing from, ends where it would without it), then calls grad() on the recomputed graph. grad() captures the gradients at the
 // copies and at the parameters' accumulators instead of accumulating, and this node returns them to the
 // engine as its input gradients: a parameter's AccumulateGrad then runs once, in the outer pass, with its
 // hooks. The inner pass has state of its own (Note [pass state] in engine.cpp).
@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "strata/autograd/autocast.h"
 #include "strata/autograd/engine.h"
 #include "strata/autograd/grad_mode.h"
 #include "strata/autograd/node.h"
@@ -23,6 +24,14 @@
 namespace strata::autograd {
 
 namespace {
+
+// The autocast settings forward ran under: backward runs with autocast off, and the recomputation must cast as
+// forward did, or its graph would differ from the one the outputs came from.
+struct AutocastSettings {
+  bool cpu_enabled = autocast::is_autocast_enabled(kCPU), cuda_enabled = autocast::is_autocast_enabled(kCUDA);
+  ScalarType cpu_dtype = autocast::get_autocast_dtype(kCPU), cuda_dtype = autocast::get_autocast_dtype(kCUDA);
+  bool cache_enabled = autocast::is_autocast_cache_enabled();
+};
 
 struct CheckpointNode final : Node {
   using Fn = std::function<tensor_list(const tensor_list&)>;
@@ -45,6 +54,8 @@ struct CheckpointNode final : Node {
       Generator replay = rng;
       ThreadDefaultGenerator replaying(replay);
       AutoGradMode grad_on(true);
+      AutocastGuard cpu_autocast(kCPU, autocast.cpu_dtype, autocast.cpu_enabled, autocast.cache_enabled);
+      AutocastGuard cuda_autocast(kCUDA, autocast.cuda_dtype, autocast.cuda_enabled, autocast.cache_enabled);
       outputs = fn(inputs);
     }
     STRATA_CHECK(outputs.size() == num_outputs, "checkpoint: the recomputation returned ", outputs.size(),
@@ -80,7 +91,8 @@ struct CheckpointNode final : Node {
 
   Fn fn;
   std::vector<SavedVariable> saved_inputs, saved_parameters;
-  Generator rng;  // the default generator's state when forward ran
+  Generator rng;              // the default generator's state when forward ran
+  AutocastSettings autocast;  // made after forward ran, so under its settings
 };
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "strata/autograd/autocast.h"
 #include "strata/autograd/grad_mode.h"
 #include "strata/autograd/node.h"
 #include "strata/tensor/creation.h"
@@ -22,6 +23,12 @@
 namespace strata::autograd {
 
 namespace {
+
+// Backward computes in the dtypes its forward saw, so autocast is off while a pass runs (Note [autocast] in
+// autocast.cpp); a checkpoint's recomputation turns its forward's autocast back on.
+struct AutocastOff {
+  AutocastGuard cpu{kCPU, std::nullopt, false}, cuda{kCUDA, std::nullopt, false};
+};
 
 struct LaterFirst {
   bool operator()(const Node* a, const Node* b) const { return a->sequence_nr < b->sequence_nr; }
@@ -108,6 +115,7 @@ bool any_defined(const tensor_list& grads) {
 void run(const std::vector<Edge>& roots, tensor_list&& root_grads, bool keep_graph, bool create_graph,
          const std::vector<Capture>& captures, tensor_list* captured) {
   AutoGradMode mode(create_graph);
+  AutocastOff no_autocast;
   CallbackScope callbacks;
   GraphTask task;
   const std::vector<Node*> order = discover(roots, task);
@@ -322,6 +330,7 @@ DeferredWeightGrad backward_input(const tensor_list& outputs, const tensor_list&
 
   {
     AutoGradMode mode(false);
+    AutocastOff no_autocast;
     CallbackScope callbacks;
     std::priority_queue<Node*, std::vector<Node*>, LaterFirst> ready;
     for (Node* n : order)
@@ -373,6 +382,7 @@ void DeferredWeightGrad::run() {
   st.done = true;
   std::unordered_map<Node*, SplitNode>& nodes = st.nodes;
   AutoGradMode mode(false);
+  AutocastOff no_autocast;
   CallbackScope callbacks;
   std::priority_queue<Node*, std::vector<Node*>, LaterFirst> ready;
   for (const std::shared_ptr<Node>& n : st.keep)

@@ -2,7 +2,7 @@
 """examples/char_gpt's model, data and optimizer in eager PyTorch, for its tokens/s next to strata's.
 
     char_gpt_torch.py [--steps N] [--threads N] [--batch-size B] [--block T] [--embed C] [--heads H]
-                      [--layers N] [--lr LR] [--data FILE] [--compile]
+                      [--layers N] [--lr LR] [--data FILE] [--compile] [--autocast bfloat16|float16]
 
 The model is nanoGPT's (what strata's nn::TransformerBlock mirrors): token and learned position embeddings,
 pre-norm blocks (fused q/k/v projection, causal attention through F.scaled_dot_product_attention, a GELU MLP
@@ -10,7 +10,8 @@ of 4C), a final LayerNorm and an LM head tied to the token embedding; AdamW with
 warmup-cosine learning rates, random windows of the King James Bible (Debian's bible-kjv). Prints the
 losses every 50 steps and, last, `tokens_per_s=<value>` over the steps after the first 5 (warm-up, which
 also holds torch.compile's compilation with --compile: the model's forward and backward through Inductor's C++
-kernels; the optimizer stays eager).
+kernels; the optimizer stays eager). --autocast runs the forward and the loss under torch.autocast("cpu"), as
+char_gpt's --autocast does, with a GradScaler for float16.
 """
 import argparse
 import math
@@ -50,6 +51,7 @@ def main():
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--data", default="")
     p.add_argument("--compile", action="store_true")
+    p.add_argument("--autocast", choices=["bfloat16", "float16"])
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -77,6 +79,8 @@ def main():
             return a.lr * (step + 1) / warmup
         return a.lr * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, a.steps - warmup)))
 
+    low = getattr(torch, a.autocast) if a.autocast else None
+    scaler = torch.amp.GradScaler("cpu", enabled=a.autocast == "float16")
     gen = torch.Generator().manual_seed(3)
     start = None
     for step in range(a.steps):
@@ -87,14 +91,17 @@ def main():
         x, y = rows[:, :-1], rows[:, 1:]
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
-        loss = F.cross_entropy(forward(x).reshape(-1, len(vocab)), y.reshape(-1))
+        with torch.autocast("cpu", dtype=low, enabled=low is not None):
+            loss = F.cross_entropy(forward(x).reshape(-1, len(vocab)), y.reshape(-1))
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
         if (step + 1) % 50 == 0:
             print(f"step {step + 1}: train loss {loss.item():.4f}", flush=True)
     seconds = time.perf_counter() - start
-    print(f"torch {torch.__version__}, {a.threads} thread(s){', torch.compile' if a.compile else ''}")
+    print(f"torch {torch.__version__}, {a.threads} thread(s){', torch.compile' if a.compile else ''}"
+          f"{', autocast ' + a.autocast if a.autocast else ''}")
     print(f"tokens_per_s={(a.steps - 5) * a.batch_size * a.block / seconds:.1f}")
 
 

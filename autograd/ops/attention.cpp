@@ -198,6 +198,10 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
                                     const std::optional<Tensor>& attn_mask, double dropout_p, bool is_causal,
                                     std::optional<double> scale, bool enable_gqa) {
   const Tensor mask = attn_mask.has_value() ? *attn_mask : Tensor();
+  if (ops::AutocastArgs cast{kOp, {query, key, value, mask}})
+    return scaled_dot_product_attention(cast[0], cast[1], cast[2],
+                                        mask.defined() ? std::optional<Tensor>(cast[3]) : std::nullopt, dropout_p,
+                                        is_causal, scale, enable_gqa);
   const Tensor k = enable_gqa ? repeat_heads(key, query, "key") : key;
   const Tensor v = enable_gqa ? repeat_heads(value, query, "value") : value;
   const Shapes s = check_operands(query, k, v, mask, dropout_p, is_causal);

@@ -23,4 +23,32 @@ void rebase_view_history(const Tensor& view, const std::shared_ptr<autograd::Nod
 /// A 0-dim tensor holding v (converted exactly) with t's dtype and device.
 Tensor scalar_like(Scalar v, const Tensor& t);
 
+/// An op's operands as autocast's registry casts them (Note [autocast] in autograd/autocast.cpp). Empty unless
+/// autocast is on for the operands' device; then it holds the casts and keeps autocast off until destroyed, so
+/// that the op, called again with them, runs as written:
+///   if (ops::AutocastArgs cast{"matmul", {a, b}}) return matmul(cast[0], cast[1]);
+class AutocastArgs {
+ public:
+  /// `op` is the op's name in the registry; undefined operands stay undefined.
+  AutocastArgs(const char* op, std::initializer_list<Tensor> operands) {
+    if (active()) cast(op, operands.begin(), operands.end());
+  }
+  /// The same for a list of operands.
+  AutocastArgs(const char* op, const tensor_list& operands) {
+    if (active()) cast(op, operands.data(), operands.data() + operands.size());
+  }
+  ~AutocastArgs();
+  AutocastArgs(const AutocastArgs&) = delete;
+  AutocastArgs& operator=(const AutocastArgs&) = delete;
+  explicit operator bool() const { return applied_; }             ///< whether the operands were cast
+  const Tensor& operator[](size_t i) const { return casts_[i]; }  ///< operand i, cast
+  const tensor_list& operands() const { return casts_; }          ///< every operand, cast
+
+ private:
+  static bool active();  // autocast is on for some device and no AutocastArgs holds casts on this thread
+  void cast(const char* op, const Tensor* begin, const Tensor* end);
+  tensor_list casts_;
+  bool applied_ = false;
+};
+
 }  // namespace strata::ops

@@ -330,6 +330,8 @@ Tensor col2im(const Tensor& input, IntArrayRef output_size, IntArrayRef kernel_s
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, IntArrayRef stride, IntArrayRef padding,
               IntArrayRef dilation, int64_t groups) {
+  if (ops::AutocastArgs cast{"conv2d", {input, weight, bias}})
+    return conv2d(cast[0], cast[1], cast[2], stride, padding, dilation, groups);
   const Pair pad = pair_of(padding, "conv2d", "padding");
   return conv2d_impl(input, weight, bias, pair_of(stride, "conv2d", "stride"), pad, pad,
                      pair_of(dilation, "conv2d", "dilation"), groups, "conv2d");
@@ -337,6 +339,8 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Int
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, IntArrayRef stride, PaddingMode padding,
               IntArrayRef dilation, int64_t groups) {
+  if (ops::AutocastArgs cast{"conv2d", {input, weight, bias}})
+    return conv2d(cast[0], cast[1], cast[2], stride, padding, dilation, groups);
   const char* op = "conv2d";
   check_weight(weight, 4, op);
   const Pair s = pair_of(stride, op, "stride"), d = pair_of(dilation, op, "dilation");
@@ -346,6 +350,8 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Int
 
 Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias, IntArrayRef stride, IntArrayRef padding,
               IntArrayRef dilation, int64_t groups) {
+  if (ops::AutocastArgs cast{"conv1d", {input, weight, bias}})
+    return conv1d(cast[0], cast[1], cast[2], stride, padding, dilation, groups);
   const char* op = "conv1d";
   const Pair pad = as_width(padding, 0, op, "padding");
   return conv1d_impl(input, weight, bias, as_width(stride, 1, op, "stride"), pad, pad,
@@ -354,6 +360,8 @@ Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias, Int
 
 Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias, IntArrayRef stride, PaddingMode padding,
               IntArrayRef dilation, int64_t groups) {
+  if (ops::AutocastArgs cast{"conv1d", {input, weight, bias}})
+    return conv1d(cast[0], cast[1], cast[2], stride, padding, dilation, groups);
   const char* op = "conv1d";
   check_weight(weight, 3, op);
   const Pair s = as_width(stride, 1, op, "stride"), d = as_width(dilation, 1, op, "dilation");
@@ -365,6 +373,8 @@ Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias, Int
 // each input position spreads weight-times-value over a window of the output.
 Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias, IntArrayRef stride,
                         IntArrayRef padding, IntArrayRef output_padding, int64_t groups, IntArrayRef dilation) {
+  if (ops::AutocastArgs cast{"conv_transpose2d", {input, weight, bias}})
+    return conv_transpose2d(cast[0], cast[1], cast[2], stride, padding, output_padding, groups, dilation);
   const char* op = "conv_transpose2d";
   Tensor x = batched(input, 4, op);
   STRATA_CHECK(weight.dim() == 4, op, ": expected a 4-D weight [in_channels, out_channels / groups, kH, kW], got ",

@@ -154,6 +154,7 @@ void record_matmul(const char* name, const Tensor& a, const Tensor& b, const Ten
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (ops::AutocastArgs cast{"matmul", {a, b}}) return matmul(cast[0], cast[1]);
   check_operands(a, b, "matmul");
   STRATA_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need to be at least 1-D, got shapes ", a.sizes(),
                " and ", b.sizes());
@@ -163,6 +164,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mm(const Tensor& a, const Tensor& b) {
+  if (ops::AutocastArgs cast{"mm", {a, b}}) return mm(cast[0], cast[1]);
   check_operands(a, b, "mm");
   STRATA_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D tensors, got shapes ", a.sizes(), " and ", b.sizes());
   Tensor out = matmul_values(a, b, "mm");
@@ -171,6 +173,7 @@ Tensor mm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
+  if (ops::AutocastArgs cast{"bmm", {a, b}}) return bmm(cast[0], cast[1]);
   check_operands(a, b, "bmm");
   STRATA_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected 3-D tensors, got shapes ", a.sizes(), " and ", b.sizes());
   STRATA_CHECK(a.size(0) == b.size(0), "bmm: expected equal batch sizes, got shapes ", a.sizes(), " and ", b.sizes());
@@ -181,6 +184,7 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 
 // matmul with weight.t() hands the kernel a column-major view of weight; matmul folds input's batch dims.
 Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias) {
+  if (ops::AutocastArgs cast{"linear", {input, weight, bias}}) return linear(cast[0], cast[1], cast[2]);
   STRATA_CHECK(weight.dim() == 2, "linear: expected a 2-D weight [out_features, in_features], got ", weight.sizes());
   STRATA_CHECK(input.dim() >= 1 && input.size(-1) == weight.size(1), "linear: input of shape ", input.sizes(),
                " does not match weight of shape ", weight.sizes());

@@ -30,6 +30,7 @@ Tensor row_max(const Tensor& a, int64_t d) { return a.numel() == 0 ? a : amax(a,
 
 // y = exp(x - m) / sum(exp(x - m)) with m the (constant) max along dim; dx = y * (g - sum(g * y)).
 Tensor softmax(const Tensor& a, int64_t dim) {
+  if (ops::AutocastArgs cast{"softmax", {a}}) return softmax(cast[0], dim);
   const int64_t d = softmax_dim(a, dim, "softmax");
   Tensor y;
   {
@@ -47,6 +48,7 @@ Tensor softmax(const Tensor& a, int64_t dim) {
 
 // y = (x - m) - log(sum(exp(x - m))); dx = g - exp(y) * sum(g).
 Tensor log_softmax(const Tensor& a, int64_t dim) {
+  if (ops::AutocastArgs cast{"log_softmax", {a}}) return log_softmax(cast[0], dim);
   const int64_t d = softmax_dim(a, dim, "log_softmax");
   Tensor y;
   {
@@ -66,6 +68,8 @@ Tensor Tensor::log_softmax(int64_t dim) const { return strata::log_softmax(*this
 
 // (x - mean) / sqrt(var + eps) over the trailing normalized_shape dims (biased variance), then * weight + bias.
 Tensor layer_norm(const Tensor& a, IntArrayRef normalized_shape, const Tensor& weight, const Tensor& bias, double eps) {
+  if (ops::AutocastArgs cast{"layer_norm", {a, weight, bias}})
+    return layer_norm(cast[0], normalized_shape, cast[1], cast[2], eps);
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
   STRATA_CHECK(k >= 1 && a.dim() >= k && IntArrayRef(a.sizes().data() + a.dim() - k, k) == normalized_shape,
                "layer_norm: normalized_shape ", normalized_shape, " does not match the trailing dims of input shape ",
@@ -205,6 +209,8 @@ Tensor batch_norm(const Tensor& input, const Tensor& weight, const Tensor& bias,
 
 // Statistics over each group of num_groups consecutive channels (and every spatial position) of each sample.
 Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {
+  if (ops::AutocastArgs cast{"group_norm", {input, weight, bias}})
+    return group_norm(cast[0], num_groups, cast[1], cast[2], eps);
   const char* op = "group_norm";
   STRATA_CHECK(input.dim() >= 2, op, ": expected an input [N, C, ...], got shape ", input.sizes());
   const int64_t n = input.size(0), channels = input.size(1);
@@ -220,6 +226,7 @@ Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight,
 
 // x / sqrt(mean(x^2) + eps) over the trailing dims; eps defaults to the dtype's machine epsilon, as torch.
 Tensor rms_norm(const Tensor& input, IntArrayRef normalized_shape, const Tensor& weight, std::optional<double> eps) {
+  if (ops::AutocastArgs cast{"rms_norm", {input, weight}}) return rms_norm(cast[0], normalized_shape, cast[1], eps);
   const char* op = "rms_norm";
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
   STRATA_CHECK(k >= 1 && input.dim() >= k && IntArrayRef(input.sizes().data() + input.dim() - k, k) == normalized_shape,
@@ -328,6 +335,12 @@ ClassTargets check_targets(const Tensor& input, const Tensor& target, const Loss
 // sum(loss) / sum(weights). With every target ignored the total weight is 0: the mean is NaN, as in
 // libtorch, but its gradient is 0 (libtorch's), not 0 * inf = NaN, so a fully padded batch leaves the
 // weights alone. The division goes through a total that is never 0 and the NaN comes without history.
+/// options with `weight` for its class weights (autocast's cast of them).
+LossOptions with_weight(LossOptions options, const Tensor& weight) {
+  options.weight = weight;
+  return options;
+}
+
 Tensor weighted_mean(const Tensor& loss, const Tensor& weights) {
   Tensor total = sum(weights);
   Tensor none = total.eq(0.0);
@@ -353,6 +366,8 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const Tensor& wei
 }
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const LossOptions& options) {
+  if (ops::AutocastArgs cast{"nll_loss", {log_probs, target, options.weight}})
+    return nll_loss(cast[0], cast[1], with_weight(options, cast[2]));
   if (log_probs.dim() == 1) {  // one sample: [C] with a 0-dim target
     STRATA_CHECK(target.dim() == 0, "nll_loss: expected a 0-dim target for input of shape ", log_probs.sizes(),
                  ", got ", target.sizes());
@@ -368,6 +383,8 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const LossOptions
 // smooth = -sum_c weight[c] * log_probs[c] (weight 1 without one; 0 for ignored targets), reduced
 // like nll (Mean divides by the total weight[target] of the non-ignored targets).
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const LossOptions& options) {
+  if (ops::AutocastArgs cast{"cross_entropy", {logits, target, options.weight}})
+    return cross_entropy(cast[0], cast[1], with_weight(options, cast[2]));
   if (logits.dim() == 1) {
     STRATA_CHECK(target.dim() == 0, "cross_entropy: expected a 0-dim target for input of shape ", logits.sizes(),
                  ", got ", target.sizes());
@@ -396,15 +413,19 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const LossOptio
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  if (ops::AutocastArgs cast{"mse_loss", {input, target}}) return mse_loss(cast[0], cast[1], reduction);
   Tensor diff = input - target;
   return reduce_loss(diff * diff, reduction);
 }
 
 Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  if (ops::AutocastArgs cast{"l1_loss", {input, target}}) return l1_loss(cast[0], cast[1], reduction);
   return reduce_loss(abs(input - target), reduction);
 }
 
 Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, double beta) {
+  if (ops::AutocastArgs cast{"smooth_l1_loss", {input, target}})
+    return smooth_l1_loss(cast[0], cast[1], reduction, beta);
   STRATA_CHECK(beta >= 0, "smooth_l1_loss: beta must be non-negative, got ", beta);
   if (beta == 0) return l1_loss(input, target, reduction);
   Tensor d = abs(input - target);
@@ -412,12 +433,15 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduc
 }
 
 Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction, double delta) {
+  if (ops::AutocastArgs cast{"huber_loss", {input, target}}) return huber_loss(cast[0], cast[1], reduction, delta);
   STRATA_CHECK(delta > 0, "huber_loss: delta must be positive, got ", delta);
   Tensor d = abs(input - target);
   return reduce_loss(where(d.le(delta), d * d * 0.5, (d - 0.5 * delta) * delta), reduction);
 }
 
 Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight, Reduction reduction) {
+  if (ops::AutocastArgs cast{"binary_cross_entropy", {input, target, weight}})
+    return binary_cross_entropy(cast[0], cast[1], cast[2], reduction);
   STRATA_CHECK(input.sizes() == target.sizes(), "binary_cross_entropy: target of shape ", target.sizes(),
                " does not match input of shape ", input.sizes());
   STRATA_CHECK(input.is_floating_point(), "binary_cross_entropy: expected floating point input, got ", input.dtype());
@@ -434,6 +458,8 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Ten
 
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const Tensor& weight,
                                         const Tensor& pos_weight, Reduction reduction) {
+  if (ops::AutocastArgs cast{"binary_cross_entropy_with_logits", {input, target, weight, pos_weight}})
+    return binary_cross_entropy_with_logits(cast[0], cast[1], cast[2], cast[3], reduction);
   STRATA_CHECK(input.sizes() == target.sizes(), "binary_cross_entropy_with_logits: target of shape ", target.sizes(),
                " does not match input of shape ", input.sizes());
   // -log(sigmoid(x)) = softplus(-x) = relu(-x) + log(1 + exp(-|x|)), which never overflows.

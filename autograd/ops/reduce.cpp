@@ -191,6 +191,7 @@ Tensor sum_to(const Tensor& grad, IntArrayRef sizes) {
 // ---- sum and mean ----
 
 Tensor sum(const Tensor& a, IntArrayRef dims, bool keepdim) {
+  if (ops::AutocastArgs cast{"sum", {a}}) return sum(cast[0], dims, keepdim);
   ReducePlan p = plan_reduce(a, dims, keepdim, "sum");
   Tensor out = run_reduce(ReduceKind::Sum, a, p);
   if (auto node = autograd::record("SumBackward", a, out))
@@ -199,6 +200,7 @@ Tensor sum(const Tensor& a, IntArrayRef dims, bool keepdim) {
 }
 
 Tensor mean(const Tensor& a, IntArrayRef dims, bool keepdim) {
+  if (ops::AutocastArgs cast{"mean", {a}}) return mean(cast[0], dims, keepdim);
   STRATA_CHECK(a.is_floating_point(),
                "mean(): could not infer output dtype. Input dtype must be either a floating point or complex "
                "dtype. Got: ",
@@ -219,6 +221,7 @@ Tensor mean(const Tensor& a, IntArrayRef dims, bool keepdim) {
 // ---- prod ----
 
 Tensor prod(const Tensor& a, std::optional<int64_t> dim, bool keepdim) {
+  if (ops::AutocastArgs cast{"prod", {a}}) return prod(cast[0], dim, keepdim);
   ReducePlan p = dim ? plan_reduce(a, IntArrayRef(*dim), keepdim, "prod") : plan_reduce(a, {}, false, "prod");
   Tensor out = run_reduce(ReduceKind::Prod, a, p);
   if (auto node = autograd::record("ProdBackward", a, out))
@@ -264,6 +267,7 @@ Tensor argmin(const Tensor& a, std::optional<int64_t> dim, bool keepdim) {
 // ---- statistics (compositions) ----
 
 Tensor var(const Tensor& a, IntArrayRef dims, bool unbiased, bool keepdim) {
+  if (ops::AutocastArgs cast{"var", {a}}) return var(cast[0], dims, unbiased, keepdim);
   STRATA_CHECK(a.is_floating_point(), "var: expected a floating point tensor, got ", a.dtype());
   if (is_reduced_floating_point(a.dtype()))  // Note [16-bit reductions]
     return var(a.to(kFloat), dims, unbiased, keepdim).to(a.dtype());
@@ -276,6 +280,7 @@ Tensor var(const Tensor& a, IntArrayRef dims, bool unbiased, bool keepdim) {
 // sqrt(var) with libtorch's gradient g / (2 std) * dvar, defined as 0 where std is 0 (sqrt's infinite slope
 // times var's zero gradient would be NaN there).
 Tensor std(const Tensor& a, IntArrayRef dims, bool unbiased, bool keepdim) {
+  if (ops::AutocastArgs cast{"std", {a}}) return std(cast[0], dims, unbiased, keepdim);
   STRATA_CHECK(a.is_floating_point(), "std: expected a floating point tensor, got ", a.dtype());
   if (is_reduced_floating_point(a.dtype()))  // Note [16-bit reductions]
     return std(a.to(kFloat), dims, unbiased, keepdim).to(a.dtype());
@@ -322,6 +327,7 @@ Tensor pnorm(const Tensor& a, double p_value, IntArrayRef dims, bool keepdim) {
 }  // namespace
 
 Tensor norm(const Tensor& a, double p, IntArrayRef dims, bool keepdim) {
+  if (ops::AutocastArgs cast{"norm", {a}}) return norm(cast[0], p, dims, keepdim);
   STRATA_CHECK(a.is_floating_point(), "norm: expected a floating point tensor, got ", a.dtype());
   if (is_reduced_floating_point(a.dtype()))
     return norm(a.to(kFloat), p, dims, keepdim).to(a.dtype());  // Note [16-bit reductions]
@@ -333,6 +339,7 @@ Tensor norm(const Tensor& a, double p, IntArrayRef dims, bool keepdim) {
 }
 
 Tensor logsumexp(const Tensor& a, IntArrayRef dims, bool keepdim) {
+  if (ops::AutocastArgs cast{"logsumexp", {a}}) return logsumexp(cast[0], dims, keepdim);
   Tensor x = a.is_floating_point() ? a : a.to(get_default_dtype());
   const ReducePlan p = plan_reduce(x, dims, keepdim, "logsumexp");
   // The log of an empty sum is -inf, as in libtorch; the sum keeps the (empty) gradient path to x.

@@ -108,21 +108,29 @@ Tensor fused_gru_cell(const Tensor& input_gates, const Tensor& hidden_gates, con
 std::tuple<Tensor, Tensor> lstm_cell(const Tensor& input, const tensor_list& hx, const Tensor& w_ih, const Tensor& w_hh,
                                      const Tensor& b_ih, const Tensor& b_hh) {
   STRATA_CHECK(hx.size() == 2, "lstm_cell: expected hx = {h, c}, got ", hx.size(), " tensors");
+  if (ops::AutocastArgs cast{"lstm_cell", {input, hx[0], hx[1], w_ih, w_hh, b_ih, b_hh}})
+    return lstm_cell(cast[0], {cast[1], cast[2]}, cast[3], cast[4], cast[5], cast[6]);
   return fused_lstm_cell(linear(input, w_ih, b_ih), linear(hx[0], w_hh, b_hh), hx[1]);
 }
 
 Tensor gru_cell(const Tensor& input, const Tensor& hx, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih,
                 const Tensor& b_hh) {
+  if (ops::AutocastArgs cast{"gru_cell", {input, hx, w_ih, w_hh, b_ih, b_hh}})
+    return gru_cell(cast[0], cast[1], cast[2], cast[3], cast[4], cast[5]);
   return fused_gru_cell(linear(input, w_ih, b_ih), linear(hx, w_hh, b_hh), hx);
 }
 
 Tensor rnn_tanh_cell(const Tensor& input, const Tensor& hx, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih,
                      const Tensor& b_hh) {
+  if (ops::AutocastArgs cast{"rnn_tanh_cell", {input, hx, w_ih, w_hh, b_ih, b_hh}})
+    return rnn_tanh_cell(cast[0], cast[1], cast[2], cast[3], cast[4], cast[5]);
   return tanh(linear(input, w_ih, b_ih) + linear(hx, w_hh, b_hh));
 }
 
 Tensor rnn_relu_cell(const Tensor& input, const Tensor& hx, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih,
                      const Tensor& b_hh) {
+  if (ops::AutocastArgs cast{"rnn_relu_cell", {input, hx, w_ih, w_hh, b_ih, b_hh}})
+    return rnn_relu_cell(cast[0], cast[1], cast[2], cast[3], cast[4], cast[5]);
   return relu(linear(input, w_ih, b_ih) + linear(hx, w_hh, b_hh));
 }
 
@@ -231,6 +239,13 @@ std::tuple<Tensor, Tensor, Tensor> run_stack(const char* op, Cell cell, const Te
                                              const Tensor& c0, const tensor_list& params, bool has_biases,
                                              int64_t num_layers, double dropout_p, bool train, bool bidirectional,
                                              bool batch_first) {
+  tensor_list operands{input, h0, c0};
+  operands.insert(operands.end(), params.begin(), params.end());
+  if (ops::AutocastArgs cast{op, operands}) {
+    const tensor_list& all = cast.operands();
+    return run_stack(op, cell, all[0], all[1], all[2], tensor_list(all.begin() + 3, all.end()), has_biases, num_layers,
+                     dropout_p, train, bidirectional, batch_first);
+  }
   STRATA_CHECK(input.dim() == 3, op, ": expected input of 3 dims ",
                batch_first ? "[batch, seq_len, input_size]" : "[seq_len, batch, input_size]", ", got shape ",
                input.sizes());

@@ -4,16 +4,18 @@
 // hold the same weight). The same model, data and initial weights in every layout, so the losses agree.
 // Every --eval-every steps it prints the validation loss and next-character accuracy and writes metrics.csv,
 // metrics.svg and a checkpoint (a folder of safetensors files, one per layer); at the end rank 0 loads that
-// checkpoint into one process and samples text from it (temperature, top-k).
+// checkpoint into one process and samples text from it (temperature, top-k). With --autocast the forward passes
+// run under autocast (the products and attention in 16 bits, float32 weights); float16 adds dynamic loss scaling.
 //
 //   char_gpt                              # alone
 //   mpirun -np 2 char_gpt                 # 2 replicas (data parallel)
 //   mpirun -np 4 char_gpt --stages 2      # 2 stages x 2 replicas
+//   char_gpt --autocast bfloat16          # mixed precision
 //   char_gpt --sample-only char_gpt_out   # sample from a checkpoint
 //   char_gpt [--data FILE] [--stages S] [--micro-batches M] [--batch-size B] [--block T] [--embed C]
 //            [--heads H] [--layers N] [--steps N] [--eval-every N] [--eval-batches N] [--lr LR]
-//            [--seed S] [--threads N] [--dtype float32|float64] [--device cpu|cuda] [--out DIR]
-//            [--sample N] [--temperature X] [--top-k K] [--prompt TEXT] [--sample-only DIR]
+//            [--seed S] [--threads N] [--dtype float32|float64] [--autocast bfloat16|float16]
+//            [--device cpu|cuda] [--out DIR] [--sample N] [--temperature X] [--top-k K] [--prompt TEXT] [--sample-only DIR]
 //
 // The last lines are `val_loss=<value>` and `tokens_per_s=<value>`.
 
@@ -61,6 +63,7 @@ struct Args {
   uint64_t seed = 0;
   int threads = 0;
   std::string dtype = "float32";
+  std::string autocast;  // empty: off; else the dtype the forward's products run in
   std::string device = "cpu";
   std::string out = "char_gpt_out";
   int64_t sample = 300;  // characters sampled at the end
@@ -74,8 +77,8 @@ struct Args {
 const char* kUsage =
     "usage: [mpirun -np N] char_gpt [--data FILE] [--stages S] [--micro-batches M] [--batch-size B] [--block T]\n"
     "         [--embed C] [--heads H] [--layers N] [--steps N] [--eval-every N] [--eval-batches N] [--lr LR]\n"
-    "         [--seed S] [--threads N] [--dtype float32|float64] [--device cpu|cuda] [--out DIR] [--sample N]\n"
-    "         [--temperature X] [--top-k K] [--prompt TEXT] [--sample-only DIR]\n";
+    "         [--seed S] [--threads N] [--dtype float32|float64] [--autocast bfloat16|float16] [--device cpu|cuda]\n"
+    "         [--out DIR] [--sample N] [--temperature X] [--top-k K] [--prompt TEXT] [--sample-only DIR]\n";
 
 using setup::number;
 using setup::UsageError;
@@ -87,9 +90,9 @@ Args parse(int argc, char** argv) {
                                             {"--layers", &a.layers},         {"--steps", &a.steps},
                                             {"--eval-every", &a.eval_every}, {"--eval-batches", &a.eval_batches},
                                             {"--sample", &a.sample},         {"--top-k", &a.top_k}};
-  std::map<std::string, std::string*> texts = {{"--data", &a.data},     {"--dtype", &a.dtype},
-                                               {"--device", &a.device}, {"--out", &a.out},
-                                               {"--prompt", &a.prompt}, {"--sample-only", &a.sample_only}};
+  std::map<std::string, std::string*> texts = {
+      {"--data", &a.data}, {"--dtype", &a.dtype},   {"--autocast", &a.autocast},      {"--device", &a.device},
+      {"--out", &a.out},   {"--prompt", &a.prompt}, {"--sample-only", &a.sample_only}};
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") {
@@ -126,6 +129,10 @@ Args parse(int argc, char** argv) {
     throw UsageError("--temperature must be finite and above 0");
   if (a.embed % a.heads != 0) throw UsageError("--heads must divide --embed");
   if (a.dtype != "float32" && a.dtype != "float64") throw UsageError("unknown dtype " + a.dtype);
+  if (!a.autocast.empty() && a.autocast != "bfloat16" && a.autocast != "float16")
+    throw UsageError("unknown --autocast dtype " + a.autocast + " (bfloat16 or float16)");
+  if (!a.autocast.empty() && a.dtype != "float32")
+    throw UsageError("--autocast needs --dtype float32: autocast leaves float64 as it is");
   if (a.device != "cpu" && a.device != "cuda") throw UsageError("unknown device " + a.device);
   return a;
 }
@@ -343,6 +350,11 @@ pipe::DataIterator micro_batches(Tensor x, Tensor y, int m) {
   };
 }
 
+// The forward passes' autocast, off without --autocast.
+AutocastGuard forward_autocast(const Args& a, Device device) {
+  return AutocastGuard(device.type, a.autocast == "float16" ? kHalf : kBFloat16, !a.autocast.empty());
+}
+
 // The loss and next-character accuracy over eval_batches fixed batches of the validation text (the same windows
 // at every evaluation: the generator restarts at the same seed).
 Evaluation evaluate(pipe::PipelineEngine& engine, const Corpus& corpus, const Args& a,
@@ -356,7 +368,10 @@ Evaluation evaluate(pipe::PipelineEngine& engine, const Corpus& corpus, const Ar
     x = x.narrow(0, replica * share, share).to(device);
     y = y.narrow(0, replica * share, share).to(device);
     std::vector<tensor_list> outputs;
-    loss += engine.eval_batch(micro_batches(x, y, a.micro_batches), &outputs);
+    {
+      AutocastGuard autocast = forward_autocast(a, device);
+      loss += engine.eval_batch(micro_batches(x, y, a.micro_batches), &outputs);
+    }
     const int64_t rows = share / a.micro_batches;
     for (size_t k = 0; k < outputs.size(); ++k) {
       const Tensor labels = y.narrow(0, static_cast<int64_t>(k) * rows, rows);
@@ -374,16 +389,20 @@ void train(const Args& a, const pipe::PipelineParallelGrid& grid, const std::sha
   const int rank = grid.get_global_rank();
   const int64_t replicas = grid.get_data_parallel_world_size(), replica = grid.get_data_parallel_id();
   auto adamw = std::make_shared<optim::AdamW>(model->parameters(), optim::AdamWOptions(a.lr).weight_decay(0.1));
-  pipe::PipelineEngine engine(model, grid, adamw, {.micro_batches = a.micro_batches});
+  pipe::PipelineEngineOptions engine_options{.micro_batches = a.micro_batches};
+  // float16's 5 exponent bits flush small gradients to zero unless the loss is scaled; bfloat16 has float32's 8.
+  if (a.autocast == "float16") engine_options.grad_scaler = optim::GradScalerOptions();
+  pipe::PipelineEngine engine(model, grid, adamw, engine_options);
   optim::WarmupCosineLR schedule(*adamw, std::min<int64_t>(100, a.steps / 10), a.steps);
   if (rank == 0) {
     std::printf(
         "char_gpt: %lld characters of text, vocabulary %zu; %lld blocks of %lld, %lld heads, context %lld; "
-        "%d stage(s) x %lld replica(s), batch %lld sequences (%d micro-batches per replica), %s on %s\n",
+        "%d stage(s) x %lld replica(s), batch %lld sequences (%d micro-batches per replica), %s%s%s on %s\n",
         static_cast<long long>(corpus.train.numel() + corpus.val.numel()), corpus.vocab.size(),
         static_cast<long long>(a.layers), static_cast<long long>(a.embed), static_cast<long long>(a.heads),
         static_cast<long long>(a.block), grid.get_pipe_parallel_world_size(), static_cast<long long>(replicas),
-        static_cast<long long>(a.batch_size), a.micro_batches, a.dtype.c_str(), device.is_cpu() ? "cpu" : "cuda");
+        static_cast<long long>(a.batch_size), a.micro_batches, a.dtype.c_str(), a.autocast.empty() ? "" : ", autocast ",
+        a.autocast.c_str(), device.is_cpu() ? "cpu" : "cuda");
     std::fflush(stdout);
   }
   // Every rank draws every step's windows from the same generator and keeps its replica's share, so that each
@@ -404,7 +423,10 @@ void train(const Args& a, const pipe::PipelineParallelGrid& grid, const std::sha
       auto [x, y] = windows(corpus.train, a.batch_size, a.block, gen);
       x = x.narrow(0, replica * share, share).to(device);
       y = y.narrow(0, replica * share, share).to(device);
-      loss_sum += engine.train_batch(micro_batches(x, y, a.micro_batches));
+      {
+        AutocastGuard autocast = forward_autocast(a, device);
+        loss_sum += engine.train_batch(micro_batches(x, y, a.micro_batches));
+      }
       schedule.step();
       if (bar) bar->update(s, loss_sum / static_cast<double>(s), s * a.batch_size);
     }

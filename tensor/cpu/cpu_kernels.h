@@ -70,11 +70,15 @@ inline bool any_16_bit_float(std::initializer_list<const Tensor*> operands) {
   return false;
 }
 
+/// Whether a kernel only writes its outputs (the stand-ins start empty) or adds into them (scatter_add).
+enum class OutputUse { kWrite, kReadWrite };
+
 /// Runs `f` on float32 stand-ins for the Half and BFloat16 tensors among `inputs` and `outputs` (an output's
-/// starting from its values), then rounds the outputs' stand-ins back into them (kernels.cpp). `f` gets the
-/// inputs, then the outputs.
+/// holding its values for kReadWrite), then rounds the outputs' stand-ins back into them (kernels.cpp). `f` gets
+/// the inputs, then the outputs.
 void run_in_float32(const Kernels& kernels, std::initializer_list<const Tensor*> inputs,
-                    std::initializer_list<const Tensor*> outputs, const std::function<void(const tensor_list&)>& f);
+                    std::initializer_list<const Tensor*> outputs, OutputUse use,
+                    const std::function<void(const tensor_list&)>& f);
 
 /// When any operand is Half or BFloat16, run_in_float32(...) and true; otherwise nothing and false, at the cost of a
 /// dtype test (no copy, no allocation). The CPU has no 16-bit float arithmetic: as libtorch's, its kernels compute
@@ -83,9 +87,9 @@ void run_in_float32(const Kernels& kernels, std::initializer_list<const Tensor*>
 ///   if (in_float32(*this, {&in}, {&out}, [&](const tensor_list& t) { unary(op, t[0], t[1]); })) return;
 template <class F>
 bool in_float32(const Kernels& kernels, std::initializer_list<const Tensor*> inputs,
-                std::initializer_list<const Tensor*> outputs, const F& f) {
+                std::initializer_list<const Tensor*> outputs, const F& f, OutputUse use = OutputUse::kWrite) {
   if (!any_16_bit_float(inputs) && !any_16_bit_float(outputs)) return false;
-  run_in_float32(kernels, inputs, outputs, f);
+  run_in_float32(kernels, inputs, outputs, use, f);
   return true;
 }
 

@@ -74,7 +74,9 @@ void CpuKernels::scatter_add(const Tensor& out, int64_t dim, const Tensor& index
   dim = wrap_dim(dim, out.dim(), "scatter_add");
   check_index_operands(index, out, src, dim, "scatter_add");
   check_indices(index, dim, out.size(dim), "scatter_add");
-  if (in_float32(*this, {&index, &src}, {&out}, [&](const tensor_list& t) { scatter_add(t[2], dim, t[0], t[1]); }))
+  if (in_float32(
+          *this, {&index, &src}, {&out}, [&](const tensor_list& t) { scatter_add(t[2], dim, t[0], t[1]); },
+          OutputUse::kReadWrite))
     return;
   STRATA_CHECK(out.dtype() != kBool, "scatter_add does not support ", out.dtype());
   if (index.numel() == 0) return;

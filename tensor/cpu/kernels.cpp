@@ -151,10 +151,17 @@ Tensor widened(const Kernels& kernels, const Tensor& t) {
 }  // namespace
 
 void run_in_float32(const Kernels& kernels, std::initializer_list<const Tensor*> inputs,
-                    std::initializer_list<const Tensor*> outputs, const std::function<void(const tensor_list&)>& f) {
+                    std::initializer_list<const Tensor*> outputs, OutputUse use,
+                    const std::function<void(const tensor_list&)>& f) {
   tensor_list operands;
-  for (const std::initializer_list<const Tensor*>& list : {inputs, outputs})
-    for (const Tensor* t : list) operands.push_back(any_16_bit_float({t}) ? widened(kernels, *t) : *t);
+  for (const Tensor* t : inputs) operands.push_back(any_16_bit_float({t}) ? widened(kernels, *t) : *t);
+  for (const Tensor* t : outputs) {
+    if (!any_16_bit_float({t}))
+      operands.push_back(*t);
+    else
+      operands.push_back(use == OutputUse::kReadWrite ? widened(kernels, *t)
+                                                      : empty(t->sizes(), t->options().dtype(kFloat)));
+  }
   f(operands);
   size_t i = inputs.size();
   for (const Tensor* out : outputs) {
