@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <tuple>
 
 #include "strata/autograd/grad_mode.h"
@@ -40,12 +41,17 @@ constexpr std::pair<std::string_view, CastPolicy> kPolicies[] = {
     {"gru", CastPolicy::kLowerPrecision},
     {"rnn_tanh", CastPolicy::kLowerPrecision},
     {"rnn_relu", CastPolicy::kLowerPrecision},
-    // Exponentials, normalisation statistics and long sums, which 16 bits would round away.
+    // Exponentials, normalisation statistics and long sums, which 16 bits would round away. The norms and the
+    // average pools are also composites with backwards of their own: cast whole, they give their input a
+    // gradient of its own dtype, where casting only the reductions inside would not.
     {"softmax", CastPolicy::kFloat32},
     {"log_softmax", CastPolicy::kFloat32},
     {"layer_norm", CastPolicy::kFloat32},
     {"group_norm", CastPolicy::kFloat32},
     {"rms_norm", CastPolicy::kFloat32},
+    {"batch_norm", CastPolicy::kFloat32},
+    {"avg_pool2d", CastPolicy::kFloat32},
+    {"adaptive_avg_pool2d", CastPolicy::kFloat32},
     {"norm", CastPolicy::kFloat32},
     {"sum", CastPolicy::kFloat32},
     {"mean", CastPolicy::kFloat32},
@@ -69,10 +75,14 @@ struct DeviceSettings {
   ScalarType dtype;
 };
 
+// The weight is held weakly, so that a cached stage input or checkpoint input is freed when its pass is done; the
+// entry is stale once it expired (another tensor may have its address), once set_data gave it another storage, or
+// once a write in place moved its version.
 struct CachedCast {
-  Tensor weight;  // held, so that no other tensor takes its address while the entry lives
+  std::weak_ptr<TensorImpl> weight;
+  std::weak_ptr<Storage> storage;
+  uint32_t version = 0;
   Tensor cast;
-  uint32_t version;  // the weight's version when cast: a write in place since makes the entry stale
 };
 
 struct ThreadState {
@@ -112,14 +122,16 @@ struct CachedCastBackward final : autograd::Node {
 Tensor cached_cast(const Tensor& weight, ScalarType dtype) {
   const bool grad = GradMode::is_enabled();
   CachedCast& entry = state.cache[{weight.impl_ptr().get(), dtype, grad}];
-  if (entry.cast.defined() && entry.version == weight._version()) return entry.cast;
+  if (entry.cast.defined() && entry.weight.lock() == weight.impl_ptr() &&
+      entry.storage.lock() == weight.impl().storage && entry.version == weight._version())
+    return entry.cast;
   Tensor cast = weight.detach().to(dtype);
   if (grad) {
     auto node = std::make_shared<CachedCastBackward>(weight.dtype());
     node->next_edges.push_back(autograd::gradient_edge(weight));
     autograd::set_history(cast, node);
   }
-  entry = {weight, cast, weight._version()};
+  entry = {weight.impl_ptr(), weight.impl().storage, weight._version(), cast};
   return cast;
 }
 
@@ -164,7 +176,8 @@ AutocastGuard::AutocastGuard(DeviceType device_type, std::optional<ScalarType> d
 AutocastGuard::~AutocastGuard() {
   settings(device_type_) = {prev_enabled_, prev_dtype_};
   state.cache_enabled = prev_cache_enabled_;
-  if (autocast::decrement_nesting() == 0) autocast::clear_cache();
+  // Not decrement_nesting(), which throws when unbalanced: a user's extra decrement must not end the process here.
+  if (state.nesting > 0 && --state.nesting == 0) autocast::clear_cache();
 }
 
 namespace autocast {

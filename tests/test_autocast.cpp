@@ -108,6 +108,18 @@ std::map<std::string, std::function<Tensor()>> calls() {
        [] {
          return rms_norm(bf16({4, 5}), {5}, bf16({5}));
        }},
+      {"batch_norm",
+       [] {
+         return batch_norm(bf16({4, 3}), bf16({3}), bf16({3}), zeros({3}), ones({3}), true, 0.1, 1e-5);
+       }},
+      {"avg_pool2d",
+       [] {
+         return avg_pool2d(bf16({1, 2, 4, 4}), {2});
+       }},
+      {"adaptive_avg_pool2d",
+       [] {
+         return adaptive_avg_pool2d(bf16({1, 2, 4, 4}), {2});
+       }},
       {"norm",
        [] {
          return norm(bf16({4, 5}));
@@ -266,12 +278,26 @@ TEST(Autocast, GuardsNestAndRestoreTheSettings) {
   EXPECT_THROW_MSG(autocast::decrement_nesting(), "called more often than increment_nesting");
 }
 
+// The node a bias-free linear's output reaches its weight's cast through: matmul, then the transpose view.
+const autograd::Node* weight_cast_node(const Tensor& y) {
+  return y.grad_fn()->next_edges[1].fn->next_edges[0].fn.get();
+}
+
 TEST(Autocast, ACachedWeightCastServesEveryMicroBatchAndFollowsInPlaceWrites) {
   manual_seed(2);
   nn::Linear fc(8, 4);
   const Tensor x1 = randn({3, 8}), x2 = randn({3, 8});
+  Tensor w = randn({4, 8}).requires_grad_(true);
   {
     AutocastGuard autocast(kCPU);
+    const autograd::Node* cast = weight_cast_node(linear(x1, w));
+    EXPECT_STREQ(cast->name(), "ToCopyBackward");
+    EXPECT_EQ(weight_cast_node(linear(x2, w)), cast);  // cached
+    {
+      NoGradGuard no_grad;
+      w.add_(1.0);
+    }
+    EXPECT_NE(weight_cast_node(linear(x2, w)), cast);  // cast again after the write
     // Two backward passes, each without retain_graph, through the one cached cast of the weight.
     fc(x1).to(kFloat).sum().backward();
     fc(x2).to(kFloat).sum().backward();
@@ -326,6 +352,26 @@ TEST(Autocast, BackwardRunsWithAutocastOff) {
   }
 }
 
+// A bias-free convolution into batch norm, ResNet's pattern: batch norm runs whole in float32, so its backward
+// hands the convolution's bfloat16 output a gradient the convolution's backward takes; the running statistics
+// are updated in place, not on a cast copy.
+TEST(Autocast, BatchNormAfterABiasFreeConvolutionTrains) {
+  manual_seed(6);
+  nn::Conv2d conv(nn::Conv2dOptions(2, 4, 3).bias(false));
+  nn::BatchNorm2d bn(4);
+  const Tensor x = randn({2, 2, 6, 6});
+  Tensor y;
+  {
+    AutocastGuard autocast(kCPU);
+    y = avg_pool2d(relu(bn(conv(x))), {2});
+  }
+  EXPECT_EQ(y.dtype(), kFloat);
+  y.sum().backward();
+  EXPECT_EQ(conv->weight.grad().dtype(), kFloat);
+  EXPECT_EQ(bn->weight.grad().dtype(), kFloat);
+  EXPECT_GT(bn->running_mean.abs().sum().item<double>(), 0);
+}
+
 TEST(Autocast, CheckpointRecomputesUnderItsForwardsAutocast) {
   manual_seed(4);
   nn::Linear fc1(8, 16), fc2(16, 4);
@@ -378,7 +424,9 @@ TEST(Autocast, TrainsInBFloat16AsInFloat32) {
       Tensor loss;
       {
         AutocastGuard autocast(kCPU, std::nullopt, mixed);
-        loss = mse_loss(model->forward(x), y);
+        const Tensor out = model->forward(x);
+        EXPECT_EQ(out.dtype(), mixed ? kBFloat16 : kFloat);  // autocast ran
+        loss = mse_loss(out, y);
       }
       EXPECT_EQ(loss.dtype(), kFloat);
       loss.backward();

@@ -473,6 +473,8 @@ Tensor max_pool1d(const Tensor& input, IntArrayRef kernel_size, IntArrayRef stri
 // padding (count_include_pad), or to the input alone, or divisor_override.
 Tensor avg_pool2d(const Tensor& input, IntArrayRef kernel_size, IntArrayRef stride, IntArrayRef padding, bool ceil_mode,
                   bool count_include_pad, std::optional<int64_t> divisor_override) {
+  if (ops::AutocastArgs cast{"avg_pool2d", {input}})
+    return avg_pool2d(cast[0], kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override);
   const char* op = "avg_pool2d";
   Tensor x = batched(input, 4, op);
   const Pair kernel = pair_of(kernel_size, op, "kernel_size");
@@ -507,6 +509,7 @@ Tensor avg_pool2d(const Tensor& input, IntArrayRef kernel_size, IntArrayRef stri
 // Windows of varying size (start floor(i * in / out), end ceil((i + 1) * in / out)) as two averaging
 // matrices: out = P_h @ x @ P_w^T, exact and differentiable.
 Tensor adaptive_avg_pool2d(const Tensor& input, IntArrayRef output_size) {
+  if (ops::AutocastArgs cast{"adaptive_avg_pool2d", {input}}) return adaptive_avg_pool2d(cast[0], output_size);
   const char* op = "adaptive_avg_pool2d";
   Tensor x = batched(input, 4, op);
   const Pair out = pair_of(output_size, op, "output_size");

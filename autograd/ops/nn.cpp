@@ -174,6 +174,9 @@ void check_per_channel(const Tensor& t, int64_t channels, const char* what, cons
 // running_var, as torch), running stats updated in place without history. Otherwise the running stats.
 Tensor batch_norm(const Tensor& input, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                   const Tensor& running_var, bool training, double momentum, double eps) {
+  // The running statistics pass uncast: batch_norm updates them in place, and a cast copy would drop the update.
+  if (ops::AutocastArgs cast{"batch_norm", {input, weight, bias}})
+    return batch_norm(cast[0], cast[1], cast[2], running_mean, running_var, training, momentum, eps);
   const char* op = "batch_norm";
   STRATA_CHECK(input.dim() >= 2, op, ": expected an input [N, C, ...], got shape ", input.sizes());
   STRATA_CHECK(input.is_floating_point(), op, ": expected a floating point input, got ", input.dtype());
