@@ -4,10 +4,10 @@
 // and position and the autocast settings, never fn's activations. Backward runs fn again with grad enabled
 // and forward's autocast on fresh detached copies of the inputs, drawing from a copy of the generator as
 // forward found it (this thread's default generator for the recomputation: the real stream, which other
-// threads may be drawing from, ends where it would without it), then calls grad() on the recomputed graph. grad() captures the gradients at the
-// copies and at the parameters' accumulators instead of accumulating, and this node returns them to the
-// engine as its input gradients: a parameter's AccumulateGrad then runs once, in the outer pass, with its
-// hooks. The inner pass has state of its own (Note [pass state] in engine.cpp).
+// threads may be drawing from, ends where it would without it), then calls grad() on the recomputed graph.
+// grad() captures the gradients at the copies and at the parameters' accumulators instead of accumulating,
+// and this node returns them to the engine as its input gradients: a parameter's AccumulateGrad then runs
+// once, in the outer pass, with its hooks. The inner pass has state of its own (Note [pass state] in engine.cpp).
 
 #include "strata/autograd/checkpoint.h"
 

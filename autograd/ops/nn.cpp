@@ -335,15 +335,15 @@ ClassTargets check_targets(const Tensor& input, const Tensor& target, const Loss
   return t;
 }
 
-// sum(loss) / sum(weights). With every target ignored the total weight is 0: the mean is NaN, as in
-// libtorch, but its gradient is 0 (libtorch's), not 0 * inf = NaN, so a fully padded batch leaves the
-// weights alone. The division goes through a total that is never 0 and the NaN comes without history.
 /// options with `weight` for its class weights (autocast's cast of them).
 LossOptions with_weight(LossOptions options, const Tensor& weight) {
   options.weight = weight;
   return options;
 }
 
+// sum(loss) / sum(weights). With every target ignored the total weight is 0: the mean is NaN, as in
+// libtorch, but its gradient is 0 (libtorch's), not 0 * inf = NaN, so a fully padded batch leaves the
+// weights alone. The division goes through a total that is never 0 and the NaN comes without history.
 Tensor weighted_mean(const Tensor& loss, const Tensor& weights) {
   Tensor total = sum(weights);
   Tensor none = total.eq(0.0);

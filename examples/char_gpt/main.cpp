@@ -15,7 +15,8 @@
 //   char_gpt [--data FILE] [--stages S] [--micro-batches M] [--batch-size B] [--block T] [--embed C]
 //            [--heads H] [--layers N] [--steps N] [--eval-every N] [--eval-batches N] [--lr LR]
 //            [--seed S] [--threads N] [--dtype float32|float64] [--autocast bfloat16|float16]
-//            [--device cpu|cuda] [--out DIR] [--sample N] [--temperature X] [--top-k K] [--prompt TEXT] [--sample-only DIR]
+//            [--device cpu|cuda] [--out DIR] [--sample N] [--temperature X] [--top-k K] [--prompt TEXT]
+//            [--sample-only DIR]
 //
 // The last lines are `val_loss=<value>` and `tokens_per_s=<value>`.
 
