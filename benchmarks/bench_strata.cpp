@@ -19,6 +19,9 @@
 //       threads, next to libtorch's same block written out (and, from PyTorch 2, with its fused attention)
 //   (i) one AdamW step (weight decay 0.1) over examples/char_gpt's parameters, per parameter and fused, at 1 and 2
 //       threads, next to eager PyTorch's (torch_cpu.py: its default loop and fused=True)
+//   (j) the fused row kernels, forward and backward at 1 and 2 threads, next to eager PyTorch's: layer norm over
+//       char_gpt's activations [16, 64, 128], softmax over attention scores [16, 4, 64, 64], and cross entropy
+//       over [1024, 4096] logits
 
 // GCC 12 reports false maybe-uninitialized warnings inside Eigen's AVX-512 intrinsics.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -307,6 +310,41 @@ void adamw_step_strata(benchmark::State& state, bool fused) {
 }
 BENCHMARK_CAPTURE(adamw_step_strata, , false)->Name("adamw_step/strata")->Apply(at_1_and_2_threads);
 BENCHMARK_CAPTURE(adamw_step_strata, , true)->Name("adamw_step_fused/strata")->Apply(at_1_and_2_threads);
+
+// ---- (j) the fused row kernels ----
+
+/// Times forward plus backward of loss_of(x) (one op) with the gradient given by `grad`, x's gradient reset.
+template <class F>
+void row_kernel_step(benchmark::State& state, Tensor x, const Tensor& grad, const F& loss_of) {
+  strata::set_num_threads(static_cast<int>(state.range(0)));
+  for (auto _ : state) {
+    loss_of(x).backward(grad);
+    x.mutable_grad() = Tensor();
+  }
+}
+
+void layer_norm_strata(benchmark::State& state) {
+  strata::manual_seed(0);
+  const Tensor w = strata::randn({128}).requires_grad_(true), b = strata::randn({128}).requires_grad_(true);
+  row_kernel_step(state, strata::randn({16, 64, 128}).requires_grad_(true), strata::randn({16, 64, 128}),
+                  [&](const Tensor& x) { return strata::layer_norm(x, {128}, w, b); });
+}
+BENCHMARK(layer_norm_strata)->Name("layer_norm_fwd_bwd/strata")->Apply(at_1_and_2_threads);
+
+void softmax_strata(benchmark::State& state) {
+  strata::manual_seed(0);
+  row_kernel_step(state, strata::randn({16, 4, 64, 64}).requires_grad_(true), strata::randn({16, 4, 64, 64}),
+                  [](const Tensor& x) { return strata::softmax(x, -1); });
+}
+BENCHMARK(softmax_strata)->Name("softmax_fwd_bwd/strata")->Apply(at_1_and_2_threads);
+
+void cross_entropy_strata(benchmark::State& state) {
+  strata::manual_seed(0);
+  const Tensor target = strata::randint(0, 4096, {1024}, strata::kLong);
+  row_kernel_step(state, strata::randn({1024, 4096}).requires_grad_(true), Tensor(),
+                  [&](const Tensor& x) { return strata::cross_entropy(x, target); });
+}
+BENCHMARK(cross_entropy_strata)->Name("cross_entropy_fwd_bwd/strata")->Apply(at_1_and_2_threads);
 
 }  // namespace
 

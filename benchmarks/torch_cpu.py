@@ -128,6 +128,36 @@ case("adamw_step", threads=(1, 2))(partial(adamw_step, False))
 case("adamw_step_fused", threads=(1, 2))(partial(adamw_step, True))
 
 
+def row_kernel_step(x, grad, loss_of):
+    """Forward plus backward of loss_of(x) with the gradient `grad`, x's gradient reset (bench_strata.cpp's (j))."""
+
+    def op():
+        loss_of(x).backward(grad)
+        x.grad = None
+
+    return op
+
+
+@case("layer_norm_fwd_bwd", threads=(1, 2))
+def layer_norm_fwd_bwd():
+    w, b = torch.randn(128, requires_grad=True), torch.randn(128, requires_grad=True)
+    x = torch.randn(16, 64, 128, requires_grad=True)
+    return row_kernel_step(x, torch.randn(16, 64, 128), lambda x: torch.nn.functional.layer_norm(x, (128,), w, b))
+
+
+@case("softmax_fwd_bwd", threads=(1, 2))
+def softmax_fwd_bwd():
+    x = torch.randn(16, 4, 64, 64, requires_grad=True)
+    return row_kernel_step(x, torch.randn(16, 4, 64, 64), lambda x: torch.softmax(x, -1))
+
+
+@case("cross_entropy_fwd_bwd", threads=(1, 2))
+def cross_entropy_fwd_bwd():
+    target = torch.randint(0, 4096, (1024,))
+    x = torch.randn(1024, 4096, requires_grad=True)
+    return row_kernel_step(x, None, lambda x: torch.nn.functional.cross_entropy(x, target))
+
+
 def seconds_per_call(op, reps, min_time):
     """The median over reps repetitions of seconds per call, each repetition at least min_time seconds."""
     for _ in range(3):

@@ -241,6 +241,85 @@ inline int64_t check_rnn_cell_operands(const char* op, int64_t gates,
   return hidden;
 }
 
+/// Checks softmax's operands: on one device, contiguous, of the first's [outer, size, inner] sizes and dtype.
+inline void check_softmax_operands(const char* op, std::initializer_list<const Tensor*> operands) {
+  const Tensor& in = **operands.begin();
+  check_one_device(op, operands);
+  STRATA_CHECK(in.dim() == 3, op, ": expected [outer, size, inner] operands, got shape ", in.sizes());
+  for (const Tensor* t : operands)
+    STRATA_CHECK(t->is_contiguous() && t->sizes() == in.sizes() && t->dtype() == in.dtype(), op,
+                 ": expected contiguous operands of shape ", in.sizes(), " and dtype ", in.dtype(), ", got ",
+                 t->sizes(), " ", t->dtype(), t->is_contiguous() ? "" : " (not contiguous)");
+}
+
+/// Checks layer_norm's operands, each undefined one skipped: in [M, N] and `rows` like it, `params` [N] of its
+/// dtype, mean and rstd [M] of float32 (float64 for double), all contiguous and on in's device. Returns N.
+inline int64_t check_layer_norm_operands(const char* op, const Tensor& in, std::initializer_list<const Tensor*> rows,
+                                         std::initializer_list<const Tensor*> params, const Tensor& mean,
+                                         const Tensor& rstd) {
+  STRATA_CHECK(in.dim() == 2, op, ": expected an input [M, N], got shape ", in.sizes());
+  const int64_t M = in.size(0), N = in.size(1);
+  const ScalarType stats = in.dtype() == kFloat64 ? kFloat64 : kFloat;
+  for (const Tensor* t : rows) {
+    if (!t->defined()) continue;
+    check_one_device(op, {&in, t});
+    STRATA_CHECK(t->is_contiguous() && t->sizes() == in.sizes() && t->dtype() == in.dtype(), op,
+                 ": expected contiguous [M, N] operands of ", in.dtype(), " as the input ", in.sizes(), ", got ",
+                 t->sizes(), " ", t->dtype());
+  }
+  for (const Tensor* t : params) {
+    if (!t->defined()) continue;
+    check_one_device(op, {&in, t});
+    STRATA_CHECK(t->is_contiguous() && t->dim() == 1 && t->size(0) == N && t->dtype() == in.dtype(), op,
+                 ": expected contiguous [", N, "] weight, bias and their gradients of ", in.dtype(), ", got ",
+                 t->sizes(), " ", t->dtype());
+  }
+  for (const Tensor* t : {&mean, &rstd}) {
+    check_one_device(op, {&in, t});
+    STRATA_CHECK(t->is_contiguous() && t->dim() == 1 && t->size(0) == M && t->dtype() == stats, op,
+                 ": expected mean and rstd [", M, "] of ", stats, ", got ", t->sizes(), " ", t->dtype());
+  }
+  return N;
+}
+
+/// Checks cross entropy's operands but for the target values: logits [N, C], int64 targets [N], weight [C] (or
+/// undefined) of the logits' dtype, `row` [N] of it (nll forward, grad_nll backward), `optional_row` [N] likewise or
+/// undefined (smooth, grad_smooth), lse [N] of float32 (float64 for double) and, backward, grad_logits of the logits'
+/// sizes and dtype; all contiguous and on the logits' device.
+inline void check_cross_entropy_operands(const char* op, const Tensor& logits, const Tensor& target,
+                                         const Tensor& weight, const Tensor& lse, const Tensor& row,
+                                         const Tensor& optional_row, const Tensor& grad_logits = Tensor()) {
+  STRATA_CHECK(logits.dim() == 2 && logits.is_contiguous(), op, ": expected contiguous logits [N, C], got ",
+               logits.sizes());
+  const int64_t N = logits.size(0), C = logits.size(1);
+  check_one_device(op, {&logits, &target, &lse});
+  STRATA_CHECK(target.dtype() == kLong && target.is_contiguous() && target.dim() == 1 && target.size(0) == N, op,
+               ": expected contiguous int64 targets [", N, "], got ", target.sizes(), " ", target.dtype());
+  if (weight.defined()) {
+    check_one_device(op, {&logits, &weight});
+    STRATA_CHECK(weight.is_contiguous() && weight.dim() == 1 && weight.size(0) == C && weight.dtype() == logits.dtype(),
+                 op, ": expected a contiguous weight [", C, "] of ", logits.dtype(), ", got ", weight.sizes(), " ",
+                 weight.dtype());
+  }
+  STRATA_CHECK(row.defined(), op, ": expected a defined per-row operand [", N, "], got an undefined tensor");
+  for (const Tensor* t : {&row, &optional_row}) {
+    if (!t->defined()) continue;
+    check_one_device(op, {&logits, t});
+    STRATA_CHECK(t->is_contiguous() && t->dim() == 1 && t->size(0) == N && t->dtype() == logits.dtype(), op,
+                 ": expected contiguous per-row operands [", N, "] of ", logits.dtype(), ", got ", t->sizes(), " ",
+                 t->dtype());
+  }
+  const ScalarType stats = logits.dtype() == kFloat64 ? kFloat64 : kFloat;
+  STRATA_CHECK(lse.is_contiguous() && lse.dim() == 1 && lse.size(0) == N && lse.dtype() == stats, op,
+               ": expected lse [", N, "] of ", stats, ", got ", lse.sizes(), " ", lse.dtype());
+  if (!grad_logits.defined()) return;
+  check_one_device(op, {&logits, &grad_logits});
+  STRATA_CHECK(
+      grad_logits.is_contiguous() && grad_logits.sizes() == logits.sizes() && grad_logits.dtype() == logits.dtype(), op,
+      ": expected a contiguous grad_logits ", logits.sizes(), " of ", logits.dtype(), ", got ", grad_logits.sizes(),
+      " ", grad_logits.dtype());
+}
+
 /// im2col's pad value in a T that is not floating: -inf and inf stand for T's lowest and highest values (max
 /// pooling pads with -inf), NaN for 0.
 template <class T>

@@ -1,6 +1,7 @@
 #pragma once
 // The kernel table: the small set of primitives every device implements, the fused recurrent
-// cells, and optional fused kernels (direct convolution, attention) a device may decline. Ops
+// cells, row kernels (softmax, layer norm, cross entropy) and optimizer steps, and optional fused
+// kernels (direct convolution, attention) a device may decline. Ops
 // above it (autograd/ops/*) are written once, for every device, in terms of these.
 //
 //   Tensor a = randn({2, 3}), b = randn({2, 3});
@@ -11,8 +12,8 @@
 // by the caller with the final sizes and dtype, inputs have been expanded (stride 0) to the
 // iteration shape where broadcasting applies, and inputs have the compute dtype unless an
 // entry says otherwise. Inputs may have any strides; outputs may too (copy_ into views).
-// Half and BFloat16 compute in float32 where a device supports them (CUDA); the CPU table
-// copies and fills them only and throws for the rest.
+// Half and BFloat16 compute in float32: inside the kernels on CUDA, on float32 copies of the
+// operands on the CPU (cpu/cpu_kernels.h's in_float32).
 
 #include <array>
 #include <cstdint>
@@ -42,7 +43,8 @@ enum class UnaryOp : int8_t {
   BitwiseNot
 };
 /// Elementwise functions of two tensors; comparisons and logical ops write bool. GeluBackward and
-/// GeluTanhBackward take (grad, x) and give grad * gelu'(x), one pass instead of the dozen a composite takes.
+/// GeluTanhBackward take (grad, x) and give grad * gelu'(x), one pass instead of the dozen a composite takes;
+/// ReluBackward takes (grad, y), y relu's output, and gives 0 where y <= 0, else grad (a NaN y passes grad).
 /// The bitwise ops take integers and bool (where they are and, or and xor) and keep the dtype.
 enum class BinaryOp : int8_t {
   Add,
@@ -62,6 +64,7 @@ enum class BinaryOp : int8_t {
   LogicalOr,
   GeluBackward,
   GeluTanhBackward,
+  ReluBackward,
   BitwiseAnd,
   BitwiseOr,
   BitwiseXor
@@ -87,6 +90,7 @@ constexpr bool writes_bool(BinaryOp op) {
     case BinaryOp::Minimum:
     case BinaryOp::GeluBackward:
     case BinaryOp::GeluTanhBackward:
+    case BinaryOp::ReluBackward:
     case BinaryOp::BitwiseAnd:
     case BinaryOp::BitwiseOr:
     case BinaryOp::BitwiseXor:
@@ -237,6 +241,38 @@ class Kernels {
                                   const Tensor& out, const Tensor& logsumexp, const Tensor& grad_out,
                                   const AttentionParams& params, const Tensor& grad_q, const Tensor& grad_k,
                                   const Tensor& grad_v) const = 0;
+  /// softmax, or log_softmax when `log`, of in [outer, size, inner] along its middle dim into out (in's sizes);
+  /// both contiguous, of one floating dtype. A NaN or +inf makes its slice NaN; -inf entries get 0 (-inf for log).
+  virtual void softmax(const Tensor& in, bool log, const Tensor& out) const = 0;
+  /// softmax's gradient from its output y and grad [outer, size, inner], sums along the middle dim: grad_in =
+  /// y * (grad - sum(grad * y)), or for log_softmax grad - exp(y) * sum(grad). All contiguous, of one dtype.
+  virtual void softmax_backward(const Tensor& y, const Tensor& grad, bool log, const Tensor& grad_in) const = 0;
+  /// Layer norm of each row of in [M, N]: out = (x - mean) * rstd * weight + bias, weight and bias [N] (either
+  /// undefined: 1 and 0), with the row statistics mean [M] and rstd [M] = 1 / sqrt(biased variance + eps) written
+  /// in float32 (float64 for double). in, out, weight and bias contiguous, of one floating dtype.
+  virtual void layer_norm(const Tensor& in, const Tensor& weight, const Tensor& bias, double eps, const Tensor& out,
+                          const Tensor& mean, const Tensor& rstd) const = 0;
+  /// layer_norm's gradients from grad_out [M, N], given its mean and rstd; each undefined output is not computed.
+  /// With xhat = (x - mean) * rstd and dxhat = grad_out * weight: grad_in [M, N] = rstd * (dxhat - mean(dxhat) -
+  /// xhat * mean(dxhat * xhat)), the means along the row; grad_weight [N] = the column sums of grad_out * xhat and
+  /// grad_bias [N] those of grad_out, accumulated in float32 (float64 for double).
+  virtual void layer_norm_backward(const Tensor& grad_out, const Tensor& in, const Tensor& mean, const Tensor& rstd,
+                                   const Tensor& weight, const Tensor& grad_in, const Tensor& grad_weight,
+                                   const Tensor& grad_bias) const = 0;
+  /// Cross entropy of each row n of logits [N, C] at its class target[n] (int64 [N], in [0, C) or ignore_index),
+  /// the log-probabilities never stored: with lse[n] = log(sum_c exp(x[n, c])), nll[n] = lse[n] - x[n, target[n]]
+  /// and, where smooth is defined, smooth[n] = sum_c weight[c] * (lse[n] - x[n, c]) (weight [C], undefined: all 1);
+  /// a row whose target is ignore_index gets 0 in both. lse [N] is float32 (float64 for double); logits, weight,
+  /// nll and smooth share one floating dtype. All contiguous. The CPU checks the targets; a CUDA kernel cannot
+  /// report one, so its caller checks them, and a row with one out of range comes out NaN.
+  virtual void cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight, int64_t ignore_index,
+                             const Tensor& nll, const Tensor& smooth, const Tensor& lse) const = 0;
+  /// cross_entropy's gradient from grad_nll [N] and grad_smooth [N] (undefined: 0), p = exp(x - lse):
+  /// grad_logits[n, c] = grad_nll[n] * (p[n, c] - [c == target[n]]) + grad_smooth[n] * (p[n, c] * sum(weight) -
+  /// weight[c]), and 0 in a row whose target is ignore_index.
+  virtual void cross_entropy_backward(const Tensor& logits, const Tensor& target, const Tensor& weight,
+                                      int64_t ignore_index, const Tensor& lse, const Tensor& grad_nll,
+                                      const Tensor& grad_smooth, const Tensor& grad_logits) const = 0;
   /// Adam's or AdamW's update (optim/adam.h) of every parameter in one pass (the optimizers' fused option), element
   /// for element the same arithmetic as their per-parameter path, so float64 results are bit for bit its own: with
   /// fma(a, b, c) = a * b + c (rounded once where the CPU has FMA; add with alpha computes it alike), in the

@@ -181,6 +181,7 @@ const char* to_string(BinaryOp op) {
                                            "logical_or",
                                            "gelu_backward",
                                            "gelu_tanh_backward",
+                                           "relu_backward",
                                            "bitwise_and",
                                            "bitwise_or",
                                            "bitwise_xor"};

@@ -289,6 +289,12 @@ TEST(Elementwise, NanGradientRulesMatchLibtorch) {
   Tensor x = tensor({nan, -1.0, 2.0}, f64());
   x.relu().sum().backward();
   EXPECT_VALUES(x.grad(), {1, 0, 1});
+  // The same through relu's backward kernel, for a float32 input and in a backward that builds a graph.
+  Tensor xf = tensor({nan, -1.0, 0.0, 2.0}).requires_grad_(true);
+  xf.relu().sum().backward();
+  EXPECT_VALUES(xf.grad(), {1, 0, 0, 1});
+  Tensor xg = tensor({nan, -1.0, 0.0, 2.0}, f64());
+  EXPECT_VALUES(autograd::grad({xg.relu().sum()}, {xg}, {}, std::nullopt, /*create_graph=*/true)[0], {1, 0, 0, 1});
   Tensor a = tensor({nan, 1.0, 3.0, 2.0}, f64()), b = tensor({0.0, nan, 1.0, 2.0}, f64());
   a.maximum(b).sum().backward();
   EXPECT_VALUES(a.grad(), {1, 1, 1, 0.5});

@@ -236,6 +236,45 @@ TEST(Kernels, GeluBackwardIsGradTimesTheDerivative) {
                    "gelu_backward does not support Long");
 }
 
+// Eigen's SIMD exp returns 2^-128 (float) for every input below the smallest normal result, -inf included; the
+// kernels give 0 there, so a masked (-inf) weight is exactly 0 in exp, softmax and attention.
+TEST(Kernels, ExpOfMinusInfinityIsExactlyZero) {
+  const double inf = std::numeric_limits<double>::infinity();
+  for (ScalarType dt : {kFloat, kFloat64}) {
+    std::vector<double> xs(32, -inf);
+    xs[1] = -1000, xs[2] = 0;
+    Tensor out = empty({32}, dt), probs = empty({1, 32, 1}, dt);
+    K().unary(UnaryOp::Exp, make(xs, {32}, dt), out);
+    EXPECT_EQ(values(out)[0], 0.0) << dt;
+    EXPECT_EQ(values(out)[1], 0.0) << dt;
+    EXPECT_EQ(values(out)[2], 1.0) << dt;
+    K().softmax(make(xs, {1, 32, 1}, dt), /*log=*/false, probs);
+    EXPECT_EQ(values(probs), std::vector<double>(values(out))) << dt;
+  }
+}
+
+// softmax's, layer_norm's and cross_entropy's operand contracts, named in the errors.
+TEST(Kernels, NormAndLossKernelsCheckTheirOperands) {
+  EXPECT_THROW_MSG(K().softmax(empty({2, 3}), false, empty({2, 3})),
+                   "softmax: expected [outer, size, inner] operands, got shape [2, 3]");
+  EXPECT_THROW_MSG(
+      K().softmax_backward(empty({1, 2, 3}), empty({1, 3, 2}).transpose(1, 2), true, empty({1, 2, 3})),
+      "log_softmax_backward: expected contiguous operands of shape [1, 2, 3] and dtype Float, got [1, 2, 3] "
+      "Float (not contiguous)");
+  EXPECT_THROW_MSG(K().layer_norm(empty({2, 3}), empty({4}), Tensor(), 1e-5, empty({2, 3}), empty({2}), empty({2})),
+                   "layer_norm: expected contiguous [3] weight, bias and their gradients of Float, got [4] Float");
+  EXPECT_THROW_MSG(
+      K().layer_norm(empty({2, 3}), Tensor(), Tensor(), 1e-5, empty({2, 3}), empty({2}, kFloat64), empty({2})),
+      "layer_norm: expected mean and rstd [2] of Float, got [2] Double");
+  EXPECT_THROW_MSG(K().layer_norm_backward(empty({2, 3}), empty({2, 3}, kFloat64), empty({2}, kFloat64),
+                                           empty({2}, kFloat64), Tensor(), empty({2, 3}, kFloat64), Tensor(), Tensor()),
+                   "layer_norm_backward: expected contiguous [M, N] operands of Double as the input [2, 3], got [2, 3] "
+                   "Float");
+  EXPECT_THROW_MSG(
+      K().cross_entropy(empty({2, 3}), make({1, 3}, {2}, kLong), Tensor(), -100, empty({2}), Tensor(), empty({2})),
+      "cross_entropy: target 3 of row 1 is out of bounds for 3 classes");
+}
+
 TEST(Kernels, CopyAllDtypePairsAndIntoTransposedView) {
   const std::vector<double> v = {0, 1, 2, -3, 4, 1};
   for (ScalarType from : {kBool, kLong, kFloat, kFloat64}) {

@@ -2,6 +2,7 @@
 // hand-computed values, with gradcheck (float64) and the errors users hit.
 
 #include <cmath>
+#include <limits>
 
 #include "helpers.h"
 
@@ -45,6 +46,40 @@ TEST(NnFunctional, SoftmaxErrors) {
   EXPECT_THROW_MSG(log_softmax(zeros({2, 3}), 2), "log_softmax: dimension out of range");
 }
 
+// The fused kernels against softmax written as ops, along every dim (inner > 1 included), with a masked (-inf)
+// entry, values and gradients in float64.
+TEST(NnFunctional, SoftmaxFusedMatchesTheComposite) {
+  manual_seed(23);
+  for (int64_t d : {0, 1, 2})
+    for (bool log : {false, true}) {
+      Tensor x = randn({3, 4, 5}, kFloat64);
+      x.select(d, 1).fill_(-std::numeric_limits<double>::infinity());
+      x.requires_grad_(true);
+      Tensor xc = x.detach().requires_grad_(true), g = randn({3, 4, 5}, kFloat64);
+      Tensor y = log ? log_softmax(x, d) : softmax(x, d);
+      Tensor shifted = xc - amax(xc, d, true).detach();
+      Tensor yc = log ? shifted - logsumexp(shifted, d, true) : exp(shifted) / sum(exp(shifted), d, true);
+      // The -inf entries: probability 0, log-probability -inf, gradient 0.
+      const double inf = std::numeric_limits<double>::infinity();
+      const Tensor masked = x.detach().eq(-inf);
+      EXPECT_ALLCLOSE(y.masked_fill(masked, 0), yc.masked_fill(masked, 0), 1e-12, 1e-12)
+          << "dim " << d << (log ? " log_softmax" : " softmax");
+      EXPECT_TRUE(y.eq(log ? -inf : 0.0).logical_or(masked.logical_not()).all().item<bool>()) << y;
+      (y.masked_fill(masked, 0) * g).sum().backward();
+      (yc.masked_fill(masked, 0) * g).sum().backward();
+      EXPECT_ALLCLOSE(x.grad(), xc.grad(), 1e-12, 1e-12) << "dim " << d << (log ? " log_softmax" : " softmax");
+    }
+}
+
+// As torch: a NaN spreads over its row, and a row that is all -inf has no distribution (NaN).
+TEST(NnFunctional, SoftmaxNanAndEmptyRows) {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  Tensor y = softmax(tensor({1.0, nan, 2.0, -inf, -inf, -inf}, kFloat64).reshape({2, 3}), 1);
+  EXPECT_TRUE(y.ne(y).all().item<bool>()) << y;  // NaN everywhere
+  EXPECT_EQ(softmax(empty({0, 4}), 1).sizes(), IntArrayRef({0, 4}));
+  EXPECT_EQ(log_softmax(empty({4, 0}), 1).sizes(), IntArrayRef({4, 0}));
+}
+
 // ---- layer_norm ----
 
 TEST(NnFunctional, LayerNormValues) {
@@ -79,6 +114,81 @@ TEST(NnFunctional, LayerNormErrors) {
                    "layer_norm: weight of shape [4] does not match normalized_shape [3]");
   EXPECT_THROW_MSG(layer_norm(zeros({2, 3}), {3}, {}, zeros({2})),
                    "layer_norm: bias of shape [2] does not match normalized_shape [3]");
+}
+
+// The fused kernels against layer norm written as ops: values and every gradient in float64, with and without
+// the affine parameters, over one and two trailing dims; and second derivatives, which take the composite.
+TEST(NnFunctional, LayerNormFusedMatchesTheComposite) {
+  manual_seed(24);
+  auto composite = [](const Tensor& x, IntArrayRef shape, const Tensor& w, const Tensor& b) {
+    DimVector dims;
+    for (int64_t d = x.dim() - static_cast<int64_t>(shape.size()); d < x.dim(); ++d) dims.push_back(d);
+    Tensor c = x - mean(x, dims, true);
+    Tensor y = c * rsqrt(mean(c * c, dims, true) + 1e-5);
+    if (w.defined()) y = y * w;
+    return b.defined() ? y + b : y;
+  };
+  for (DimVector shape : {DimVector{5}, DimVector{4, 5}})
+    for (bool affine : {false, true}) {
+      Tensor x = leaf({3, 4, 5}), w = affine ? leaf(shape) : Tensor(), b = affine ? leaf(shape) : Tensor();
+      Tensor xc = x.detach().requires_grad_(true), wc = affine ? w.detach().requires_grad_(true) : Tensor(),
+             bc = affine ? b.detach().requires_grad_(true) : Tensor(), g = randn({3, 4, 5}, kFloat64);
+      Tensor y = layer_norm(x, shape, w, b);
+      EXPECT_EQ(last_dispatch("layer_norm"), "fused kernel (Double)");
+      Tensor yc = composite(xc, shape, wc, bc);
+      EXPECT_ALLCLOSE(y, yc, 1e-12, 1e-12);
+      (y * g).sum().backward();
+      (yc * g).sum().backward();
+      EXPECT_ALLCLOSE(x.grad(), xc.grad(), 1e-12, 1e-12);
+      if (affine) {
+        EXPECT_ALLCLOSE(w.grad(), wc.grad(), 1e-12, 1e-12);
+        EXPECT_ALLCLOSE(b.grad(), bc.grad(), 1e-12, 1e-12);
+      }
+    }
+  auto ln = [](const tensor_list& in) { return layer_norm(in[0], {4}, in[1], in[2]); };
+  EXPECT_GRADGRADCHECK(ln, {leaf({2, 3, 4}), leaf({4}), leaf({4})});
+}
+
+// The parameter gradients are summed in fixed chunks of rows, so they do not change with the thread count.
+TEST(NnFunctional, LayerNormParameterGradientsDoNotDependOnThreads) {
+  manual_seed(25);
+  const Tensor x0 = randn({700, 64}), w0 = randn({64}), b0 = randn({64}), g = randn({700, 64});
+  const int saved = get_num_threads();
+  std::vector<Tensor> grads;
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    Tensor x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true),
+           b = b0.clone().requires_grad_(true);
+    (layer_norm(x, {64}, w, b) * g).sum().backward();
+    grads.insert(grads.end(), {x.grad(), w.grad(), b.grad()});
+  }
+  set_num_threads(saved);
+  for (size_t i = 3; i < grads.size(); ++i)
+    EXPECT_EQ(strata::testing::values(grads[i]), strata::testing::values(grads[i % 3])) << "gradient " << i;
+}
+
+// A weight of another dtype than the input's takes the composite (which promotes), and the dispatch log says so;
+// 16-bit inputs run the kernels in float32 and store 16 bits.
+TEST(NnFunctional, LayerNormPathsAndSixteenBitTypes) {
+  manual_seed(26);
+  Tensor x = randn({6, 8}), w = randn({8}, kFloat64);
+  EXPECT_EQ(layer_norm(x, {8}, w).dtype(), kFloat64);
+  EXPECT_EQ(last_dispatch("layer_norm"),
+            "composite: weight or bias of another dtype or device than the input's Float on cpu");
+  EXPECT_ALLCLOSE(layer_norm(x, {8}, w), layer_norm(x.to(kFloat64), {8}, w), 1e-6, 1e-6);
+  for (ScalarType t : {kBFloat16, kHalf}) {
+    Tensor xl = x.to(t).requires_grad_(true), wl = w.to(t).requires_grad_(true);
+    Tensor y = layer_norm(xl, {8}, wl);
+    EXPECT_EQ(y.dtype(), t);
+    EXPECT_ALLCLOSE(y.to(kFloat), layer_norm(xl.to(kFloat), {8}, wl.to(kFloat)), 0.02, 0.02);
+    y.sum().backward();
+    EXPECT_EQ(xl.grad().dtype(), t);
+    EXPECT_EQ(wl.grad().dtype(), t);
+  }
+  // Empty rows normalise to nothing, forward and backward.
+  Tensor empty_rows = zeros({3, 0}).requires_grad_(true);
+  layer_norm(empty_rows, {0}).sum().backward();
+  EXPECT_EQ(empty_rows.grad().sizes(), IntArrayRef({3, 0}));
 }
 
 // ---- dropout ----
@@ -221,6 +331,54 @@ TEST(NnFunctional, LossGradients) {
   EXPECT_GRADCHECK(mse, {leaf({2, 3}), leaf({2, 3})});
   EXPECT_GRADCHECK(mse_sum, {leaf({2, 3}), leaf({3})});
   EXPECT_GRADGRADCHECK(ce, {leaf({4, 3})});
+}
+
+// The fused kernels (2-D logits) against the composite (the same rows as [N, C, 1] logits), values and gradients
+// in float64, over class weights, ignored targets, label smoothing and every reduction.
+TEST(NnFunctional, CrossEntropyFusedMatchesTheComposite) {
+  manual_seed(27);
+  const Tensor target = tensor({2, 0, 4, -100, 1, 4});
+  const Tensor w = tensor({0.5, 1.0, 2.0, 1.5, 0.25}, kFloat64);
+  for (bool weighted : {false, true})
+    for (int64_t ignore : {-100, 4})
+      for (double smoothing : {0.0, 0.15})
+        for (Reduction r : {Reduction::Mean, Reduction::Sum, Reduction::None}) {
+          const LossOptions o{
+              .reduction = r, .ignore_index = ignore, .label_smoothing = smoothing, .weight = weighted ? w : Tensor()};
+          const Tensor safe = where(target.eq(-100.0), zeros_like(target), target);  // -100 only where ignored
+          const Tensor t = ignore == -100 ? target : safe;
+          Tensor x = leaf({6, 5}), xc = x.detach().requires_grad_(true);
+          Tensor loss = cross_entropy(x, t, o);
+          EXPECT_EQ(last_dispatch("cross_entropy"), "fused kernel (Double)");
+          Tensor lc = cross_entropy(xc.unsqueeze(2), t.unsqueeze(1), o);
+          EXPECT_EQ(last_dispatch("cross_entropy"), "composite: logits of more than 2 dims");
+          if (r == Reduction::None) lc = lc.squeeze(1);
+          const std::string where_ = str("weighted ", weighted, " ignore ", ignore, " smoothing ", smoothing);
+          EXPECT_ALLCLOSE(loss, lc, 1e-12, 1e-12) << where_;
+          const Tensor g = randn(loss.sizes(), kFloat64);
+          (loss * g).sum().backward();
+          (lc * g).sum().backward();
+          EXPECT_ALLCLOSE(x.grad(), xc.grad(), 1e-12, 1e-12) << where_;
+        }
+  auto ce = [w](const tensor_list& in) {
+    return cross_entropy(in[0], tensor({1, 0, -100}), {.label_smoothing = 0.1, .weight = w});
+  };
+  EXPECT_GRADGRADCHECK(ce, {leaf({3, 5})});
+  // A weight that requires grad takes the composite, whose smoothing term gives it a gradient.
+  Tensor wg = w.detach().requires_grad_(true);
+  cross_entropy(randn({3, 5}, kFloat64), tensor({1, 0, 3}), {.label_smoothing = 0.1, .weight = wg}).backward();
+  EXPECT_EQ(last_dispatch("cross_entropy"),
+            "composite: a weight of another dtype or device, or one that requires grad with label smoothing");
+  EXPECT_TRUE(wg.grad().defined());
+  // Without smoothing the fused path gives the weight its gradient through the weighted mean.
+  Tensor wf = w.detach().requires_grad_(true), wc = w.detach().requires_grad_(true), xw = randn({3, 5}, kFloat64);
+  cross_entropy(xw, tensor({1, 0, 3}), {.weight = wf}).backward();
+  EXPECT_EQ(last_dispatch("cross_entropy"), "fused kernel (Double)");
+  cross_entropy(xw.unsqueeze(2), tensor({1, 0, 3}).unsqueeze(1), {.weight = wc}).backward();
+  EXPECT_ALLCLOSE(wf.grad(), wc.grad(), 1e-12, 1e-12);
+  // 16 bits: the kernels compute in float32.
+  const Tensor xb = randn({6, 5}).to(kBFloat16), tb = tensor({2, 0, 4, 3, 1, 4});
+  EXPECT_ALLCLOSE(cross_entropy(xb, tb).to(kFloat), cross_entropy(xb.to(kFloat), tb), 1e-2, 1e-2);
 }
 
 // Every target ignored (a fully padded batch): the mean over no targets is NaN, as in libtorch, and the

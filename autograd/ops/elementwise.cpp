@@ -533,8 +533,12 @@ Tensor relu(const Tensor& a) {
   Tensor y = unary_kernel(UnaryOp::Relu, a, a.dtype());
   if (auto node = autograd::record("ReluBackward0", a, y))
     node->backward = [y = SavedVariable(y, true)](const tensor_list& g) -> tensor_list {
-      // As libtorch's threshold_backward: zero where y <= 0, so a NaN passes its gradient through.
-      return {where(y.unpack().le(0.0), ops::scalar_like(0, g[0]), g[0])};
+      // As libtorch's threshold_backward: zero where y <= 0, so a NaN passes its gradient through. One kernel,
+      // or differentiable ops when backward builds a graph (create_graph).
+      const Tensor yv = y.unpack();
+      if (!GradMode::is_enabled() && g[0].dtype() == yv.dtype())
+        return {binary_kernel(BinaryOp::ReluBackward, g[0], yv, yv.dtype(), yv.dtype(), "relu_backward")};
+      return {where(yv.le(0.0), ops::scalar_like(0, g[0]), g[0])};
     };
   return y;
 }

@@ -148,7 +148,7 @@ void forward(const Problem<T>& pb, T* out, T* lse_out) {
             continue;
           }
           const T alpha = std::exp(m(r) - m_new);
-          s.row(r).array() = (s.row(r).array() - m_new).exp();
+          s.row(r).array() = exp_or_zero(s.row(r).array() - m_new);
           l(r) = l(r) * alpha + s.row(r).sum();
           acc.row(r) *= alpha;
           m(r) = m_new;
@@ -219,7 +219,7 @@ void backward(const Problem<T>& pb, const T* out, const T* lse, const T* grad_ou
             if (lse_rows[r] == kNegInf)  // a row that saw no key has weights 0, not exp(-inf - -inf)
               s.row(r).setZero();
             else
-              s.row(r).array() = (s.row(r).array() - lse_rows[r]).exp();
+              s.row(r).array() = exp_or_zero(s.row(r).array() - lse_rows[r]);
           }
           // s holds P from here on.
           dp.resize(rows, cols);

@@ -4,7 +4,7 @@
 // reduce.cpp (reduce, arg_reduce), gemm.cpp (matmul, gemm), index.cpp (gather, scatter_add),
 // window.cpp (im2col, col2im), conv.cpp (the direct convolutions, through oneDNN), sort.cpp (sort), random.cpp
 // (uniform, uniform_int, normal, multinomial), rnn.cpp (the fused recurrent cells), attention.cpp (the fused
-// attention), optim.cpp (the fused optimizer steps).
+// attention), norm.cpp (softmax and layer norm), loss.cpp (cross entropy), optim.cpp (the fused optimizer steps).
 
 #include <functional>
 #include <initializer_list>
@@ -43,6 +43,18 @@ class CpuKernels final : public Kernels {
   bool attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Tensor& out,
                           const Tensor& logsumexp, const Tensor& grad_out, const AttentionParams& params,
                           const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v) const override;
+  void softmax(const Tensor& in, bool log, const Tensor& out) const override;
+  void softmax_backward(const Tensor& y, const Tensor& grad, bool log, const Tensor& grad_in) const override;
+  void layer_norm(const Tensor& in, const Tensor& weight, const Tensor& bias, double eps, const Tensor& out,
+                  const Tensor& mean, const Tensor& rstd) const override;
+  void layer_norm_backward(const Tensor& grad_out, const Tensor& in, const Tensor& mean, const Tensor& rstd,
+                           const Tensor& weight, const Tensor& grad_in, const Tensor& grad_weight,
+                           const Tensor& grad_bias) const override;
+  void cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight, int64_t ignore_index,
+                     const Tensor& nll, const Tensor& smooth, const Tensor& lse) const override;
+  void cross_entropy_backward(const Tensor& logits, const Tensor& target, const Tensor& weight, int64_t ignore_index,
+                              const Tensor& lse, const Tensor& grad_nll, const Tensor& grad_smooth,
+                              const Tensor& grad_logits) const override;
   void adam_step(const std::vector<AdamParam>& params, const AdamHyper& hyper) const override;
   void sgd_step(const std::vector<SgdParam>& params, const SgdHyper& hyper) const override;
   void sort(const Tensor& in, int64_t dim, bool descending, const Tensor& values, const Tensor& indices) const override;

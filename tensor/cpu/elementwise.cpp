@@ -104,6 +104,8 @@ void arithmetic(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out
       case BinaryOp::GeluTanhBackward:
         if constexpr (std::is_floating_point_v<T>) return gelu_backward(op, a, b, out);
         break;
+      case BinaryOp::ReluBackward:
+        return binary_loop<T, T>(a, b, out, [](T g, T y) { return y <= T(0) ? T(0) : g; });
       case BinaryOp::Pow:
         if constexpr (std::is_integral_v<T>) {
           return binary_loop<T, T>(a, b, out, [](T x, T y) { return int_pow(x, y); });

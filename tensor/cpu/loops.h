@@ -171,6 +171,30 @@ inline void parallel_for(int64_t n, bool parallel, const F& f) {
   }
 }
 
+/// Calls body(begin, end) over [0, rows), in one contiguous share per OpenMP thread when `numel` elements are
+/// worth threading; a share is where a kernel keeps its scratch.
+template <class F>
+void for_rows(int64_t rows, int64_t numel, const F& body) {
+  if (!use_threads(numel)) return body(int64_t{0}, rows);
+#pragma omp parallel
+  {
+    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t share = (rows + threads - 1) / threads, begin = std::min(rows, t * share);
+    body(begin, std::min(rows, begin + share));
+  }
+}
+
+/// Calls f.template operator()<T>() for float and double; other dtypes are an error naming op.
+template <class F>
+void visit_floating(const char* op, ScalarType dtype, const F& f) {
+  visit_dtype(dtype, [&]<class T>() {
+    if constexpr (std::is_floating_point_v<T>)
+      f.template operator()<T>();
+    else
+      STRATA_CHECK(false, op, " does not support ", dtype);
+  });
+}
+
 /// Calls body(offset) for every position of an nd-dim grid, offset = sum(index[d] * strides[d]).
 template <class F>
 inline void for_each_offset(int nd, const int64_t* sizes, const int64_t* strides, const F& body) {

@@ -16,37 +16,6 @@
 
 namespace strata::cpu {
 
-namespace {
-
-template <class T>
-using Scratch = Eigen::Array<T, Eigen::Dynamic, 1>;
-
-/// Calls body(begin, end) over [0, rows), in one contiguous share per OpenMP thread when `numel` elements are
-/// worth threading; a share is where a kernel keeps its scratch.
-template <class F>
-void for_rows(int64_t rows, int64_t numel, const F& body) {
-  if (!use_threads(numel)) return body(int64_t{0}, rows);
-#pragma omp parallel
-  {
-    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t share = (rows + threads - 1) / threads, begin = std::min(rows, t * share);
-    body(begin, std::min(rows, begin + share));
-  }
-}
-
-/// Calls f.template operator()<T>() for float and double; other dtypes are an error naming op.
-template <class F>
-void visit_floating(const char* op, ScalarType dtype, const F& f) {
-  visit_dtype(dtype, [&]<class T>() {
-    if constexpr (std::is_floating_point_v<T>)
-      f.template operator()<T>();
-    else
-      STRATA_CHECK(false, op, " does not support ", dtype);
-  });
-}
-
-}  // namespace
-
 void CpuKernels::lstm_cell(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& cx, const Tensor& hy,
                            const Tensor& cy) const {
   const int64_t H = check_rnn_cell_operands("lstm_cell", 4, {&input_gates, &hidden_gates}, {&cx, &hy, &cy});

@@ -77,7 +77,7 @@ void floating(UnaryOp op, const Tensor& in, const Tensor& out) {
   switch (op) {
     case UnaryOp::Exp:
       return eigen_loop<T>(
-          in, out, [](T x) { return std::exp(x); }, [](const auto& a) { return a.exp(); });
+          in, out, [](T x) { return std::exp(x); }, [](const auto& a) { return exp_or_zero(a); });
     case UnaryOp::Log:
       return eigen_loop<T>(
           in, out, [](T x) { return std::log(x); }, [](const auto& a) { return a.log(); });

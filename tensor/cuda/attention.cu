@@ -31,14 +31,12 @@ namespace {
 
 using random_stream::Stream;
 
-constexpr int kWarp = 32;                         ///< lanes of a warp, and partners of a tile (one per lane)
 constexpr int kWarps = 8;                         ///< warps per block
 constexpr int kBlockThreads = kWarps * kWarp;     ///< threads per block
 constexpr int kRowsPerWarp = 2;                   ///< rows a warp owns
 constexpr int kRows = kWarps * kRowsPerWarp;      ///< rows a block owns
 constexpr int kMaxHeadDim = 256;                  ///< the largest E and Ev with a kernel
 constexpr int kCols = kMaxHeadDim / kWarp;        ///< accumulator columns per lane and row
-constexpr unsigned kAllLanes = 0xffffffffu;       ///< every lane takes part in the shuffles
 constexpr size_t kDefaultSharedBytes = 48 << 10;  ///< dynamic shared memory a launch gets without opting in
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
@@ -349,12 +347,6 @@ void visit_attention_dtype(const Tensor& q, const F& f) {
   visit_cuda_dtype(q.dtype(), [&]<class T>() {
     if constexpr (std::is_same_v<T, float> || is_reduced_v<T>) f.template operator()<T>();
   });
-}
-
-/// t's elements as the device type T.
-template <class T>
-T* elements(const Tensor& t) {
-  return static_cast<T*>(t.data_ptr());
 }
 
 /// Blocks of kRows rows covering `rows`.

@@ -3,9 +3,10 @@
 // current stream of each device, and the CUDA and cuBLAS status checkers. Each family file
 // defines its members: runtime.cpp (device API, streams, allocator, cuBLAS handles, the table),
 // copy.cu (copy, fill, arange), elementwise.cu (unary, binary, add_scaled, where), reduce.cu
-// (reduce, arg_reduce), index.cu (gather, scatter_add), window.cu (im2col, col2im; no direct convolution), sort.cu (sort), random.cu (uniform,
-// uniform_int, normal, multinomial), rnn.cu (the fused recurrent cells), attention.cu (the fused attention), optim.cu
-// (the fused optimizer steps) and gemm.cpp (matmul through cuBLAS).
+// (reduce, arg_reduce), index.cu (gather, scatter_add), window.cu (im2col, col2im; no direct convolution), sort.cu
+// (sort), random.cu (uniform, uniform_int, normal, multinomial), rnn.cu (the fused recurrent cells), attention.cu (the
+// fused attention), norm.cu (softmax, layer norm and their backwards), loss.cu (cross entropy and its backward),
+// optim.cu (the fused optimizer steps) and gemm.cpp (matmul through cuBLAS).
 //
 // Note [CUDA streams]: every kernel, copy and allocation of device d is queued on
 // current_stream(d), one non-blocking stream per device, so work on one device runs in issue
@@ -95,6 +96,18 @@ class CudaKernels final : public Kernels {
   bool attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Tensor& out,
                           const Tensor& logsumexp, const Tensor& grad_out, const AttentionParams& params,
                           const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v) const override;
+  void softmax(const Tensor& in, bool log, const Tensor& out) const override;
+  void softmax_backward(const Tensor& y, const Tensor& grad, bool log, const Tensor& grad_in) const override;
+  void layer_norm(const Tensor& in, const Tensor& weight, const Tensor& bias, double eps, const Tensor& out,
+                  const Tensor& mean, const Tensor& rstd) const override;
+  void layer_norm_backward(const Tensor& grad_out, const Tensor& in, const Tensor& mean, const Tensor& rstd,
+                           const Tensor& weight, const Tensor& grad_in, const Tensor& grad_weight,
+                           const Tensor& grad_bias) const override;
+  void cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight, int64_t ignore_index,
+                     const Tensor& nll, const Tensor& smooth, const Tensor& lse) const override;
+  void cross_entropy_backward(const Tensor& logits, const Tensor& target, const Tensor& weight, int64_t ignore_index,
+                              const Tensor& lse, const Tensor& grad_nll, const Tensor& grad_smooth,
+                              const Tensor& grad_logits) const override;
   void sort(const Tensor& in, int64_t dim, bool descending, const Tensor& values, const Tensor& indices) const override;
   void arange(const Tensor& out, double start, double step) const override;
   void uniform(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset) const override;

@@ -156,4 +156,13 @@ decltype(auto) visit_bits_type(ScalarType t, F&& f) {
   }
 }
 
+constexpr int kWarp = 32;                    ///< lanes of a warp
+constexpr unsigned kAllLanes = 0xffffffffu;  ///< every lane takes part in the shuffles
+
+/// t's elements as the device type T; null where t is undefined.
+template <class T>
+T* elements(const Tensor& t) {
+  return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr;
+}
+
 }  // namespace strata::cuda

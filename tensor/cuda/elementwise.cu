@@ -1,6 +1,6 @@
-// CUDA kernels: unary, binary (GELU's backward among them), add_scaled and where. One kernel template runs all of them: each
-// thread loads its inputs, converts them to acc_t (float for Half and BFloat16), applies a functor
-// and stores the result converted to the output type. The functors repeat the CPU's expressions
+// CUDA kernels: unary, binary (GELU's and ReLU's backward among them), add_scaled and where. One kernel template
+// runs all of them: each thread loads its inputs, converts them to acc_t (float for Half and BFloat16), applies a
+// functor and stores the result converted to the output type. The functors repeat the CPU's expressions
 // (cpu/unary.cpp, cpu/elementwise.cpp), so NaN, signed zero and integer results agree, and the
 // launchers accept and reject the same dtypes with the same messages; Half and BFloat16, which
 // the CPU only converts, compute as libtorch's CUDA kernels do.
@@ -361,6 +361,13 @@ struct GeluTanhBackward {
     return g * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * T(kGeluBeta) * (T(1) + T(3 * kGeluKappa) * x2));
   }
 };
+/// grad where relu's output y is positive or NaN, else 0.
+struct ReluBackward {
+  template <class T>
+  __device__ T operator()(T g, T y) const {
+    return y <= T(0) ? T(0) : g;
+  }
+};
 /// x + alpha * y, alpha already in the acc type A (truncated for int64, as the CPU's static_cast).
 template <class A>
 struct AddScaled {
@@ -438,6 +445,8 @@ void arithmetic(BinaryOp op, const Tensor& b, const Loop<3>& loop, int device) {
       case BinaryOp::GeluTanhBackward:
         if constexpr (is_floating_v<T>) return launch<T, T, T>(GeluTanhBackward{}, loop, device);
         break;
+      case BinaryOp::ReluBackward:
+        return launch<T, T, T>(ReluBackward{}, loop, device);
       case BinaryOp::Pow:
         if constexpr (std::is_integral_v<T>)
           return launch<T, T, T>(IntPow{}, loop, device);

@@ -154,12 +154,6 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- launchers ----
 
-/// t's elements as the device type T.
-template <class T>
-T* elements(const Tensor& t) {
-  return static_cast<T*>(t.data_ptr());
-}
-
 /// Chunks of a parameter of numel elements.
 int64_t chunks_of(int64_t numel) { return (numel + kChunk - 1) / kChunk; }
 

@@ -111,12 +111,6 @@ void launch_cell(const char* op, const Tensor& state, const F& launch) {
   });
 }
 
-/// t's elements as the device type T.
-template <class T>
-T* elements(const Tensor& t) {
-  return static_cast<T*>(t.data_ptr());
-}
-
 }  // namespace
 
 void CudaKernels::lstm_cell(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& cx, const Tensor& hy,
