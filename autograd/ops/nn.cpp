@@ -76,15 +76,22 @@ Tensor Tensor::log_softmax(int64_t dim) const { return strata::log_softmax(*this
 
 namespace {
 
+/// x's trailing k dims normalised as differentiable ops: (x - mean) * rstd, and rstd = 1 / sqrt(biased var + eps).
+std::pair<Tensor, Tensor> normalize_trailing(const Tensor& x, int64_t k, double eps) {
+  DimVector cols;
+  for (int64_t d = x.dim() - k; d < x.dim(); ++d) cols.push_back(d);
+  const Tensor centered = x - mean(x, cols, /*keepdim=*/true);
+  const Tensor rstd = rsqrt(mean(centered * centered, cols, /*keepdim=*/true) + eps);
+  return {centered * rstd, rstd};
+}
+
 /// layer_norm's gradients as differentiable ops of x, weight and dy, the statistics recomputed from x: what a
 /// backward that builds a graph (create_graph) returns, so layer_norm is twice differentiable.
 tensor_list layer_norm_composite_backward(const Tensor& x, const Tensor& weight, const Tensor& dy, int64_t k,
                                           double eps, bool need_w, bool need_b) {
   DimVector rows, cols;
   for (int64_t d = 0; d < x.dim(); ++d) (d < x.dim() - k ? rows : cols).push_back(d);
-  const Tensor centered = x - mean(x, cols, /*keepdim=*/true);
-  const Tensor rstd = rsqrt(mean(centered * centered, cols, /*keepdim=*/true) + eps);
-  const Tensor xhat = centered * rstd;
+  const auto [xhat, rstd] = normalize_trailing(x, k, eps);
   const Tensor dxhat = weight.defined() ? dy * weight : dy;
   const Tensor dx = rstd * (dxhat - mean(dxhat, cols, true) - xhat * mean(dxhat * xhat, cols, true));
   // Summed over the leading dims; with none, sum(t, {}) would sum everything.
@@ -116,10 +123,7 @@ Tensor layer_norm(const Tensor& a, IntArrayRef normalized_shape, const Tensor& w
   if (foreign(weight) || foreign(bias)) {
     log_dispatch(op, str("composite: weight or bias of another dtype or device than the input's ", a.dtype(), " on ",
                          a.device()));
-    DimVector dims;
-    for (int64_t d = a.dim() - k; d < a.dim(); ++d) dims.push_back(d);
-    const Tensor centered = a - mean(a, dims, /*keepdim=*/true);
-    Tensor y = centered * rsqrt(mean(centered * centered, dims, /*keepdim=*/true) + eps);
+    Tensor y = normalize_trailing(a, k, eps).first;
     if (weight.defined()) y = y * weight;
     return bias.defined() ? y + bias : y;
   }

@@ -9,7 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
+#include <utility>
 
 #include "strata/tensor/cpu/cpu_kernels.h"
 #include "strata/tensor/cpu/loops.h"
@@ -144,13 +144,15 @@ void CpuKernels::layer_norm_backward(const Tensor& grad_out, const Tensor& in, c
     // are added in order, so the parameter gradients do not depend on the number of threads.
     constexpr int64_t kChunks = 64;
     const int64_t M = in.size(0), chunks = std::min(kChunks, M), rows = chunks ? (M + chunks - 1) / chunks : 0;
-    std::vector<Scratch<T>> dw(params ? chunks : 0, Scratch<T>::Zero(N)), db = dw;
+    // Chunk c's sum of grad_out * xhat at part(c), of grad_out at part(chunks + c): one allocation for all.
+    Scratch<T> partial = Scratch<T>::Zero(params ? 2 * chunks * N : 0);
+    const auto part = [&](int64_t i) { return ArrayMap<T>(partial.data() + i * N, N); };
     parallel_for(chunks, use_threads(in.numel()), [&](int64_t chunk) {
       Scratch<T> xhat(N), dxhat(N);
       for (int64_t r = chunk * rows; r < std::min(M, (chunk + 1) * rows); ++r) {
         ConstArrayMap<T> gr(g + r * N, N);
         xhat = (ConstArrayMap<T>(x + r * N, N) - mp[r]) * rp[r];
-        if (params) dw[chunk] += gr * xhat, db[chunk] += gr;
+        if (params) part(chunk) += gr * xhat, part(chunks + chunk) += gr;
         if (!gi) continue;
         if (w)
           dxhat = gr * ConstArrayMap<T>(w, N);
@@ -160,10 +162,12 @@ void CpuKernels::layer_norm_backward(const Tensor& grad_out, const Tensor& in, c
         ArrayMap<T>(gi + r * N, N) = rp[r] * (dxhat - a - xhat * c);
       }
     });
-    Scratch<T> sum_dw = Scratch<T>::Zero(N), sum_db = Scratch<T>::Zero(N);
-    for (int64_t chunk = 0; chunk < static_cast<int64_t>(dw.size()); ++chunk) sum_dw += dw[chunk], sum_db += db[chunk];
-    if (grad_weight.defined()) ArrayMap<T>(grad_weight.data_ptr<T>(), N) = sum_dw;
-    if (grad_bias.defined()) ArrayMap<T>(grad_bias.data_ptr<T>(), N) = sum_db;
+    for (const auto& [grad, first] : {std::pair{&grad_weight, int64_t{0}}, std::pair{&grad_bias, chunks}}) {
+      if (!grad->defined()) continue;
+      ArrayMap<T> sum(grad->template data_ptr<T>(), N);
+      sum.setZero();
+      for (int64_t chunk = 0; chunk < chunks; ++chunk) sum += part(first + chunk);
+    }
   });
 }
 
