@@ -384,16 +384,18 @@ ClassTargets check_targets(const Tensor& input, const Tensor& target, const Loss
   ClassTargets t;
   t.safe = target;
   if (target.numel() > 0) {
-    int64_t lo = min(target).item<int64_t>(), hi = max(target).item<int64_t>();
-    if (o.ignore_index >= lo && o.ignore_index <= hi) {  // some targets may be ignored: mask them
-      t.valid =
-          ne(target, scalar_tensor(static_cast<double>(o.ignore_index), TensorOptions(kLong).device(target.device())));
-      t.safe = where(t.valid, target, ops::scalar_like(0, target));
-      lo = min(t.safe).item<int64_t>();
-      hi = max(t.safe).item<int64_t>();
-    }
+    // The bounds and the ignored count come back in one host read: each read is a device sync on a GPU.
+    const Tensor valid =
+        ne(target, scalar_tensor(static_cast<double>(o.ignore_index), TensorOptions(kLong).device(target.device())));
+    const Tensor safe = where(valid, target, ops::scalar_like(0, target));
+    const Tensor stats = stack({min(safe), max(safe), sum(valid)}).to(kCPU);
+    const int64_t lo = stats[0].item<int64_t>(), hi = stats[1].item<int64_t>();
     STRATA_CHECK(lo >= 0, name, ": target ", lo, " is out of bounds for ", C, " classes");
     STRATA_CHECK(hi < C, name, ": target ", hi, " is out of bounds for ", C, " classes");
+    if (stats[2].item<int64_t>() < target.numel()) {  // some targets are ignored: mask them
+      t.valid = valid;
+      t.safe = safe;
+    }
   }
   if (t.valid.defined()) t.weights = t.valid.to(input.dtype());
   if (o.weight.defined()) {

@@ -15,6 +15,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
@@ -32,6 +33,18 @@ constexpr int kThreads = 256;
 inline unsigned blocks_for(int64_t n) {
   const int64_t blocks = (n + kThreads - 1) / kThreads;
   return static_cast<unsigned>(blocks < 65535 * 8 ? (blocks > 0 ? blocks : 1) : 65535 * 8);
+}
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// Blocks a sliced reduction aims for: enough to fill any current GPU several times over.
+constexpr int64_t kTargetBlocks = 1024;
+
+/// Slice length for `reduced` elements summed by `blocks` blocks: none (all of them) unless the GPU would sit idle,
+/// and never under min_slice. Depends on the shapes alone, so sliced sums stay deterministic.
+inline int64_t slice_length(int64_t reduced, int64_t blocks, int64_t min_slice) {
+  const int64_t slices = std::max<int64_t>(1, std::min(ceil_div(kTargetBlocks, blocks), ceil_div(reduced, min_slice)));
+  return ceil_div(reduced, slices);
 }
 
 /// Calls f.template operator()<T>() with T the device type of `t`: bool, uint8_t, int8_t, int16_t, int32_t,

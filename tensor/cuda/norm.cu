@@ -5,14 +5,15 @@
 // Softmax reads a line twice, once for its maximum and denominator together (merge rescales the running denominator
 // when the maximum grows) and once to write. Layer norm reads a row three times, for the mean, for the variance as
 // the mean of (x - mean)^2 (accurate where sum(x^2) / N - mean^2 cancels) and to write; a row is then in cache.
-// layer_norm_backward sums grad_weight and grad_bias over the rows in a second kernel, a block per 32 columns (see
-// its comment), as PyTorch does.
+// layer_norm_backward sums grad_weight and grad_bias over the rows in a second kernel, a block per 32 columns and
+// slice of rows, whose slices a third adds where there are several (see their comments), as PyTorch does.
 
 #include <cuda/std/limits>
 
 #include <cmath>
 #include <cstdint>
 
+#include "strata/tensor/creation.h"
 #include "strata/tensor/cuda/rows.cuh"
 
 namespace strata::cuda {
@@ -122,21 +123,27 @@ __global__ void __launch_bounds__(kThreads)
 
 /// Rows a block of layer_norm_backward_params_kernel splits its columns' sums into: one per warp.
 constexpr int kSlices = kThreads / kWarp;
+/// Fewest rows a block of layer_norm_backward_params_kernel sums: 8 per warp.
+constexpr int64_t kMinParamRows = 8 * kSlices;
 
-/// grad_weight and grad_bias [N] (either null where not wanted), the column sums over M rows. Block b owns columns
-/// [32 b, 32 b + 32), a lane per column, so each warp reads 32 neighbouring elements of a row; warp w sums rows w,
-/// w + kSlices, ..., and the first warp adds the kSlices partials in order. Zeros when M is 0.
+/// grad_weight and grad_bias [N] (either null where not wanted), the column sums over M rows. Block (b, s) owns
+/// columns [32 b, 32 b + 32), a lane per column, so each warp reads 32 neighbouring elements of a row, and rows
+/// [s rows, (s + 1) rows); its warp w sums rows w, w + kSlices, ... of them, and the first warp adds the kSlices
+/// partials in order. With one row slice (gridDim.y 1) that is the result; with more, each block writes its sums
+/// into partial [2, gridDim.y, N] and layer_norm_sum_slices_kernel adds them. Zeros when M is 0.
 template <class T>
 __global__ void __launch_bounds__(kThreads)
     layer_norm_backward_params_kernel(const T* grad_out, const T* in, const acc_t<T>* mean, const acc_t<T>* rstd,
-                                      T* grad_weight, T* grad_bias, int64_t M, int64_t N) {
+                                      T* grad_weight, T* grad_bias, acc_t<T>* partial, int64_t M, int64_t N,
+                                      int64_t rows) {
   using A = acc_t<T>;
   __shared__ A weight_sums[kSlices][kWarp], bias_sums[kSlices][kWarp];
   const int lane = threadIdx.x % kWarp, slice = threadIdx.x / kWarp;
   const int64_t j = int64_t{blockIdx.x} * kWarp + lane;
+  const int64_t begin = int64_t{blockIdx.y} * rows, end = begin + rows < M ? begin + rows : M;
   A sum_w = 0, sum_b = 0;
   if (j < N) {
-    for (int64_t i = slice; i < M; i += kSlices) {
+    for (int64_t i = begin + slice; i < end; i += kSlices) {
       const A g = convert<A>(grad_out[i * N + j]);
       sum_w += g * (convert<A>(in[i * N + j]) - mean[i]) * rstd[i];
       sum_b += g;
@@ -150,8 +157,30 @@ __global__ void __launch_bounds__(kThreads)
     sum_w += weight_sums[s][lane];
     sum_b += bias_sums[s][lane];
   }
+  if (gridDim.y > 1) {
+    partial[int64_t{blockIdx.y} * N + j] = sum_w;
+    partial[(int64_t{gridDim.y} + blockIdx.y) * N + j] = sum_b;
+    return;
+  }
   if (grad_weight) grad_weight[j] = convert<T>(sum_w);
   if (grad_bias) grad_bias[j] = convert<T>(sum_b);
+}
+
+/// grad_weight and grad_bias [N] (either null) from layer_norm_backward_params_kernel's partial [2, slices, N]: a
+/// thread per column adds its slices in order.
+template <class T>
+__global__ void layer_norm_sum_slices_kernel(const acc_t<T>* partial, T* grad_weight, T* grad_bias, int64_t slices,
+                                             int64_t N) {
+  using A = acc_t<T>;
+  for (int64_t j = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; j < N; j += int64_t{gridDim.x} * blockDim.x) {
+    A sum_w = 0, sum_b = 0;
+    for (int64_t s = 0; s < slices; ++s) {
+      sum_w += partial[s * N + j];
+      sum_b += partial[(slices + s) * N + j];
+    }
+    if (grad_weight) grad_weight[j] = convert<T>(sum_w);
+    if (grad_bias) grad_bias[j] = convert<T>(sum_b);
+  }
 }
 
 // ---- launchers ----
@@ -219,11 +248,22 @@ void CudaKernels::layer_norm_backward(const Tensor& grad_out, const Tensor& in, 
       });
     }
     if ((grad_weight.defined() || grad_bias.defined()) && N > 0) {
-      const auto blocks = static_cast<unsigned>((N + kWarp - 1) / kWarp);
-      layer_norm_backward_params_kernel<T><<<blocks, kThreads, 0, stream>>>(
+      // Few columns leave most of the GPU idle, so the rows are sliced too (Note [CUDA deterministic reductions]).
+      const int64_t column_blocks = ceil_div(N, kWarp);
+      const int64_t rows = M > 0 ? slice_length(M, column_blocks, kMinParamRows) : 1;
+      const int64_t slices = M > 0 ? ceil_div(M, rows) : 1;
+      const Tensor partial =
+          slices > 1 ? empty({2, slices, N}, TensorOptions(scalar_type_of<A>()).device(in.device())) : Tensor();
+      const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(slices));
+      layer_norm_backward_params_kernel<T><<<grid, kThreads, 0, stream>>>(
           elements<const T>(grad_out), elements<const T>(in), elements<const A>(mean), elements<const A>(rstd),
-          elements<T>(grad_weight), elements<T>(grad_bias), M, N);
+          elements<T>(grad_weight), elements<T>(grad_bias), elements<A>(partial), M, N, rows);
       STRATA_CUDA_LAUNCH_CHECK();
+      if (slices > 1) {
+        layer_norm_sum_slices_kernel<T><<<blocks_for(N), kThreads, 0, stream>>>(
+            elements<const A>(partial), elements<T>(grad_weight), elements<T>(grad_bias), slices, N);
+        STRATA_CUDA_LAUNCH_CHECK();
+      }
     }
   });
 }

@@ -36,10 +36,6 @@ constexpr int64_t kBlockRow = 4096;
 /// Fewest elements per slice: 32 per thread of a block (rows), 128 per thread (columns).
 constexpr int64_t kMinRowSlice = 32 * kThreads;
 constexpr int64_t kMinColumnSlice = 128;
-/// Blocks the slicing aims for: enough to fill any current GPU several times over.
-constexpr int64_t kTargetBlocks = 1024;
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /// Accumulator, as on the CPU: double for float sums and products (float for the 16-bit floats),
 /// int64 for integer and bool ones, acc_t<T> for max and min.
@@ -239,12 +235,6 @@ Geometry geometry_of(const Loop<2>& loop) {
   }
   g.slice = g.reduced;
   return g;
-}
-
-/// Slice length for R elements over `blocks` blocks: none (R) unless the GPU would sit idle.
-int64_t slice_length(int64_t reduced, int64_t blocks, int64_t min_slice) {
-  const int64_t slices = std::max<int64_t>(1, std::min(ceil_div(kTargetBlocks, blocks), ceil_div(reduced, min_slice)));
-  return ceil_div(reduced, slices);
 }
 
 /// Reduces as loop says (operand 1 has stride 0 on the reduced dims); see Note [CUDA reduction geometry].

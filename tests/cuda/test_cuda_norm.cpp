@@ -125,8 +125,10 @@ TEST(CudaNorm, SoftmaxAndCrossEntropySpreadNanAndInfinity) {
 
 TEST(CudaNorm, LayerNormKernelsMatchTheCpu) {
   STRATA_REQUIRE_CUDA();
-  // [M, N]: a thread, a warp and a block per row, N = 1, and empty (M = 0 still zeroes grad_weight and grad_bias).
-  const std::vector<DimVector> shapes = {{4, 10}, {6, 31}, {5, 100}, {2, 4096}, {3, 1}, {0, 8}, {3, 0}};
+  // [M, N]: a thread, a warp and a block per row, N = 1, empty (M = 0 still zeroes grad_weight and grad_bias), and
+  // enough rows for the parameter gradients to be summed in row slices (11, the last one shorter, and 8).
+  const std::vector<DimVector> shapes = {{4, 10}, {6, 31}, {5, 100},  {2, 4096}, {3, 1},
+                                         {0, 8},  {3, 0},  {700, 40}, {512, 7}};
   for (ScalarType dt : {kDouble, kFloat, kHalf, kBFloat16}) {
     for (const DimVector& shape : shapes) {
       const int64_t N = shape[1];
