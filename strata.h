@@ -53,6 +53,7 @@
 #include "strata/pipe/p2p.h"
 #include "strata/pipe/partition.h"
 #include "strata/pipe/schedule.h"
+#include "strata/pipe/schedule_file.h"
 #include "strata/pipe/topology.h"
 #include "strata/tensor/creation.h"
 #include "strata/tensor/cuda.h"

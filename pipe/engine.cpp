@@ -27,6 +27,14 @@ namespace dist = strata::distributed;
 
 namespace {
 
+/// The names PipelineEngineOptions::schedule takes, for its error.
+std::string training_schedules() {
+  std::string names;
+  for (const ScheduleEntry& entry : schedule_registry())
+    if (entry.training && entry.pipelined) names += (names.empty() ? "" : ", ") + std::string(entry.name);
+  return names;
+}
+
 // Note [activation metadata]: each SendActivation first sends a one-element int64 header: 0 when the
 // tensors have the same dtypes, shapes and requires_grad flags as the previous transfer in this mode
 // (training or evaluation), n > 0 when n words of new metadata follow. The receiver allocates from it,
@@ -215,23 +223,36 @@ PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, const Pip
       " stages, but this rank is stage ", grid_.get_stage_id(), " of ", grid_.get_pipe_parallel_world_size());
   STRATA_CHECK(options_.micro_batches >= 1, "PipelineEngine: micro_batches must be at least 1, got ",
                options_.micro_batches);
-  STRATA_CHECK(
-      options_.schedule != "inference" && options_.schedule != "dataparallel",
-      "PipelineEngine: schedule must be a training schedule (train, gpipe, interleaved, zb-h1 or zb-v), got \"",
-      options_.schedule, "\"");
   {
-    // The schedule's layout must be the module's: interleaving takes the module's chunk count.
     const StageLayout module_layout = module_->layout();
-    const bool interleaved = options_.schedule == "interleaved";
-    STRATA_CHECK(!interleaved || (module_layout.chunks >= 2 && !module_layout.v_shape),
-                 "PipelineEngine: the interleaved schedule needs a PipelineModule of 2 or more chunks per stage "
-                 "on the loop; set PipelineModuleOptions::chunks >= 2 and v_shape = false (the module has chunks = ",
-                 module_layout.chunks, module_layout.v_shape ? ", v_shape = true" : "", ")");
-    const auto probe = make_schedule(options_.schedule, options_.micro_batches, grid_.get_pipe_parallel_world_size(),
-                                     grid_.get_stage_id(), interleaved ? module_layout.chunks : 0);
-    const StageLayout want = probe->layout();
-    STRATA_CHECK(want == module_layout, "PipelineEngine: the ", options_.schedule, " schedule runs ", want.chunks,
-                 " model chunk", want.chunks == 1 ? "" : "s", " per stage", want.v_shape ? " in a V" : "",
+    StageLayout want;
+    if (options_.schedule_file.empty()) {
+      const ScheduleEntry& entry = schedule_entry(options_.schedule);
+      STRATA_CHECK(entry.training && entry.pipelined,
+                   "PipelineEngine: schedule must be a pipelined training schedule (", training_schedules(),
+                   "), got \"", options_.schedule, "\"");
+      // The schedule's layout must be the module's: a schedule of several chunk counts takes the module's.
+      STRATA_CHECK(!entry.more_chunks || (module_layout.chunks >= entry.chunks && !module_layout.v_shape),
+                   "PipelineEngine: the ", entry.name, " schedule needs a PipelineModule of ", entry.chunks,
+                   " or more chunks per stage on the loop; set PipelineModuleOptions::chunks >= ", entry.chunks,
+                   " and v_shape = false (the module has chunks = ", module_layout.chunks,
+                   module_layout.v_shape ? ", v_shape = true" : "", ")");
+      want = make_schedule_for_stage()->layout();
+    } else {
+      // Validated as it is read, so a bad file fails here on every rank, before any transfer.
+      file_ = std::make_shared<const ScheduleTable>(
+          ScheduleTable::load(options_.schedule_file, {.max_activations = options_.max_activations}));
+      STRATA_CHECK(
+          file_->stages() == grid_.get_pipe_parallel_world_size() && file_->micro_batches() == options_.micro_batches,
+          "PipelineEngine: ", options_.schedule_file, " schedules ", file_->stages(), " stages x ",
+          file_->micro_batches(), " micro-batches, but the engine runs ", grid_.get_pipe_parallel_world_size(),
+          " stages x ", options_.micro_batches, " (PipelineEngineOptions::micro_batches)");
+      want = file_->layout();
+    }
+    // One stage places its chunks alike in the loop and the V, and a file of one line reads as the loop.
+    const bool fits = want == module_layout || (want.stages == 1 && want.chunks == module_layout.chunks);
+    STRATA_CHECK(fits, "PipelineEngine: the ", schedule_label(), " schedule runs ", want.chunks, " model chunk",
+                 want.chunks == 1 ? "" : "s", " per stage", want.v_shape ? " in a V" : "",
                  ", but the PipelineModule was built with chunks = ", module_layout.chunks,
                  module_layout.v_shape ? " in a V" : "", "; set PipelineModuleOptions::chunks = ", want.chunks,
                  " and v_shape = ", want.v_shape ? "true" : "false");
@@ -275,16 +296,22 @@ PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, const Pip
 
 PipelineEngine::~PipelineEngine() = default;
 
+std::unique_ptr<PipeSchedule> PipelineEngine::make_schedule_for_stage() const {
+  if (file_) return file_->schedule(grid_.get_stage_id());
+  const ScheduleEntry& entry = schedule_entry(options_.schedule);
+  return entry.make(options_.micro_batches, grid_.get_pipe_parallel_world_size(), grid_.get_stage_id(),
+                    entry.more_chunks ? module_->num_chunks() : entry.chunks);
+}
+
+std::string PipelineEngine::schedule_label() const { return file_ ? options_.schedule_file : options_.schedule; }
+
 double PipelineEngine::train_batch(const DataIterator& data_iter) {
   STRATA_CHECK(static_cast<bool>(data_iter), "train_batch: got an empty data iterator");
   STRATA_CHECK(state_->label_chunk < 0 || module_->options().loss_fn,
                "train_batch: the PipelineModule has no loss_fn; set PipelineModuleOptions::loss_fn");
   module_->train();
   module_->zero_grad();  // a batch that threw half-way leaves partial gradients behind
-  std::unique_ptr<PipeSchedule> schedule =
-      make_schedule(options_.schedule, options_.micro_batches, grid_.get_pipe_parallel_world_size(),
-                    grid_.get_stage_id(), options_.schedule == "interleaved" ? module_->num_chunks() : 0);
-  return run(*schedule, data_iter, nullptr);
+  return run(*make_schedule_for_stage(), data_iter, nullptr);
 }
 
 double PipelineEngine::eval_batch(const DataIterator& data_iter, std::vector<tensor_list>* outputs) {
@@ -715,7 +742,7 @@ void PipelineEngine::save_checkpoint(const std::string& dir) {
     const StageLayout& layout = module_->layout();
     nn::save_file(universal, optimizer_path(dir, grid_),
                   {{"format", kUniversalFormat},
-                   {"schedule", options_.schedule},
+                   {"schedule", schedule_label()},
                    {"stage", std::to_string(grid_.get_stage_id())},
                    {"stages", std::to_string(layout.stages)},
                    {"chunks", std::to_string(layout.chunks)},

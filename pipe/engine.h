@@ -34,6 +34,7 @@
 #include "strata/pipe/module.h"
 #include "strata/pipe/p2p.h"
 #include "strata/pipe/schedule.h"
+#include "strata/pipe/schedule_file.h"
 
 /// DeepSpeed-style pipeline parallelism: topologies, partitioning, schedules as data, PipelineModule, stage p2p
 /// and the PipelineEngine.
@@ -51,8 +52,14 @@ using DataIterator = std::function<std::optional<MicroBatch>()>;
 struct PipelineEngineOptions {
   int micro_batches = 1;  ///< micro-batches per train_batch (DeepSpeed's gradient_accumulation_steps)
   /// "train" (1F1B), "gpipe", "interleaved" (a module of 2 or more chunks), "zb-h1", or "zb-v" (a module of 2
-  /// chunks in a V); see pipe/schedule.h
+  /// chunks in a V): a pipelined training schedule of schedule_registry(); see pipe/schedule.h
   std::string schedule = "train";
+  /// A schedule file in PyTorch's action notation (pipe/schedule_file.h) to run instead of `schedule`: every rank
+  /// reads and validates it at construction, and its stages, micro-batches and layout must be the engine's.
+  std::string schedule_file = {};
+  /// With schedule_file: refuse a file whose stages hold more than this many stages' worth of activations at
+  /// once (1F1B holds `stages`); 0 for no limit.
+  double max_activations = 0;
   /// Let activation shapes and dtypes change between micro-batches (variable sequence lengths): the metadata
   /// then travels again whenever it changes. Off, it travels once, and a change is an error.
   bool dynamic_shapes = false;
@@ -136,6 +143,8 @@ class PipelineEngine {
   void execute(const PipeInstruction& instruction);
   void reduce_grads();
   std::string where(const char* op) const;
+  std::unique_ptr<PipeSchedule> make_schedule_for_stage() const;  ///< this stage's training schedule
+  std::string schedule_label() const;                             ///< the schedule's name, or its file
 
   std::shared_ptr<PipelineModule> module_;
   const PipelineParallelGrid& grid_;
@@ -144,6 +153,7 @@ class PipelineEngine {
   PipelineTimings timings_;
   std::unique_ptr<optim::GradScaler> grad_scaler_;
   std::unique_ptr<State> state_;
+  std::shared_ptr<const ScheduleTable> file_;  ///< options_.schedule_file as read, or null
 };
 
 }  // namespace strata::pipe

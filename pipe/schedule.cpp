@@ -215,32 +215,72 @@ PipeStep GPipeSchedule::step(int step_id) const {
   return out;
 }
 
+namespace {
+
+std::string always_defined(int, int, int) { return {}; }
+
+std::string interleaving_defined(int micro_batches, int stages, int chunks) {
+  if (chunks < 2) return str("interleaving needs 2 or more chunks per stage, got ", chunks);
+  if (!Interleaved1F1BSchedule::defined_for(micro_batches, stages))
+    return str("micro-batches (", micro_batches, ") must be a multiple of stages (", stages, ")");
+  return {};
+}
+
+/// The registry's factory for a schedule class constructed from (micro_batches, stages, stage_id).
+template <class Schedule>
+std::unique_ptr<PipeSchedule> make_plain(int micro_batches, int stages, int stage_id, int) {
+  return std::make_unique<Schedule>(micro_batches, stages, stage_id);
+}
+
+}  // namespace
+
+const std::vector<ScheduleEntry>& schedule_registry() {
+  static const std::vector<ScheduleEntry> kRegistry = {
+      {TrainSchedule::kName, true, true, 1, false, false, always_defined, make_plain<TrainSchedule>},
+      {InferenceSchedule::kName, false, true, 1, false, false, always_defined, make_plain<InferenceSchedule>},
+      {DataParallelSchedule::kName, true, false, 1, false, false, always_defined, make_plain<DataParallelSchedule>},
+      {GPipeSchedule::kName, true, true, 1, false, false, always_defined, make_plain<GPipeSchedule>},
+      {Interleaved1F1BSchedule::kName, true, true, 2, true, false, interleaving_defined,
+       [](int micro_batches, int stages, int stage_id, int chunks) -> std::unique_ptr<PipeSchedule> {
+         return std::make_unique<Interleaved1F1BSchedule>(micro_batches, stages, stage_id, chunks);
+       }},
+      {ZeroBubbleH1Schedule::kName, true, true, 1, false, false, always_defined, make_plain<ZeroBubbleH1Schedule>},
+      {ZeroBubbleVSchedule::kName, true, true, 2, false, true, always_defined, make_plain<ZeroBubbleVSchedule>},
+      {ForwardSchedule::kName, false, true, 1, true, false, always_defined,
+       [](int micro_batches, int stages, int stage_id, int chunks) -> std::unique_ptr<PipeSchedule> {
+         return std::make_unique<ForwardSchedule>(micro_batches, stages, stage_id, StageLayout{stages, chunks, false});
+       }},
+  };
+  return kRegistry;
+}
+
 const std::vector<std::string_view>& schedule_names() {
-  static const std::vector<std::string_view> kNames = {"train",       "inference", "dataparallel", "gpipe",
-                                                       "interleaved", "zb-h1",     "zb-v"};
+  static const std::vector<std::string_view> kNames = [] {
+    std::vector<std::string_view> names;
+    for (const ScheduleEntry& entry : schedule_registry()) names.push_back(entry.name);
+    return names;
+  }();
   return kNames;
+}
+
+const ScheduleEntry& schedule_entry(std::string_view name) {
+  for (const ScheduleEntry& entry : schedule_registry())
+    if (entry.name == name) return entry;
+  const auto& names = schedule_names();
+  std::string choices;
+  for (size_t i = 0; i < names.size(); ++i)
+    choices += std::string(i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + std::string(names[i]);
+  STRATA_CHECK(false, "make_schedule: unknown schedule \"", name, "\"; expected ", choices);
 }
 
 std::unique_ptr<PipeSchedule> make_schedule(std::string_view name, int micro_batches, int stages, int stage_id,
                                             int chunks) {
-  const auto& names = schedule_names();
-  if (std::find(names.begin(), names.end(), name) == names.end()) {
-    std::string choices;
-    for (size_t i = 0; i < names.size(); ++i)
-      choices += std::string(i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + std::string(names[i]);
-    STRATA_CHECK(false, "make_schedule: unknown schedule \"", name, "\"; expected ", choices);
-  }
-  if (name == "interleaved")
-    return std::make_unique<Interleaved1F1BSchedule>(micro_batches, stages, stage_id, chunks == 0 ? 2 : chunks);
-  const int own = name == "zb-v" ? 2 : 1;
-  STRATA_CHECK(chunks == 0 || chunks == own, "make_schedule: the ", name, " schedule has ", own, " chunk",
-               own == 1 ? "" : "s", " per stage, got chunks = ", chunks, "; only interleaved takes another number");
-  if (name == "train") return std::make_unique<TrainSchedule>(micro_batches, stages, stage_id);
-  if (name == "inference") return std::make_unique<InferenceSchedule>(micro_batches, stages, stage_id);
-  if (name == "dataparallel") return std::make_unique<DataParallelSchedule>(micro_batches, stages, stage_id);
-  if (name == "gpipe") return std::make_unique<GPipeSchedule>(micro_batches, stages, stage_id);
-  if (name == "zb-h1") return std::make_unique<ZeroBubbleH1Schedule>(micro_batches, stages, stage_id);
-  return std::make_unique<ZeroBubbleVSchedule>(micro_batches, stages, stage_id);
+  const ScheduleEntry& entry = schedule_entry(name);
+  STRATA_CHECK(chunks == 0 || chunks == entry.chunks || entry.more_chunks, "make_schedule: the ", name,
+               " schedule has ", entry.chunks, entry.more_chunks ? " or more" : "", " chunk",
+               entry.chunks == 1 && !entry.more_chunks ? "" : "s", " per stage, got chunks = ", chunks,
+               "; only interleaved and forward take another number");
+  return entry.make(micro_batches, stages, stage_id, chunks == 0 ? entry.chunks : chunks);
 }
 
 std::ostream& operator<<(std::ostream& os, const PipeSchedule& schedule) {

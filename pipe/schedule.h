@@ -145,7 +145,8 @@ class PipeSchedule {
 class TrainSchedule : public PipeSchedule {
  public:
   using PipeSchedule::PipeSchedule;
-  std::string_view name() const override { return "train"; }
+  static constexpr std::string_view kName = "train";  ///< its name in the registry
+  std::string_view name() const override { return kName; }
   int num_steps() const override;
   PipeStep step(int step_id) const override;
   int num_pipe_buffers() const override;  ///< max(2, min(S - s, M))
@@ -155,7 +156,8 @@ class TrainSchedule : public PipeSchedule {
 class InferenceSchedule : public PipeSchedule {
  public:
   using PipeSchedule::PipeSchedule;
-  std::string_view name() const override { return "inference"; }
+  static constexpr std::string_view kName = "inference";  ///< its name in the registry
+  std::string_view name() const override { return kName; }
   int num_steps() const override;
   PipeStep step(int step_id) const override;
   int num_pipe_buffers() const override { return 2; }
@@ -167,7 +169,8 @@ class InferenceSchedule : public PipeSchedule {
 class DataParallelSchedule : public PipeSchedule {
  public:
   using PipeSchedule::PipeSchedule;
-  std::string_view name() const override { return "dataparallel"; }
+  static constexpr std::string_view kName = "dataparallel";  ///< its name in the registry
+  std::string_view name() const override { return kName; }
   int num_steps() const override { return micro_batches(); }
   PipeStep step(int step_id) const override;
   int num_pipe_buffers() const override { return 1; }
@@ -179,13 +182,20 @@ class DataParallelSchedule : public PipeSchedule {
 class GPipeSchedule : public PipeSchedule {
  public:
   using PipeSchedule::PipeSchedule;
-  std::string_view name() const override { return "gpipe"; }
+  static constexpr std::string_view kName = "gpipe";  ///< its name in the registry
+  std::string_view name() const override { return kName; }
   int num_steps() const override;
   PipeStep step(int step_id) const override;
   int num_pipe_buffers() const override { return micro_batches(); }
 };
 
-struct SchedulePlan;
+/// Every stage's steps, as a planner made them.
+struct SchedulePlan {
+  std::vector<std::vector<PipeStep>> steps;  ///< [stage][step]
+};
+
+/// How PlannedSchedule orders each stage's compute (Note [planned schedules] in schedule_plan.cpp).
+enum class PlanAlgorithm { kInterleaved, kZeroBubbleH1, kZeroBubbleV, kForward };
 
 /// A schedule planned for all stages at once (the interleaved, zero-bubble and forward-only ones). Each
 /// stage's order of compute instructions comes from the algorithm, each runs in the first step after
@@ -204,8 +214,11 @@ class PlannedSchedule : public PipeSchedule {
   StageLayout layout() const override { return layout_; }
 
  protected:
-  /// Plans (or takes from a one-plan cache shared by the stages) the steps of every stage.
-  PlannedSchedule(int micro_batches, int stages, int stage_id, StageLayout layout, std::string_view algorithm);
+  /// Plans (or takes from a cache shared by the stages) the steps of every stage; `name` is for errors.
+  PlannedSchedule(int micro_batches, int stages, int stage_id, StageLayout layout, PlanAlgorithm algorithm,
+                  std::string_view name);
+  /// Runs a plan made elsewhere (plan_compute_orders), of layout.stages stages.
+  PlannedSchedule(int micro_batches, int stage_id, StageLayout layout, std::shared_ptr<const SchedulePlan> plan);
 
  private:
   StageLayout layout_;
@@ -220,7 +233,8 @@ class Interleaved1F1BSchedule : public PlannedSchedule {
  public:
   /// Stage stage_id's steps for M micro_batches over S stages of `chunks` chunks each.
   Interleaved1F1BSchedule(int micro_batches, int stages, int stage_id, int chunks = 2);
-  std::string_view name() const override { return "interleaved"; }
+  static constexpr std::string_view kName = "interleaved";  ///< its name in the registry
+  std::string_view name() const override { return kName; }
   /// Whether Megatron's order is defined for the counts: micro_batches a multiple of stages.
   static bool defined_for(int micro_batches, int stages) { return micro_batches % stages == 0; }
 };
@@ -233,7 +247,8 @@ class Interleaved1F1BSchedule : public PlannedSchedule {
 class ZeroBubbleH1Schedule : public PlannedSchedule {
  public:
   ZeroBubbleH1Schedule(int micro_batches, int stages, int stage_id);  ///< stage stage_id's steps for M over S
-  std::string_view name() const override { return "zb-h1"; }
+  static constexpr std::string_view kName = "zb-h1";                  ///< its name in the registry
+  std::string_view name() const override { return kName; }
 };
 
 /// Zero bubble ZB-V: two chunks per stage in a V (StageLayout::v_shape), B and W split as in ZB-H1, chunk 1's
@@ -242,7 +257,8 @@ class ZeroBubbleH1Schedule : public PlannedSchedule {
 class ZeroBubbleVSchedule : public PlannedSchedule {
  public:
   ZeroBubbleVSchedule(int micro_batches, int stages, int stage_id);  ///< stage stage_id's steps for M over S
-  std::string_view name() const override { return "zb-v"; }
+  static constexpr std::string_view kName = "zb-v";                  ///< its name in the registry
+  std::string_view name() const override { return kName; }
 };
 
 /// Forward passes only, over any StageLayout: what eval_batch runs for a module cut into chunks
@@ -251,15 +267,41 @@ class ForwardSchedule : public PlannedSchedule {
  public:
   /// Stage stage_id's forward passes for M micro_batches over S stages placed as `layout`.
   ForwardSchedule(int micro_batches, int stages, int stage_id, StageLayout layout);
-  std::string_view name() const override { return "forward"; }
+  static constexpr std::string_view kName = "forward";  ///< its name in the registry
+  std::string_view name() const override { return kName; }
   bool is_training() const override { return false; }
 };
 
-/// The schedule names make_schedule takes, in a stable order.
+/// Every stage's steps for compute orders given per stage: ForwardPass, BackwardPass, BackwardInput and
+/// BackwardWeight instructions whose buffer_id is the micro-batch. Each stage runs its next compute in the first
+/// step whose inputs were computed in an earlier one, and transfers are added as for every PlannedSchedule.
+/// Where every stage waits, throws naming each stage's waiting compute: `position(stage, index)` names the
+/// compute at that index of the stage's order (its place in a file, say).
+SchedulePlan plan_compute_orders(const std::vector<std::vector<PipeInstruction>>& orders, int micro_batches,
+                                 StageLayout layout, const std::function<std::string(int, size_t)>& position);
+
+/// One schedule make_schedule knows: a row of schedule_registry(), the one place a name is matched.
+struct ScheduleEntry {
+  std::string_view name;  ///< as make_schedule, PipelineEngineOptions::schedule and strata-pipe take it
+  bool training;          ///< runs backward passes: PipelineEngine trains with it
+  bool pipelined;         ///< stages pass activations on; false where every stage holds the whole model
+  int chunks;             ///< model chunks per stage when the caller gives 0
+  bool more_chunks;       ///< whether it also takes more chunks than that (interleaved, forward)
+  bool v_shape;           ///< its chunks sit in a V rather than the loop
+  /// Why it is not defined for the counts (chunks resolved, never 0), or empty where it is.
+  std::string (*why_not)(int micro_batches, int stages, int chunks);
+  /// Stage stage_id's schedule for the counts (chunks resolved).
+  std::unique_ptr<PipeSchedule> (*make)(int micro_batches, int stages, int stage_id, int chunks);
+};
+/// Every schedule, in a stable order: train, inference, dataparallel, gpipe, interleaved, zb-h1, zb-v, forward.
+const std::vector<ScheduleEntry>& schedule_registry();
+/// The registry's row for `name`; throws listing the known names otherwise.
+const ScheduleEntry& schedule_entry(std::string_view name);
+/// The schedule names make_schedule takes, in the registry's order.
 const std::vector<std::string_view>& schedule_names();
-/// The schedule named "train", "inference", "dataparallel", "gpipe", "interleaved", "zb-h1" or "zb-v";
-/// throws naming the choices otherwise. chunks: model chunks per stage, 0 for the schedule's own (2 for
-/// interleaved and zb-v, 1 for the others); only "interleaved" takes another number.
+/// The schedule `name` (a row of schedule_registry()); throws listing the names otherwise. chunks: model chunks
+/// per stage, 0 for the schedule's own (2 for interleaved and zb-v, 1 for the others); only interleaved (2 or
+/// more) and forward (1 or more, on the loop) take another number.
 std::unique_ptr<PipeSchedule> make_schedule(std::string_view name, int micro_batches, int stages, int stage_id,
                                             int chunks = 0);
 
@@ -369,6 +411,9 @@ void write_trace_json(std::ostream& os, const std::vector<std::string>& rows, co
 /// one row per stage, one step per millisecond, each instruction a slice labelled with its micro-batch (and
 /// chunk, for interleaved schedules). Refuses a schedule of more than kMaxTracedStageSteps stages x steps.
 void write_chrome_trace(std::ostream& os, std::string_view name, int micro_batches, int stages, int chunks = 0);
+/// The same for any schedule: make_stage(s) gives stage s's (a schedule file's, say).
+void write_chrome_trace(std::ostream& os, const std::function<std::unique_ptr<PipeSchedule>(int stage_id)>& make_stage,
+                        int stages);
 
 /// One schedule's prediction from simulate_schedules.
 struct SchedulePrediction {

@@ -1,8 +1,9 @@
-// The schedules planned for all stages at once: Megatron's interleaved 1F1B and the zero-bubble ZB-H1 and ZB-V.
+// The schedules planned for all stages at once: Megatron's interleaved 1F1B, the zero-bubble ZB-H1 and ZB-V, and
+// compute orders given per stage (plan_compute_orders, which schedule files run).
 //
 // Note [planned schedules]: planning has two parts. First, time: in each step every stage runs the next
 // group of compute instructions its algorithm chooses among those whose inputs were computed in an earlier
-// step. Interleaved 1F1B follows Megatron's fixed order, with a forward and a backward pass together in each
+// step. Given orders are followed as they are; interleaved 1F1B follows Megatron's fixed order, with a forward and a backward pass together in each
 // steady-state step as Megatron runs them between two exchanges; the zero-bubble schedules run one
 // instruction per step, chosen greedily: B, else F while fewer than `cap` micro-batches wait for their W,
 // else the oldest W. Then transport: a result needed on another stage goes out in the next step, where the
@@ -12,6 +13,7 @@
 #include <climits>
 #include <limits>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -24,13 +26,9 @@ namespace strata::pipe {
 
 using Instr = PipeInstruction;
 
-struct SchedulePlan {
-  std::vector<std::vector<PipeStep>> steps;  // [stage][step]
-};
-
 namespace {
 
-enum class Algorithm { kInterleaved, kZeroBubbleH1, kZeroBubbleV, kForward };
+using Algorithm = PlanAlgorithm;
 
 struct Compute {
   Instr::Kind kind;  // ForwardPass, BackwardPass, BackwardInput or BackwardWeight
@@ -71,8 +69,11 @@ std::vector<Group> one_f_one_b_order(int M, int S, int s) {
 
 class Planner {
  public:
-  Planner(Algorithm algorithm, int micro_batches, StageLayout layout)
+  /// `given`: each stage's order of compute, one per step, followed as it is (algorithm is then unused).
+  Planner(Algorithm algorithm, int micro_batches, StageLayout layout,
+          const std::vector<std::vector<Instr>>* given = nullptr)
       : algorithm_(algorithm),
+        given_(given != nullptr),
         M_(micro_batches),
         S_(layout.stages),
         V_(layout.num_virtual_stages()),
@@ -84,15 +85,21 @@ class Planner {
       StageState& st = stages_[s];
       st.next_forward.assign(layout.chunks, 0);
       st.next_backward.assign(layout.chunks, 0);
-      if (algorithm == Algorithm::kInterleaved) st.order = interleaved_order(M_, S_, layout.chunks, s);
-      if (algorithm == Algorithm::kZeroBubbleH1) st.order = one_f_one_b_order(M_, S_, s);
+      if (given)
+        for (const Instr& c : (*given)[s]) st.order.push_back({{c.kind, c.chunk, c.buffer_id}});
+      else if (algorithm == Algorithm::kInterleaved)
+        st.order = interleaved_order(M_, S_, layout.chunks, s);
+      else if (algorithm == Algorithm::kZeroBubbleH1)
+        st.order = one_f_one_b_order(M_, S_, s);
       // 1F1B's peak activation memory is stage 0's S micro-batches (or all M): every stage may hold as much,
       // which lets the later stages leave W for the tail. The V holds two half-stages per micro-batch.
       st.cap = std::min(S_, M_) * layout.chunks;
     }
   }
 
-  SchedulePlan plan();
+  /// Every stage's steps. With given orders, where every stage waits, throws naming each stage's waiting compute
+  /// through position(stage, index in its order).
+  SchedulePlan plan(const std::function<std::string(int, size_t)>& position = {});
 
  private:
   struct StageState {
@@ -117,6 +124,7 @@ class Planner {
   SchedulePlan transport(int compute_steps) const;
 
   Algorithm algorithm_;
+  bool given_ = false;
   int M_, S_, V_;
   StageLayout layout_;
   std::vector<int> forward_at_, backward_at_;  // the step of F and B per (virtual stage, micro-batch)
@@ -125,12 +133,14 @@ class Planner {
 
 bool Planner::ready(int s, const Compute& c, int t) {
   const int vs = layout_.virtual_stage(s, c.chunk);
-  return c.kind == Instr::ForwardPass ? can_forward(vs, c.micro_batch, t) : can_backward(vs, c.micro_batch, t);
+  if (c.kind == Instr::ForwardPass) return can_forward(vs, c.micro_batch, t);
+  if (c.kind == Instr::BackwardWeight) return backward_at(vs, c.micro_batch) < t;  // after its own B
+  return can_backward(vs, c.micro_batch, t);
 }
 
 Group Planner::choose(int s, int t) {
   StageState& st = stages_[s];
-  if (algorithm_ == Algorithm::kInterleaved) {
+  if (given_ || algorithm_ == Algorithm::kInterleaved) {
     if (st.next == st.order.size()) return {};
     // A group's backward may need the group's own forward (the last virtual stage's loss): the forward is
     // marked done for the check and unmarked when the group has to wait.
@@ -202,18 +212,24 @@ void Planner::run(int s, const Compute& c, int t) {
       ++st.next_backward[c.chunk];
       st.weights.push_back({Instr::BackwardWeight, c.chunk, c.micro_batch});
       break;
-    default:
-      st.weights.pop_front();
+    default:  // BackwardWeight: the zero-bubble algorithms take the oldest, a given order any
+      st.weights.erase(std::find_if(st.weights.begin(), st.weights.end(), [&](const Compute& w) {
+        return w.chunk == c.chunk && w.micro_batch == c.micro_batch;
+      }));
       --st.live;
   }
 }
 
-SchedulePlan Planner::plan() {
+SchedulePlan Planner::plan(const std::function<std::string(int, size_t)>& position) {
   const int per_stage = (algorithm_ == Algorithm::kForward       ? 1
                          : algorithm_ == Algorithm::kInterleaved ? 2
                                                                  : 3) *
                         M_ * layout_.chunks;
   int64_t remaining = static_cast<int64_t>(per_stage) * S_;
+  if (given_) {
+    remaining = 0;
+    for (const StageState& st : stages_) remaining += static_cast<int64_t>(st.order.size());
+  }
   int t = 0;
   for (; remaining > 0; ++t) {
     bool progress = false;
@@ -223,6 +239,13 @@ SchedulePlan Planner::plan() {
       progress |= !group.empty();
       remaining -= static_cast<int64_t>(group.size());
       stages_[s].timeline.push_back(group);
+    }
+    if (!progress && given_) {
+      std::string waiting;
+      for (int s = 0; s < S_; ++s)
+        if (stages_[s].next < stages_[s].order.size())
+          waiting += (waiting.empty() ? "" : ", ") + position(s, stages_[s].next);
+      STRATA_CHECK(false, "deadlock: every stage waits for another: ", waiting);
     }
     // Every algorithm here always has a ready instruction somewhere; an idle step everywhere is a planner bug.
     STRATA_INTERNAL_ASSERT(progress);
@@ -284,7 +307,7 @@ SchedulePlan Planner::transport(int compute_steps) const {
             out.push_back({Instr::LoadMicroBatch, c->micro_batch, in.chunk});
           out.push_back(in);
         }
-      if (t == num_steps - 1 && algorithm_ != Algorithm::kForward) {
+      if (t == num_steps - 1 && (given_ || algorithm_ != Algorithm::kForward)) {
         out.push_back({Instr::ReduceTiedGrads});
         out.push_back({Instr::ReduceGrads});
         out.push_back({Instr::OptimizerStep});
@@ -294,14 +317,14 @@ SchedulePlan Planner::transport(int compute_steps) const {
   return plan;
 }
 
-std::shared_ptr<const SchedulePlan> plan_for(std::string_view algorithm, int micro_batches, StageLayout layout) {
+std::shared_ptr<const SchedulePlan> plan_for(Algorithm algorithm, int micro_batches, StageLayout layout) {
   // The stages of one run (and the validator, which makes every stage's schedule) share the plans of the
   // last few shapes: an engine alternating training and evaluation keeps both.
   constexpr size_t kCached = 4;
-  using Key = std::tuple<std::string, int, StageLayout>;
+  using Key = std::tuple<Algorithm, int, StageLayout>;
   static std::mutex mutex;
   static std::vector<std::pair<Key, std::shared_ptr<const SchedulePlan>>> cache;  // most recent last
-  Key key{std::string(algorithm), micro_batches, layout};
+  Key key{algorithm, micro_batches, layout};
   {
     std::lock_guard lock(mutex);
     for (size_t i = 0; i < cache.size(); ++i)
@@ -311,11 +334,7 @@ std::shared_ptr<const SchedulePlan> plan_for(std::string_view algorithm, int mic
         return cache.back().second;
       }
   }
-  const Algorithm a = algorithm == "interleaved" ? Algorithm::kInterleaved
-                      : algorithm == "zb-h1"     ? Algorithm::kZeroBubbleH1
-                      : algorithm == "zb-v"      ? Algorithm::kZeroBubbleV
-                                                 : Algorithm::kForward;
-  auto plan = std::make_shared<const SchedulePlan>(Planner(a, micro_batches, layout).plan());
+  auto plan = std::make_shared<const SchedulePlan>(Planner(algorithm, micro_batches, layout).plan());
   std::lock_guard lock(mutex);
   if (cache.size() == kCached) cache.erase(cache.begin());
   cache.emplace_back(std::move(key), plan);
@@ -324,16 +343,39 @@ std::shared_ptr<const SchedulePlan> plan_for(std::string_view algorithm, int mic
 
 }  // namespace
 
+SchedulePlan plan_compute_orders(const std::vector<std::vector<PipeInstruction>>& orders, int micro_batches,
+                                 StageLayout layout, const std::function<std::string(int, size_t)>& position) {
+  STRATA_CHECK(static_cast<int>(orders.size()) == layout.stages, "plan_compute_orders: got orders for ", orders.size(),
+               " stages, the layout has ", layout.stages);
+  for (const auto& order : orders)
+    for (const Instr& c : order)
+      STRATA_CHECK(is_compute(c.kind) && 0 <= c.buffer_id && c.buffer_id < micro_batches && 0 <= c.chunk &&
+                       c.chunk < layout.chunks,
+                   "plan_compute_orders: ", c, " is not a compute instruction of a micro-batch below ", micro_batches,
+                   " and a chunk below ", layout.chunks);
+  return Planner(Algorithm::kForward, micro_batches, layout, &orders).plan(position);
+}
+
+PlannedSchedule::PlannedSchedule(int micro_batches, int stage_id, StageLayout layout,
+                                 std::shared_ptr<const SchedulePlan> plan)
+    : PipeSchedule(micro_batches, layout.stages, stage_id), layout_(layout), plan_(std::move(plan)) {
+  STRATA_CHECK(plan_ && static_cast<int>(plan_->steps.size()) == layout.stages, "PlannedSchedule: a plan for ",
+               plan_ ? plan_->steps.size() : 0, " stages does not fit a layout of ", layout.stages);
+}
+
 PlannedSchedule::PlannedSchedule(int micro_batches, int stages, int stage_id, StageLayout layout,
-                                 std::string_view algorithm)
+                                 PlanAlgorithm algorithm, std::string_view name)
     : PipeSchedule(micro_batches, stages, stage_id), layout_(layout) {
+  STRATA_CHECK(layout.stages == stages && layout.chunks >= 1 && (!layout.v_shape || layout.chunks == 2), name,
+               " schedule: a layout of ", layout.stages, " stages x ", layout.chunks, " chunks",
+               layout.v_shape ? " in a V" : "", " does not fit ", stages, " stages");
   // Steps grow as (3 M chunks + 2 S chunks) per stage, kept for every stage while planning; each factor is
   // bounded first, so the product cannot wrap.
   constexpr int64_t kMaxStageSteps = int64_t{1} << 22;
   const int64_t S = stages, M = micro_batches, v = layout.chunks;
   const bool fits =
       S <= kMaxStageSteps && M <= kMaxStageSteps && v <= kMaxStageSteps && S * (3 * M + 2 * S) * v <= kMaxStageSteps;
-  STRATA_CHECK(fits, algorithm, " schedule: planning ", stages, " stages x ", micro_batches, " micro-batches x ",
+  STRATA_CHECK(fits, name, " schedule: planning ", stages, " stages x ", micro_batches, " micro-batches x ",
                layout.chunks, " chunks needs more than the ", kMaxStageSteps, " stage-steps it plans");
   plan_ = plan_for(algorithm, micro_batches, layout);
 }
@@ -362,17 +404,15 @@ StageLayout interleaved_layout(int micro_batches, int stages, int chunks) {
 
 Interleaved1F1BSchedule::Interleaved1F1BSchedule(int micro_batches, int stages, int stage_id, int chunks)
     : PlannedSchedule(micro_batches, stages, stage_id, interleaved_layout(micro_batches, stages, chunks),
-                      "interleaved") {}
+                      PlanAlgorithm::kInterleaved, kName) {}
 
 ZeroBubbleH1Schedule::ZeroBubbleH1Schedule(int micro_batches, int stages, int stage_id)
-    : PlannedSchedule(micro_batches, stages, stage_id, {stages, 1, false}, "zb-h1") {}
+    : PlannedSchedule(micro_batches, stages, stage_id, {stages, 1, false}, PlanAlgorithm::kZeroBubbleH1, kName) {}
 
 ZeroBubbleVSchedule::ZeroBubbleVSchedule(int micro_batches, int stages, int stage_id)
-    : PlannedSchedule(micro_batches, stages, stage_id, {stages, 2, true}, "zb-v") {}
+    : PlannedSchedule(micro_batches, stages, stage_id, {stages, 2, true}, PlanAlgorithm::kZeroBubbleV, kName) {}
 
 ForwardSchedule::ForwardSchedule(int micro_batches, int stages, int stage_id, StageLayout layout)
-    : PlannedSchedule(micro_batches, stages, stage_id, layout, "forward") {
-  STRATA_CHECK(layout.stages == stages, "ForwardSchedule: the layout has ", layout.stages, " stages, not ", stages);
-}
+    : PlannedSchedule(micro_batches, stages, stage_id, layout, PlanAlgorithm::kForward, kName) {}
 
 }  // namespace strata::pipe

@@ -602,15 +602,12 @@ double ScheduleCosts::of(Instr::Kind kind) const {
 std::vector<SchedulePrediction> simulate_schedules(int micro_batches, int stages, const ScheduleCosts& costs,
                                                    int chunks) {
   std::vector<SchedulePrediction> out;
-  for (std::string_view name : schedule_names()) {
-    if (name == "inference" || name == "dataparallel") continue;
-    SchedulePrediction p{std::string(name), {}, {}};
-    if (name == "interleaved" && chunks == 1)
-      p.why_not = "interleaving needs 2 or more chunks per stage, got 1";
-    else if (name == "interleaved" && !Interleaved1F1BSchedule::defined_for(micro_batches, stages))
-      p.why_not = str("micro-batches (", micro_batches, ") must be a multiple of stages (", stages, ")");
-    else
-      p.report = validate_schedule(name, micro_batches, stages, {name == "interleaved" ? chunks : 0, costs, {}});
+  for (const ScheduleEntry& entry : schedule_registry()) {
+    if (!entry.training || !entry.pipelined) continue;
+    const int own = entry.more_chunks && chunks != 0 ? chunks : entry.chunks;
+    SchedulePrediction p{std::string(entry.name), entry.why_not(micro_batches, stages, own), {}};
+    if (p.why_not.empty())
+      p.report = validate_schedule(entry.name, micro_batches, stages, {entry.more_chunks ? own : 0, costs, {}});
     out.push_back(std::move(p));
   }
   return out;
@@ -619,7 +616,7 @@ std::vector<SchedulePrediction> simulate_schedules(int micro_batches, int stages
 size_t recommend(const std::vector<SchedulePrediction>& predictions) {
   double budget = std::numeric_limits<double>::infinity();
   for (const SchedulePrediction& p : predictions)
-    if (p.schedule == "train" && p.why_not.empty()) budget = p.report.peak_activations();
+    if (p.schedule == TrainSchedule::kName && p.why_not.empty()) budget = p.report.peak_activations();
   size_t best = predictions.size();
   for (size_t i = 0; i < predictions.size(); ++i) {
     const SchedulePrediction& p = predictions[i];
@@ -661,6 +658,12 @@ void write_trace_json(std::ostream& os, const std::vector<std::string>& rows, co
 }
 
 void write_chrome_trace(std::ostream& os, std::string_view name, int micro_batches, int stages, int chunks) {
+  write_chrome_trace(
+      os, [&](int s) { return make_schedule(name, micro_batches, stages, s, chunks); }, stages);
+}
+
+void write_chrome_trace(std::ostream& os, const std::function<std::unique_ptr<PipeSchedule>(int stage_id)>& make_stage,
+                        int stages) {
   // The slices are collected first, so a schedule that fails validation throws before anything is written.
   constexpr int kStepMicros = 1000;
   std::vector<TraceSlice> slices;
@@ -679,13 +682,12 @@ void write_chrome_trace(std::ostream& os, std::string_view name, int micro_batch
     pending.clear();
   };
   ValidateOptions options;
-  options.chunks = chunks;
   options.max_stage_steps = kMaxTracedStageSteps;
   options.on_event = [&](const TraceEvent& e) {
     if (!pending.empty() && e.step != pending.front().step) flush();
     pending.push_back(e);
   };
-  validate_schedule(name, micro_batches, stages, options);
+  validate_schedule(make_stage, stages, options);
   flush();
   std::vector<std::string> rows;
   for (int s = 0; s < stages; ++s) rows.push_back("stage " + std::to_string(s));

@@ -1,5 +1,6 @@
 // strata-pipe: plans a pipeline run without starting a process. It prints schedules, partitions and
-// topologies in their stable text form, validates schedules and writes Chrome traces of them.
+// topologies in their stable text form, exports schedules as files in PyTorch's action notation, validates
+// schedules (named, or read from such a file) and writes Chrome traces of them.
 //
 //   strata-pipe schedule --schedule train --stages 2 --micro-batches 4 --stage 0
 //   0: LoadMicroBatch(0) ForwardPass(0)
@@ -14,6 +15,7 @@
 
 #include <strata/pipe/partition.h>
 #include <strata/pipe/schedule.h>
+#include <strata/pipe/schedule_file.h>
 #include <strata/pipe/topology.h>
 
 #include <algorithm>
@@ -42,19 +44,26 @@ const char* kUsage =
     "usage: strata-pipe <command> [options]\n"
     "  schedule  --schedule NAME --stages S --micro-batches M [--chunks v] [--stage s]\n"
     "            the instructions of each step, for stage s or for every stage; NAME is train (1F1B),\n"
-    "            inference, dataparallel, gpipe, interleaved (Megatron's, v chunks, default 2), zb-h1 or zb-v\n"
+    "            inference, dataparallel, gpipe, interleaved (Megatron's, v chunks, default 2), zb-h1, zb-v or\n"
+    "            forward (v chunks, default 1)\n"
+    "  export    --schedule NAME --stages S --micro-batches M [--chunks v] [--out FILE]\n"
+    "            a training schedule as a file: a line per stage of actions in PyTorch's notation (0F0, 1I0, 1W0,\n"
+    "            0SEND_F0, ...), which the --file options and PipelineEngineOptions::schedule_file read\n"
     "  partition --method uniform|parameters|type:REGEX --weights w1,w2,... [--names n1,n2,...] --stages S\n"
     "            the S + 1 stage boundaries, then each stage's weight (--names: the layer type names, for type:)\n"
     "  topology  --axes a1,a2,... --dims d1,d2,...\n"
     "            each rank's coordinate, the last axis varying fastest\n"
-    "  validate  --schedule NAME --stages S --micro-batches M [--chunks v]\n"
+    "  validate  --schedule NAME --stages S --micro-batches M [--chunks v]  or  --file F [--max-activations A]\n"
     "            runs every stage in lockstep; prints steps, bubble fraction, simulated time (forward, B and W\n"
-    "            1 each) and peak buffers per stage\n"
+    "            1 each) and peak buffers per stage. A file is first checked line by line (missing, repeated\n"
+    "            or misordered actions, transfers without a partner, deadlock, more than A stages' worth of\n"
+    "            activations on a stage)\n"
     "  simulate  --stages S --micro-batches M [--forward F --backward-input B --backward-weight W --p2p L]\n"
-    "            [--chunks v]   predicts every training schedule's time for one batch, idle fraction and peak\n"
-    "            activations from per-stage times (default 1 each, p2p 0), and recommends the fastest that\n"
-    "            stays within 1F1B's activation memory\n"
-    "  trace     --schedule NAME --stages S --micro-batches M [--chunks v] --out FILE\n"
+    "            [--chunks v] [--file F]   predicts every training schedule's time for one batch, idle fraction\n"
+    "            and peak activations from per-stage times (default 1 each, p2p 0), and recommends the fastest\n"
+    "            that stays within 1F1B's activation memory; --file adds the file's schedule (its stages and\n"
+    "            micro-batches then need not be given)\n"
+    "  trace     --schedule NAME --stages S --micro-batches M [--chunks v] --out FILE  or  --file F --out FILE\n"
     "            writes the simulated schedule as a Chrome trace (open it in ui.perfetto.dev)\n"
     "  help      this message (also --help or -h)\n";
 
@@ -179,7 +188,47 @@ void run_topology(const Options& opt) {
   std::cout << pipe::ProcessTopology(axes, dims);
 }
 
+// The schedule file --file names, read with --max-activations; nullopt without --file. --file and --schedule
+// exclude each other, and a file brings its own stages, micro-batches and chunks.
+std::optional<pipe::ScheduleTable> schedule_file(const Options& opt) {
+  const auto path = opt.get("file");
+  if (!path) {
+    if (opt.get("max-activations")) throw UsageError("--max-activations goes with --file");
+    return std::nullopt;
+  }
+  for (const char* other : {"schedule", "chunks"})
+    if (opt.get(other)) throw UsageError(std::string("--file and --") + other + " exclude each other");
+  const double cap = opt.seconds("max-activations", 0);
+  return pipe::ScheduleTable::load(*path, {.max_activations = cap});
+}
+
+// make_stage for a table.
+auto stages_of(const pipe::ScheduleTable& table) {
+  return [&table](int s) { return table.schedule(s); };
+}
+
+void run_export(const Options& opt) {
+  const std::string name = opt.required("schedule");
+  const int stages = opt.number("stages", 1), micro_batches = opt.number("micro-batches", 1);
+  const pipe::ScheduleTable table = pipe::ScheduleTable::from_schedule(name, micro_batches, stages, opt.chunks());
+  const auto path = opt.get("out");
+  if (!path) {
+    std::cout << table;
+    return;
+  }
+  std::ofstream file(*path);
+  file << table;
+  file.close();
+  if (!file) throw std::runtime_error("could not write " + *path);
+  std::cout << "wrote the " << name << " schedule (" << stages << " stages, " << micro_batches << " micro-batches) to "
+            << *path << "\n";
+}
+
 void run_validate(const Options& opt) {
+  if (const auto table = schedule_file(opt)) {
+    std::cout << pipe::validate_schedule(stages_of(*table), table->stages());
+    return;
+  }
   const std::string name = opt.required("schedule");
   const int stages = opt.number("stages", 1), micro_batches = opt.number("micro-batches", 1);
   pipe::ValidateOptions options;
@@ -188,11 +237,24 @@ void run_validate(const Options& opt) {
 }
 
 void run_simulate(const Options& opt) {
-  const int stages = opt.number("stages", 1), micro_batches = opt.number("micro-batches", 1);
+  const auto path = opt.get("file");
+  const std::optional<pipe::ScheduleTable> table =
+      path ? std::optional(pipe::ScheduleTable::load(*path)) : std::optional<pipe::ScheduleTable>();
+  const int stages = table ? table->stages() : opt.number("stages", 1);
+  const int micro_batches = table ? table->micro_batches() : opt.number("micro-batches", 1);
+  if (table && ((opt.get("stages") && opt.number("stages", 1) != stages) ||
+                (opt.get("micro-batches") && opt.number("micro-batches", 1) != micro_batches)))
+    throw UsageError(*path + " schedules " + std::to_string(stages) + " stages x " + std::to_string(micro_batches) +
+                     " micro-batches; leave out --stages and --micro-batches or give those");
   const pipe::ScheduleCosts costs{opt.seconds("forward", 1), opt.seconds("backward-input", 1),
                                   opt.seconds("backward-weight", 1), opt.seconds("p2p", 0)};
-  const std::vector<pipe::SchedulePrediction> predictions =
+  std::vector<pipe::SchedulePrediction> predictions =
       pipe::simulate_schedules(micro_batches, stages, costs, opt.chunks());
+  if (table) {
+    pipe::ValidateOptions options;
+    options.costs = costs;
+    predictions.push_back({"file", {}, pipe::validate_schedule(stages_of(*table), stages, options)});
+  }
   std::cout << "stages " << stages << "  micro-batches " << micro_batches << "  forward " << costs.forward
             << "  backward input " << costs.backward_input << "  backward weight " << costs.backward_weight << "  p2p "
             << costs.p2p << "\n";
@@ -200,7 +262,9 @@ void run_simulate(const Options& opt) {
   for (const pipe::SchedulePrediction& p : predictions) {
     std::ostringstream label;
     label << p.schedule;
-    if (p.schedule == "interleaved" && p.why_not.empty()) label << '/' << p.report.chunks;
+    const auto& registry = pipe::schedule_registry();
+    const auto entry = std::ranges::find(registry, p.schedule, &pipe::ScheduleEntry::name);
+    if (entry != registry.end() && entry->more_chunks && p.why_not.empty()) label << '/' << p.report.chunks;
     std::cout << std::left << std::setw(12) << label.str();
     if (!p.why_not.empty()) {
       std::cout << "  not defined: " << p.why_not << "\n";
@@ -214,13 +278,18 @@ void run_simulate(const Options& opt) {
 }
 
 void run_trace(const Options& opt) {
-  const std::string name = opt.required("schedule");
-  const int stages = opt.number("stages", 1), micro_batches = opt.number("micro-batches", 1);
+  const std::optional<pipe::ScheduleTable> table = schedule_file(opt);
+  const std::string name = table ? table->source() : opt.required("schedule");
+  const int stages = table ? table->stages() : opt.number("stages", 1);
+  const int micro_batches = table ? table->micro_batches() : opt.number("micro-batches", 1);
   const std::string path = opt.required("out");
   std::ofstream file(path);
   if (!file) throw std::runtime_error("cannot open " + path + " for writing");
   try {
-    pipe::write_chrome_trace(file, name, micro_batches, stages, opt.chunks());
+    if (table)
+      pipe::write_chrome_trace(file, stages_of(*table), stages);
+    else
+      pipe::write_chrome_trace(file, name, micro_batches, stages, opt.chunks());
     file.close();
     if (!file) throw std::runtime_error("could not write " + path);
   } catch (...) {
@@ -242,13 +311,14 @@ struct Command {
 
 const Command kCommands[] = {
     {"schedule", {"schedule", "stages", "micro-batches", "chunks", "stage"}, run_schedule},
+    {"export", {"schedule", "stages", "micro-batches", "chunks", "out"}, run_export},
     {"partition", {"method", "weights", "names", "stages"}, run_partition},
     {"topology", {"axes", "dims"}, run_topology},
-    {"validate", {"schedule", "stages", "micro-batches", "chunks"}, run_validate},
+    {"validate", {"schedule", "stages", "micro-batches", "chunks", "file", "max-activations"}, run_validate},
     {"simulate",
-     {"stages", "micro-batches", "chunks", "forward", "backward-input", "backward-weight", "p2p"},
+     {"stages", "micro-batches", "chunks", "forward", "backward-input", "backward-weight", "p2p", "file"},
      run_simulate},
-    {"trace", {"schedule", "stages", "micro-batches", "chunks", "out"}, run_trace},
+    {"trace", {"schedule", "stages", "micro-batches", "chunks", "out", "file"}, run_trace},
 };
 
 void run(const std::vector<std::string>& args) {

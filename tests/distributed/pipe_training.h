@@ -161,6 +161,8 @@ struct Run {
   Device device = Device(kCPU);  // of the pipelined model; the reference trains on the CPU
   int chunks = 1;                // model chunks per stage (interleaved, zb-v)
   bool v_shape = false;          // zb-v
+  // A schedule file to run instead of `schedule`, given the number of stages; none where empty.
+  std::function<std::string(int stages)> schedule_file = {};
 };
 
 // kSteps of SGD with momentum, pipelined in every layout of this world (on run.device; the engine moves the
@@ -173,7 +175,10 @@ inline void expect_matches_single_process(const Run& run) {
         run.layers, grid, module_options(run.checkpoint_interval, run.chunks, run.v_shape));
     model->to(run.device, run.dtype);
     auto sgd = std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions(0.1).momentum(0.9));
-    pipe::PipelineEngine engine(model, grid, sgd, {.micro_batches = kMicroBatches, .schedule = run.schedule});
+    pipe::PipelineEngine engine(model, grid, sgd,
+                                {.micro_batches = kMicroBatches,
+                                 .schedule = run.schedule,
+                                 .schedule_file = run.schedule_file ? run.schedule_file(stages) : std::string()});
 
     pipe::PipelineModule reference(run.layers, 1, 0, module_options());
     reference.to(run.dtype);

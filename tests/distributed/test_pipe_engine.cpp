@@ -2,9 +2,12 @@
 // (2x1, 4x1, 2x2, and the pure data-parallel and single-stage ones), several steps of pipelined training
 // give the same losses and parameters as single-process training on the whole batch, which every rank
 // computes itself. The same with tied layers, activation checkpointing, the GPipe schedule and tuple
-// activations holding integer and no-grad tensors; then evaluation, checkpoints across stage counts,
-// variable shapes and the errors.
+// activations holding integer and no-grad tensors, schedule files (strata's own, exported, and PyTorch's); then
+// evaluation, checkpoints across stage counts, variable shapes and the errors.
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -68,6 +71,76 @@ TEST(PipeEngine, MatchesWithTheZeroBubbleVSchedule) {
                                  .v_shape = true});
   expect_matches_single_process(
       {.layers = deep_layers(false), .schedule = "zb-v", .checkpoint_interval = 1, .chunks = 2, .v_shape = true});
+}
+
+// Every pipelined training schedule, exported as a file and read back by every rank, trains as one process.
+TEST(PipeEngine, MatchesWithScheduleFiles) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() /
+       ("strata_schedule_files_" + std::to_string(::getpid()) + "_" + std::to_string(dist::get_rank())))
+          .string();
+  std::filesystem::create_directories(dir);
+  for (const pipe::ScheduleEntry& entry : pipe::schedule_registry()) {
+    if (!entry.training || !entry.pipelined) continue;
+    auto file = [&](int stages) {
+      const std::string path = dir + "/" + std::string(entry.name) + "_" + std::to_string(stages) + ".csv";
+      std::ofstream(path) << pipe::ScheduleTable::from_schedule(entry.name, kMicroBatches, stages);
+      return path;
+    };
+    const bool chunked = entry.chunks > 1;
+    expect_matches_single_process({.layers = chunked ? deep_layers(true) : tied_layers(),
+                                   .chunks = entry.chunks,
+                                   .v_shape = entry.v_shape,
+                                   .schedule_file = file});
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// The schedules of PyTorch's torch.distributed.pipelining, in the files PyTorch writes for them
+// (tests/pipe/torch_schedules.py, run by CTest into $STRATA_TORCH_SCHEDULES), train as one process; where PyTorch
+// writes a wrong schedule, reading it is an error on every rank.
+TEST(PipeEngine, RunsPyTorchsScheduleFiles) {
+  const char* dir = std::getenv("STRATA_TORCH_SCHEDULES");
+  if (!dir || !std::filesystem::exists(std::string(dir) + "/layouts.txt"))
+    GTEST_SKIP() << "no schedule files from PyTorch (STRATA_TORCH_SCHEDULES: " << (dir ? dir : "unset")
+                 << "): PyTorch is not installed in the build's virtual environment";
+  std::ifstream listing(std::string(dir) + "/layouts.txt");
+  std::string name, placement;
+  int chunks = 0, ran = 0;
+  while (listing >> name >> chunks >> placement) {
+    SCOPED_TRACE(name);
+    const std::string base = std::string(dir) + "/" + name + "_S";
+    if (name == "1f1b") {
+      // PyTorch 2.15's Schedule1F1B lists its last rank's forwards as 1 to M, not 0 to M - 1 (its
+      // _get_pipeline_order increments the micro-batch before the first steady-state forward).
+      for (auto [stages, replicas] : layouts()) {
+        pipe::PipelineParallelGrid grid(stages);
+        auto model = std::make_shared<pipe::PipelineModule>(tied_layers(), grid, module_options());
+        auto sgd = std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions(0.1));
+        const std::string path = base + std::to_string(stages) + ".csv";
+        EXPECT_THROW_MSG(
+            pipe::PipelineEngine(model, grid, sgd, {.micro_batches = kMicroBatches, .schedule_file = path}),
+            path + ": line ");
+      }
+      continue;
+    }
+    auto file = [&](int stages) {
+      const std::string path = base + std::to_string(stages) + ".csv";
+      if (!std::filesystem::exists(path)) {  // PyTorch refused the counts, and says why
+        EXPECT_TRUE(std::filesystem::exists(base + std::to_string(stages) + ".refused")) << path;
+      }
+      return path;
+    };
+    bool every_file = true;
+    for (auto [stages, replicas] : layouts()) every_file &= std::filesystem::exists(file(stages));
+    if (!every_file) continue;
+    expect_matches_single_process({.layers = chunks > 1 ? deep_layers(true) : tied_layers(),
+                                   .chunks = chunks,
+                                   .v_shape = placement == "v",
+                                   .schedule_file = file});
+    ++ran;
+  }
+  EXPECT_GE(ran, 4) << "every schedule but 1F1B (and DualPipeV where PyTorch refuses the counts) trains";
 }
 
 // record_trace keeps every instruction as it ran, in schedule order; write_trace merges every rank's into one
@@ -376,7 +449,36 @@ TEST(PipeEngine, ChecksItsArguments) {
   EXPECT_THROW_MSG(pipe::PipelineEngine(model, grid, sgd, {.schedule = "zigzag"}),
                    "make_schedule: unknown schedule \"zigzag\"");
   EXPECT_THROW_MSG(pipe::PipelineEngine(model, grid, sgd, {.schedule = "inference"}),
-                   "PipelineEngine: schedule must be a training schedule");
+                   "PipelineEngine: schedule must be a pipelined training schedule (train, gpipe, interleaved, zb-h1, "
+                   "zb-v), got \"inference\"");
+  EXPECT_THROW_MSG(pipe::PipelineEngine(model, grid, sgd, {.schedule = "dataparallel"}),
+                   "PipelineEngine: schedule must be a pipelined training schedule");
+  // Schedule files: the stages, micro-batches and chunks must be the engine's and the module's, and a bad file
+  // fails on every rank as it is read.
+  const std::string file =
+      (std::filesystem::temp_directory_path() /
+       ("strata_engine_file_" + std::to_string(::getpid()) + "_" + std::to_string(dist::get_rank())))
+          .string();
+  std::ofstream(file) << "0F0,1F0,1B0,0B0\n";
+  EXPECT_THROW_MSG(pipe::PipelineEngine(model, grid, sgd, {.micro_batches = 1, .schedule_file = file}),
+                   "PipelineEngine: the " + file +
+                       " schedule runs 2 model chunks per stage, but the PipelineModule was "
+                       "built with chunks = 1");
+  std::ofstream(file) << "0F0,0B0\n";
+  EXPECT_THROW_MSG(pipe::PipelineEngine(model, grid, sgd, {.micro_batches = 4, .schedule_file = file}),
+                   "PipelineEngine: " + file +
+                       " schedules 1 stages x 1 micro-batches, but the engine runs 1 stages x "
+                       "4 (PipelineEngineOptions::micro_batches)");
+  std::ofstream(file) << "0F0,0F1,0B0\n";
+  EXPECT_THROW_MSG(pipe::PipelineEngine(model, grid, sgd, {.micro_batches = 2, .schedule_file = file}),
+                   file + ": line 1 (stage 0): no backward of 0F1 (0B1, or 0I1 and 0W1)");
+  std::ofstream(file) << "0F0,0F1,0B0,0B1\n";
+  EXPECT_THROW_MSG(
+      pipe::PipelineEngine(model, grid, sgd, {.micro_batches = 2, .schedule_file = file, .max_activations = 1}),
+      file +
+          ": line 1, action 2 (0F1): stage 0 then holds 2 stages' worth of activations, more than "
+          "max_activations (1)");
+  std::filesystem::remove(file);
   EXPECT_THROW_MSG(pipe::PipelineEngine(model, grid, sgd, {.schedule = "zb-v"}),
                    "PipelineEngine: the zb-v schedule runs 2 model chunks per stage in a V, but the PipelineModule was "
                    "built with chunks = 1; set PipelineModuleOptions::chunks = 2 and v_shape = true");

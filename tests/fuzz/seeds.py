@@ -2,8 +2,9 @@
 """Writes the seed corpora of the fuzz targets (tests/fuzz/): valid and nearly valid inputs, generated so
 that no binary file lives in the tree.
 
-    seeds.py OUT_DIR     writes OUT_DIR/load_file/* (safetensors files) and OUT_DIR/read_idx/* (IDX files,
-                         each behind the variant byte fuzz_read_idx.cpp reads: encoding and dtype)
+    seeds.py OUT_DIR     writes OUT_DIR/load_file/* (safetensors files), OUT_DIR/read_idx/* (IDX files, each
+                         behind the variant byte fuzz_read_idx.cpp reads: encoding and dtype) and
+                         OUT_DIR/schedule_file/* (schedule files in PyTorch's action notation)
 """
 import json
 import os
@@ -39,9 +40,9 @@ def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     out = sys.argv[1]
-    load, read = os.path.join(out, "load_file"), os.path.join(out, "read_idx")
-    os.makedirs(load, exist_ok=True)
-    os.makedirs(read, exist_ok=True)
+    load, read, sched = (os.path.join(out, d) for d in ("load_file", "read_idx", "schedule_file"))
+    for d in (load, read, sched):
+        os.makedirs(d, exist_ok=True)
 
     seeds = {
         "every_dtype": safetensors({
@@ -72,6 +73,19 @@ def main():
         for variant in (0, 1, 2, 7, 9, 12):  # plain and gzip; natural, Long, UInt8, Float, Bool, Half dtypes
             with open(os.path.join(read, "%s_%d" % (name, variant)), "wb") as f:
                 f.write(bytes([variant]) + blob)
+
+    schedule_seeds = {
+        "one_f_one_b": "0F0,0SEND_F0,0F1,0RECV_B0,0SEND_F1,0B0,0RECV_B1,0B1\n"
+                       "1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1\n",
+        "compute_only": "0F0,0F1,,0B0,0B1\n1F0,1B0,1F1,1B1\n",
+        "zero_bubble_v": "0F0,3F0,3I0,3W0,0I0,0W0\n1F0,2F0,2I0,1I0,2W0,1W0\n",
+        "pytorch_extras": "# a comment\r\n0UNSHARD,0F0,(0F1;0B0)OVERLAP_F_B,0B1,0REDUCE_GRAD,0WAIT_SEND_F0\r\n",
+        "deadlock": "0F0,0B0,0F1,0B1\n1F0,1F1,1B0,1B1\n",
+        "misordered": "0F0,0W0,0I0\n",
+    }
+    for name, text in schedule_seeds.items():
+        with open(os.path.join(sched, name), "w", newline="") as f:
+            f.write(text)
 
 
 if __name__ == "__main__":

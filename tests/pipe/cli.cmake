@@ -1,6 +1,6 @@
 # The strata-pipe command, one group of cases per CTest test:
 #   cmake -DEXE=<strata-pipe> -DGROUP=<group> -DWORK_DIR=<scratch dir> [-DPYTHON=<python3>] -P cli.cmake
-# GROUP is schedule, partition, topology, validate, simulate, trace or usage. Each case checks the exit status and
+# GROUP is schedule, partition, topology, validate, simulate, trace, export or usage. Each case checks the exit status and
 # either the exact stdout or the first line of stderr; every failing case is reported, then the script fails.
 
 foreach(var EXE GROUP WORK_DIR)
@@ -201,6 +201,27 @@ stage 1: compute 24 steps, peak live buffers 5 of 8, busy 12
   expect(int_max_stages EXIT 1 STDERR_HAS "PipeSchedule: 1 micro-batches + 2147483647 stages is more than"
     ARGS validate --schedule train --stages 2147483647 --micro-batches 1)
 
+  # Files: a schedule written by hand, validated before any process starts; errors name the line and the action.
+  file(REMOVE_RECURSE ${WORK_DIR})
+  file(MAKE_DIRECTORY ${WORK_DIR})
+  file(WRITE ${WORK_DIR}/mine.csv "# GPipe on two stages, by hand\n0F0,0F1,0B0,0B1\n1F0,1F1,1B0,1B1\n")
+  expect(file EXIT 0 ARGS validate --file ${WORK_DIR}/mine.csv STDOUT [[schedule file  stages 2  micro-batches 2  steps 6  bubble 0.3333
+time 9 (forward 1, backward input 1, backward weight 1, p2p 0)  idle 0.3333  peak activations 2 stages
+stage 0: compute 4 steps, peak live buffers 2 of 2, busy 6
+stage 1: compute 4 steps, peak live buffers 2 of 2, busy 6
+]])
+  expect(file_over_memory EXIT 1 STDERR_HAS "mine.csv: line 2, action 2 (0F1): stage 0 then holds 2 stages' worth of activations, more than max_activations (1)"
+    ARGS validate --file ${WORK_DIR}/mine.csv --max-activations 1)
+  file(WRITE ${WORK_DIR}/deadlock.csv "0F0,0B0,0F1,0B1\n1F0,1F1,1B0,1B1\n")
+  expect(file_deadlock EXIT 1 STDERR_HAS "deadlock.csv: deadlock: every stage waits for another: line 1, action 2 (0B0), line 2, action 2 (1F1)"
+    ARGS validate --file ${WORK_DIR}/deadlock.csv)
+  expect(file_missing EXIT 1 STDERR_HAS "ScheduleTable::load: cannot open '${WORK_DIR}/none.csv'"
+    ARGS validate --file ${WORK_DIR}/none.csv)
+  expect_usage_error(file_and_schedule "--file and --schedule exclude each other"
+    validate --file ${WORK_DIR}/mine.csv --schedule train)
+  expect_usage_error(cap_without_file "--max-activations goes with --file"
+    validate --schedule train --stages 2 --micro-batches 2 --max-activations 1)
+
 elseif(GROUP STREQUAL "simulate")
   # Forward, B and W one unit each: 1F1B idles 3(S - 1) units, ZB-H1 S - 1, ZB-V (S - 1) / 2.
   expect(unit_costs EXIT 0 ARGS simulate --stages 4 --micro-batches 8 STDOUT [[stages 4  micro-batches 8  forward 1  backward input 1  backward weight 1  p2p 0
@@ -228,6 +249,22 @@ recommended: zb-h1
     simulate --stages 2 --micro-batches 4 --forward nan)
   expect_usage_error(zero_chunks "--chunks must be at least 1, got 0"
     simulate --stages 2 --micro-batches 4 --chunks 0)
+  # A file's schedule beside the named ones, for its stages and micro-batches.
+  file(REMOVE_RECURSE ${WORK_DIR})
+  file(MAKE_DIRECTORY ${WORK_DIR})
+  file(WRITE ${WORK_DIR}/mine.csv "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n")
+  expect(file EXIT 0 ARGS simulate --file ${WORK_DIR}/mine.csv STDOUT [[stages 2  micro-batches 2  forward 1  backward input 1  backward weight 1  p2p 0
+schedule      time   idle    peak activations (stages)
+train             9  0.333       2
+gpipe             9  0.333       2
+interleaved/2    7.5  0.200       2
+zb-h1             7  0.143       2
+zb-v            6.5  0.077       2
+file              9  0.333       2
+recommended: zb-v
+]])
+  expect_usage_error(file_other_counts "${WORK_DIR}/mine.csv schedules 2 stages x 2 micro-batches; leave out --stages and --micro-batches or give those"
+    simulate --file ${WORK_DIR}/mine.csv --stages 4)
 
 elseif(GROUP STREQUAL "trace")
   file(REMOVE_RECURSE ${WORK_DIR})
@@ -263,6 +300,32 @@ elseif(GROUP STREQUAL "trace")
   if(EXISTS ${WORK_DIR}/huge.json)
     string(APPEND failures "trace: a refused trace left ${WORK_DIR}/huge.json behind\n")
   endif()
+  file(WRITE ${WORK_DIR}/mine.csv "0F0,0B0\n1F0,1B0\n")
+  expect(file_trace EXIT 0 ARGS trace --file ${WORK_DIR}/mine.csv --out ${WORK_DIR}/mine.json
+    STDOUT "wrote the ${WORK_DIR}/mine.csv schedule (2 stages, 1 micro-batches) to ${WORK_DIR}/mine.json\n")
+  if(NOT EXISTS ${WORK_DIR}/mine.json)
+    string(APPEND failures "trace: ${WORK_DIR}/mine.json was not written\n")
+  endif()
+
+elseif(GROUP STREQUAL "export")
+  # 1F1B on two stages in PyTorch's notation: a line per stage, transfers included.
+  expect(train EXIT 0 ARGS export --schedule train --stages 2 --micro-batches 3 STDOUT [[0F0,0SEND_F0,0F1,0RECV_B0,0SEND_F1,0B0,0F2,0RECV_B1,0SEND_F2,0B1,0RECV_B2,0B2
+1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1,1RECV_F2,1F2,1B2,1SEND_B2
+]])
+  file(REMOVE_RECURSE ${WORK_DIR})
+  file(MAKE_DIRECTORY ${WORK_DIR})
+  expect(to_file EXIT 0 ARGS export --schedule zb-v --stages 4 --micro-batches 8 --out ${WORK_DIR}/zbv.csv
+    STDOUT "wrote the zb-v schedule (4 stages, 8 micro-batches) to ${WORK_DIR}/zbv.csv\n")
+  # What export writes, validate reads back: the same schedule, on the same simulated clock.
+  execute_process(COMMAND ${EXE} validate --schedule zb-v --stages 4 --micro-batches 8 OUTPUT_VARIABLE named)
+  execute_process(COMMAND ${EXE} validate --file ${WORK_DIR}/zbv.csv OUTPUT_VARIABLE read RESULT_VARIABLE rc)
+  string(REGEX MATCH "time [^\n]*" named_time "${named}")
+  string(REGEX MATCH "time [^\n]*" read_time "${read}")
+  if(NOT rc EQUAL 0 OR NOT named_time OR NOT named_time STREQUAL read_time)
+    string(APPEND failures "export: the zb-v file validates to '${read_time}', the schedule to '${named_time}'\n")
+  endif()
+  expect(inference EXIT 1 STDERR_HAS "ScheduleTable::from_schedule: inference is not a pipelined training schedule"
+    ARGS export --schedule inference --stages 2 --micro-batches 2)
 
 elseif(GROUP STREQUAL "usage")
   foreach(help help --help -h "schedule --stages 2 --help")

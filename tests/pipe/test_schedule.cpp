@@ -532,10 +532,10 @@ TEST(PipeSchedule, BadArguments) {
   EXPECT_THROW_MSG(make_schedule("train", 4, 2, -1), "PipeSchedule: stage_id -1 is out of range for 2 stages");
   EXPECT_THROW_MSG(make_schedule("1f1b", 4, 2, 0),
                    "make_schedule: unknown schedule \"1f1b\"; expected train, inference, dataparallel, gpipe, "
-                   "interleaved, zb-h1 or zb-v");
+                   "interleaved, zb-h1, zb-v or forward");
   EXPECT_THROW_MSG(make_schedule("train", 4, 2, 0, 2),
-                   "make_schedule: the train schedule has 1 chunk per stage, got chunks = 2; only interleaved takes "
-                   "another number");
+                   "make_schedule: the train schedule has 1 chunk per stage, got chunks = 2; only interleaved and "
+                   "forward take another number");
   EXPECT_THROW_MSG(make_schedule("zb-v", 4, 2, 0, 3), "the zb-v schedule has 2 chunks per stage, got chunks = 3");
   EXPECT_THROW_MSG(make_schedule("interleaved", 6, 4, 0),
                    "Interleaved1F1BSchedule: micro_batches (6) must be a multiple of stages (4)");
@@ -810,7 +810,8 @@ TEST(PlannedSchedule, ForwardScheduleValidatesOnEveryLayout) {
         for (const StageReport& stage : report.per_stage) ASSERT_NEAR(stage.busy, M, 1e-9) << where;
       }
   EXPECT_FALSE(ForwardSchedule(2, 2, 0, {2, 2, true}).is_training());
-  EXPECT_THROW_MSG(ForwardSchedule(2, 2, 0, {3, 2, true}), "ForwardSchedule: the layout has 3 stages, not 2");
+  EXPECT_THROW_MSG(ForwardSchedule(2, 2, 0, {3, 2, true}),
+                   "forward schedule: a layout of 3 stages x 2 chunks in a V does not fit 2 stages");
 }
 
 // On the hand-broken V: the validator checks what chunks and split backward passes add.

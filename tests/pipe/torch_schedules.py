@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""Writes the schedules of PyTorch's torch.distributed.pipelining as schedule files, as PyTorch itself writes them,
+for strata's engine to train with (tests/distributed/test_pipe_engine.cpp, PipeEngine.RunsPyTorchsScheduleFiles).
+
+    torch_schedules.py OUT_DIR MICRO_BATCHES STAGES...
+
+For each number of stages S it writes OUT_DIR/<name>_S<S>.csv: the one-chunk schedules (Schedule1F1B,
+ScheduleGPipe) in their compute-only form, a line of PipelineScheduleSingle.pipeline_order per rank as
+PipelineScheduleMulti._dump_csv writes it, and the multi-chunk ones with PyTorch's own
+_PipelineScheduleRuntime._dump_csv, transfers included (format "compute_comms"). Where PyTorch refuses the counts
+(DualPipeV wants at least as many micro-batches as virtual stages) it writes OUT_DIR/<name>_S<S>.refused with its
+message instead. Last it writes OUT_DIR/layouts.txt, a line "<name> <chunks> <loop|v>" per schedule, so a directory
+with that file is complete.
+
+Schedules are built without processes: each rank's stages are stand-ins with the attributes a schedule reads.
+"""
+import csv
+import os
+import sys
+
+import torch
+from torch.distributed.pipelining import schedules
+
+# name: (class, chunks per rank, whether the chunks sit in a V)
+SCHEDULES = {
+    "1f1b": (schedules.Schedule1F1B, 1, False),
+    "gpipe": (schedules.ScheduleGPipe, 1, False),
+    "interleaved_1f1b": (schedules.ScheduleInterleaved1F1B, 2, False),
+    "interleaved_zero_bubble": (schedules.ScheduleInterleavedZeroBubble, 2, False),
+    "zbv_zero_bubble": (schedules.ScheduleZBVZeroBubble, 2, True),
+    "dualpipev": (schedules.ScheduleDualPipeV, 2, True),
+}
+
+
+class Stage:
+    """What a schedule's constructor reads of a pipeline stage."""
+
+    def __init__(self, index, num_stages, group_size, rank):
+        self.stage_index = index
+        self.num_stages = num_stages
+        self.group_size = group_size
+        self.group_rank = rank
+        self.is_first = index == 0
+        self.is_last = index == num_stages - 1
+        self.stage_index_to_group_rank = {}
+        self.submod = torch.nn.Linear(1, 1)
+        self.has_backward = True
+        self.dw_builder = None
+
+
+def make(cls, ranks, micro_batches, chunks, v_shape):
+    num_stages = ranks * chunks
+    indices = [0, 2 * ranks - 1] if v_shape else [c * ranks for c in range(chunks)]
+    stages = [Stage(i, num_stages, ranks, 0) for i in indices]
+    loss = lambda output, target: output  # noqa: E731: never called
+    if chunks == 1:
+        return cls(stages[0], n_microbatches=micro_batches, loss_fn=loss)
+    return cls(stages, n_microbatches=micro_batches, loss_fn=loss)
+
+
+def main():
+    if len(sys.argv) < 4:
+        sys.exit(__doc__)
+    out, micro_batches, stage_counts = sys.argv[1], int(sys.argv[2]), [int(s) for s in sys.argv[3:]]
+    os.makedirs(out, exist_ok=True)
+    for name, (cls, chunks, v_shape) in SCHEDULES.items():
+        for ranks in stage_counts:
+            path = os.path.join(out, f"{name}_S{ranks}.csv")
+            try:
+                schedule = make(cls, ranks, micro_batches, chunks, v_shape)
+            except ValueError as e:
+                with open(path[: -len(".csv")] + ".refused", "w") as f:
+                    f.write(f"{e}\n")
+                continue
+            if chunks == 1:
+                with open(path, "w", newline="") as f:
+                    csv.writer(f).writerows(schedule.pipeline_order[r] for r in range(ranks))
+            else:
+                schedule._dump_csv(path, format="compute_comms")
+    with open(os.path.join(out, "layouts.txt"), "w") as f:
+        for name, (_, chunks, v_shape) in SCHEDULES.items():
+            f.write(f"{name} {chunks} {'v' if v_shape else 'loop'}\n")
+    print(f"torch {torch.__version__}: wrote the schedules of {len(stage_counts)} stage counts to {out}")
+
+
+if __name__ == "__main__":
+    main()
