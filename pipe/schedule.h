@@ -251,9 +251,10 @@ class ZeroBubbleH1Schedule : public PlannedSchedule {
   std::string_view name() const override { return kName; }
 };
 
-/// Zero bubble ZB-V: two chunks per stage in a V (StageLayout::v_shape), B and W split as in ZB-H1, chunk 1's
-/// work first when both chunks could go on. Each stage keeps at most 2S chunk activations (S stages' worth,
-/// 1F1B's peak) and the bubble nearly vanishes once micro-batches outnumber stages twice over.
+/// Zero bubble ZB-V: two chunks per stage in a V (StageLayout::v_shape), B and W split as in ZB-H1, in the
+/// greedy order (chunk 1's work first when both chunks could go on) or the ZB-V paper's, whichever finishes
+/// first at unit costs. Each stage keeps at most 2S chunk activations (S stages' worth, 1F1B's peak) and
+/// idles (S - 1) / 2 once micro-batches outnumber stages twice over.
 class ZeroBubbleVSchedule : public PlannedSchedule {
  public:
   ZeroBubbleVSchedule(int micro_batches, int stages, int stage_id);  ///< stage stage_id's steps for M over S

@@ -6,7 +6,7 @@
 // step. Given orders are followed as they are; interleaved 1F1B follows Megatron's fixed order, with a forward and a backward pass together in each
 // steady-state step as Megatron runs them between two exchanges; the zero-bubble schedules run one
 // instruction per step, chosen greedily: B, else F while fewer than `cap` micro-batches wait for their W,
-// else the oldest W. Then transport: a result needed on another stage goes out in the next step, where the
+// else the oldest W (ZB-V also plans the paper's fixed order and keeps the plan of fewer steps). Then transport: a result needed on another stage goes out in the next step, where the
 // receiver takes it, before either computes. The validator checks the outcome like any other schedule.
 
 #include <algorithm>
@@ -64,6 +64,51 @@ std::vector<Group> one_f_one_b_order(int M, int S, int s) {
     order.push_back({{Instr::BackwardInput, 0, m}});
   }
   for (int m = M - warmup; m < M; ++m) order.push_back({{Instr::BackwardInput, 0, m}});
+  return order;
+}
+
+// The ZB-V paper's hand-made order for stage s (Qi et al., 2024), chunk 0 being virtual stage s and chunk 1
+// virtual stage 2S - 1 - s, over n = max(M, 2S - 1) micro-batches of which those past M are left out: 2(S - s) - 1
+// forwards of chunk 0; s pairs (F1, F0); S - s triples (F1, B1, W1); then (F0 while any remain, B0, W0, F1, B1,
+// W1) until chunk 1 has caught up; then s pairs (B0, B1), S - s pairs (B0, W0), and the W still due, chunk 1's
+// first. B here is BackwardInput.
+std::vector<Instr> v_pattern_order(int M, int S, int s) {
+  const int n = std::max(M, 2 * S - 1);
+  int f0 = 0, f1 = 0, b0 = 0, b1 = 0;
+  std::vector<Instr> order;
+  auto add = [&](Instr::Kind kind, int chunk, int m) {
+    if (m < M) order.push_back({kind, m, static_cast<int16_t>(chunk)});
+  };
+  auto backward = [&](int chunk, int& b) {
+    add(Instr::BackwardInput, chunk, b);
+    add(Instr::BackwardWeight, chunk, b++);
+  };
+  for (int i = 0; i < 2 * (S - s) - 1; ++i) add(Instr::ForwardPass, 0, f0++);
+  for (int i = 0; i < s; ++i) {
+    add(Instr::ForwardPass, 1, f1++);
+    add(Instr::ForwardPass, 0, f0++);
+  }
+  for (int i = 0; i < S - s; ++i) {
+    add(Instr::ForwardPass, 1, f1++);
+    backward(1, b1);
+  }
+  while (f1 < f0 || f0 < n) {
+    if (f0 < n) add(Instr::ForwardPass, 0, f0++);
+    backward(0, b0);
+    add(Instr::ForwardPass, 1, f1++);
+    backward(1, b1);
+  }
+  int w0 = b0, w1 = b1;
+  for (int i = 0; i < s; ++i) {
+    add(Instr::BackwardInput, 0, b0++);
+    add(Instr::BackwardInput, 1, b1++);
+  }
+  for (int i = 0; i < S - s; ++i) {
+    add(Instr::BackwardInput, 0, b0++);
+    add(Instr::BackwardWeight, 0, w0++);
+  }
+  while (w1 < b1) add(Instr::BackwardWeight, 1, w1++);
+  while (w0 < b0) add(Instr::BackwardWeight, 0, w0++);
   return order;
 }
 
@@ -334,7 +379,19 @@ std::shared_ptr<const SchedulePlan> plan_for(Algorithm algorithm, int micro_batc
         return cache.back().second;
       }
   }
-  auto plan = std::make_shared<const SchedulePlan>(Planner(algorithm, micro_batches, layout).plan());
+  SchedulePlan planned = Planner(algorithm, micro_batches, layout).plan();
+  if (algorithm == Algorithm::kZeroBubbleV) {
+    // The greedy order wins while micro-batches are few (M = S: 1.5(S - 1) units fewer at S = 16), the paper's
+    // once they outnumber the stages by about half (up to 2 units fewer at S = 16): keep whichever takes fewer
+    // steps, the greedy one on a tie. Both hold at most 1F1B's activations.
+    std::vector<std::vector<Instr>> orders;
+    for (int s = 0; s < layout.stages; ++s) orders.push_back(v_pattern_order(micro_batches, layout.stages, s));
+    SchedulePlan pattern = Planner(Algorithm::kForward, micro_batches, layout, &orders).plan([](int s, size_t i) {
+      return str("stage ", s, " compute ", i);
+    });
+    if (pattern.steps[0].size() < planned.steps[0].size()) planned = std::move(pattern);
+  }
+  auto plan = std::make_shared<const SchedulePlan>(std::move(planned));
   std::lock_guard lock(mutex);
   if (cache.size() == kCached) cache.erase(cache.begin());
   cache.emplace_back(std::move(key), plan);

@@ -143,6 +143,31 @@ TEST(PipeEngine, RunsPyTorchsScheduleFiles) {
   EXPECT_GE(ran, 4) << "every schedule but 1F1B (and DualPipeV where PyTorch refuses the counts) trains";
 }
 
+// strata's zb-v idles no more than PyTorch 2.15's ScheduleZBVZeroBubble at any shape torch_schedules.py wrote (S
+// <= 16 and S <= M <= 4S, and some of 24 and 32 stages), with forward, B and W one unit each and free transfers,
+// at the same peak activations; PyTorch's order is run by strata's planner from PyTorch's file. Rank 0 checks.
+TEST(PipeSchedules, ZeroBubbleVIsAtOrBelowPyTorchs) {
+  const char* dir = std::getenv("STRATA_TORCH_SCHEDULES");
+  if (!dir || !std::filesystem::exists(std::string(dir) + "/layouts.txt"))
+    GTEST_SKIP() << "no schedule files from PyTorch (STRATA_TORCH_SCHEDULES: " << (dir ? dir : "unset")
+                 << "): PyTorch is not installed in the build's virtual environment";
+  if (dist::get_rank() != 0) return;
+  int shapes = 0, ahead = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(dir) + "/zbv")) {
+    const pipe::ScheduleTable theirs = pipe::ScheduleTable::load(entry.path().string());
+    const int S = theirs.stages(), M = theirs.micro_batches();
+    SCOPED_TRACE(::testing::Message() << "S " << S << " M " << M);
+    const pipe::ScheduleReport mine = pipe::validate_schedule("zb-v", M, S);
+    const pipe::ScheduleReport pytorch = pipe::validate_schedule([&](int s) { return theirs.schedule(s); }, S);
+    EXPECT_LE(mine.time, pytorch.time);
+    EXPECT_LE(mine.peak_activations(), pytorch.peak_activations());
+    ++shapes;
+    ahead += mine.time < pytorch.time;
+  }
+  EXPECT_EQ(shapes, 420 + 12);
+  EXPECT_GT(ahead, 0);
+}
+
 // record_trace keeps every instruction as it ran, in schedule order; write_trace merges every rank's into one
 // Chrome trace.
 TEST(PipeEngine, TraceRecordsWhatEveryRankExecuted) {

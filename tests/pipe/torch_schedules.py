@@ -9,7 +9,9 @@ ScheduleGPipe) in their compute-only form, a line of PipelineScheduleSingle.pipe
 PipelineScheduleMulti._dump_csv writes it, and the multi-chunk ones with PyTorch's own
 _PipelineScheduleRuntime._dump_csv, transfers included (format "compute_comms"). Where PyTorch refuses the counts
 (DualPipeV wants at least as many micro-batches as virtual stages) it writes OUT_DIR/<name>_S<S>.refused with its
-message instead. Last it writes OUT_DIR/layouts.txt, a line "<name> <chunks> <loop|v>" per schedule, so a directory
+message instead. It writes ScheduleZBVZeroBubble for S = 2 to 16 stages and S to 4S micro-batches, and some shapes
+of 24 and 32 stages, as OUT_DIR/zbv/S<S>_M<M>.csv, which PipeSchedules.ZeroBubbleVIsAtOrBelowPyTorchs holds strata's
+zb-v against. Last it writes OUT_DIR/layouts.txt, a line "<name> <chunks> <loop|v>" per schedule, so a directory
 with that file is complete.
 
 Schedules are built without processes: each rank's stages are stand-ins with the attributes a schedule reads.
@@ -77,6 +79,13 @@ def main():
                     csv.writer(f).writerows(schedule.pipeline_order[r] for r in range(ranks))
             else:
                 schedule._dump_csv(path, format="compute_comms")
+    sweep = os.path.join(out, "zbv")
+    os.makedirs(sweep, exist_ok=True)
+    shapes = [(s, m) for s in range(2, 17) for m in range(s, 4 * s + 1)]
+    shapes += [(s, m) for s in (24, 32) for m in sorted({s, s + 1, 3 * s // 2, 2 * s - 1, 2 * s, 4 * s})]
+    for stages, micro_batches_v in shapes:
+        schedule = make(schedules.ScheduleZBVZeroBubble, stages, micro_batches_v, 2, True)
+        schedule._dump_csv(os.path.join(sweep, f"S{stages}_M{micro_batches_v}.csv"), format="compute_comms")
     with open(os.path.join(out, "layouts.txt"), "w") as f:
         for name, (_, chunks, v_shape) in SCHEDULES.items():
             f.write(f"{name} {chunks} {'v' if v_shape else 'loop'}\n")
