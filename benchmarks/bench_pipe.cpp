@@ -28,7 +28,7 @@
 //   schedule's instruction streams (Note [bubble model]) with each stage's forward and backward CPU times
 //   measured outside the pipeline, once with a processor per stage and once with the stages sharing this
 //   machine's cores; both also predict the batch time.
-// schedules: the bubble model trained with every schedule (train, gpipe, interleaved with 2 chunks, zb-h1, zb-v) at
+// schedules: the bubble model trained with every pipelined training schedule of the registry (its own chunks) at
 //   M = 2S; the batch time measured beside the validator's prediction (strata-pipe simulate's clock) from one
 //   zb-h1 calibration run's per-micro-batch forward, B and W times, and beside Note [bubble model] with the
 //   stages sharing the machine's cores; the ratios to 1F1B, predicted and measured.
@@ -606,25 +606,20 @@ void part_schedules(int reps) {
         S, kLayersPerStage, static_cast<long long>(kWidth), static_cast<long long>(kWidth), M,
         static_cast<long long>(kRows), reps, machine_load().c_str(), costs.forward * 1e3, costs.backward_input * 1e3,
         costs.backward_weight * 1e3);
-    std::printf("%-12s | %12s %12s | %12s | %9s %9s\n", "schedule", "pred own ms", "pred shared", "measured ms",
+    std::printf("%-14s | %12s %12s | %12s | %9s %9s\n", "schedule", "pred own ms", "pred shared", "measured ms",
                 "/1F1B pred", "/1F1B meas");
   }
-  struct Row {
-    const char* name;
-    int chunks;
-    bool v_shape;
-  };
   double train_predicted = 0, train_measured = 0;
-  for (const Row& row : {Row{"train", 1, false}, Row{"gpipe", 1, false}, Row{"interleaved", 2, false},
-                         Row{"zb-h1", 1, false}, Row{"zb-v", 2, true}}) {
-    const double measured = measure(row.name, row.chunks, row.v_shape).first;
-    const int chunks = std::string(row.name) == "interleaved" ? row.chunks : 0;
-    const pipe::ScheduleReport own = pipe::validate_schedule(row.name, M, S, {chunks, costs, {}});
-    const Simulated shared = simulate([&](int s) { return pipe::make_schedule(row.name, M, S, s, chunks); }, S,
+  for (const pipe::ScheduleEntry& entry : pipe::schedule_registry()) {
+    if (!entry.training || !entry.pipelined || !entry.why_not(M, S, entry.chunks).empty()) continue;
+    const std::string name(entry.name);
+    const double measured = measure(name, entry.chunks, entry.v_shape).first;
+    const pipe::ScheduleReport own = pipe::validate_schedule(name, M, S, {0, costs, {}});
+    const Simulated shared = simulate([&](int s) { return pipe::make_schedule(name, M, S, s); }, S,
                                       std::vector<pipe::ScheduleCosts>(S, costs), cores);
-    if (std::string(row.name) == "train") train_predicted = own.time, train_measured = measured;
+    if (name == "train") train_predicted = own.time, train_measured = measured;
     if (dist::get_rank() == 0)
-      std::printf("%-12s | %12.1f %12.1f | %12.1f | %9.3f %9.3f\n", row.name, own.time * 1e3,
+      std::printf("%-14s | %12.1f %12.1f | %12.1f | %9.3f %9.3f\n", name.c_str(), own.time * 1e3,
                   shared.batch_seconds * 1e3, measured * 1e3, own.time / train_predicted, measured / train_measured);
   }
   if (dist::get_rank() == 0)

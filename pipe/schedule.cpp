@@ -219,11 +219,20 @@ namespace {
 
 std::string always_defined(int, int, int) { return {}; }
 
+std::string looped_defined(int, int, int chunks) {
+  return chunks < 2 ? str("the loop needs 2 or more chunks per stage, got ", chunks) : "";
+}
+
 std::string interleaving_defined(int micro_batches, int stages, int chunks) {
-  if (chunks < 2) return str("interleaving needs 2 or more chunks per stage, got ", chunks);
+  if (chunks < 2) return looped_defined(micro_batches, stages, chunks);
   if (!Interleaved1F1BSchedule::defined_for(micro_batches, stages))
     return str("micro-batches (", micro_batches, ") must be a multiple of stages (", stages, ")");
   return {};
+}
+
+std::string dualpipe_defined(int micro_batches, int stages, int) {
+  if (DualPipeVSchedule::defined_for(micro_batches, stages)) return {};
+  return str("micro-batches (", micro_batches, ") must be at least twice the stages (", stages, ")");
 }
 
 /// The registry's factory for a schedule class constructed from (micro_batches, stages, stage_id).
@@ -245,7 +254,12 @@ const std::vector<ScheduleEntry>& schedule_registry() {
          return std::make_unique<Interleaved1F1BSchedule>(micro_batches, stages, stage_id, chunks);
        }},
       {ZeroBubbleH1Schedule::kName, true, true, 1, false, false, always_defined, make_plain<ZeroBubbleH1Schedule>},
+      {ZeroBubbleInterleavedSchedule::kName, true, true, 2, true, false, looped_defined,
+       [](int micro_batches, int stages, int stage_id, int chunks) -> std::unique_ptr<PipeSchedule> {
+         return std::make_unique<ZeroBubbleInterleavedSchedule>(micro_batches, stages, stage_id, chunks);
+       }},
       {ZeroBubbleVSchedule::kName, true, true, 2, false, true, always_defined, make_plain<ZeroBubbleVSchedule>},
+      {DualPipeVSchedule::kName, true, true, 2, false, true, dualpipe_defined, make_plain<DualPipeVSchedule>},
       {ForwardSchedule::kName, false, true, 1, true, false, always_defined,
        [](int micro_batches, int stages, int stage_id, int chunks) -> std::unique_ptr<PipeSchedule> {
          return std::make_unique<ForwardSchedule>(micro_batches, stages, stage_id, StageLayout{stages, chunks, false});
@@ -263,14 +277,24 @@ const std::vector<std::string_view>& schedule_names() {
   return kNames;
 }
 
+namespace {
+// "a, b or c" (last = " or "): the names of the registry's rows that `keep` keeps.
+std::string list_names(bool (*keep)(const ScheduleEntry&), const char* last) {
+  std::vector<std::string_view> names;
+  for (const ScheduleEntry& entry : schedule_registry())
+    if (keep(entry)) names.push_back(entry.name);
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i)
+    out += std::string(i == 0 ? "" : i + 1 == names.size() ? last : ", ") + std::string(names[i]);
+  return out;
+}
+}  // namespace
+
 const ScheduleEntry& schedule_entry(std::string_view name) {
   for (const ScheduleEntry& entry : schedule_registry())
     if (entry.name == name) return entry;
-  const auto& names = schedule_names();
-  std::string choices;
-  for (size_t i = 0; i < names.size(); ++i)
-    choices += std::string(i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + std::string(names[i]);
-  STRATA_CHECK(false, "make_schedule: unknown schedule \"", name, "\"; expected ", choices);
+  STRATA_CHECK(false, "make_schedule: unknown schedule \"", name, "\"; expected ",
+               list_names([](const ScheduleEntry&) { return true; }, " or "));
 }
 
 std::unique_ptr<PipeSchedule> make_schedule(std::string_view name, int micro_batches, int stages, int stage_id,
@@ -278,8 +302,8 @@ std::unique_ptr<PipeSchedule> make_schedule(std::string_view name, int micro_bat
   const ScheduleEntry& entry = schedule_entry(name);
   STRATA_CHECK(chunks == 0 || chunks == entry.chunks || entry.more_chunks, "make_schedule: the ", name,
                " schedule has ", entry.chunks, entry.more_chunks ? " or more" : "", " chunk",
-               entry.chunks == 1 && !entry.more_chunks ? "" : "s", " per stage, got chunks = ", chunks,
-               "; only interleaved and forward take another number");
+               entry.chunks == 1 && !entry.more_chunks ? "" : "s", " per stage, got chunks = ", chunks, "; only ",
+               list_names([](const ScheduleEntry& e) { return e.more_chunks; }, " and "), " take another number");
   return entry.make(micro_batches, stages, stage_id, chunks == 0 ? entry.chunks : chunks);
 }
 

@@ -195,7 +195,7 @@ struct SchedulePlan {
 };
 
 /// How PlannedSchedule orders each stage's compute (Note [planned schedules] in schedule_plan.cpp).
-enum class PlanAlgorithm { kInterleaved, kZeroBubbleH1, kZeroBubbleV, kForward };
+enum class PlanAlgorithm { kInterleaved, kZeroBubbleH1, kZeroBubble, kDualPipeV, kForward };
 
 /// A schedule planned for all stages at once (the interleaved, zero-bubble and forward-only ones). Each
 /// stage's order of compute instructions comes from the algorithm, each runs in the first step after
@@ -251,6 +251,18 @@ class ZeroBubbleH1Schedule : public PlannedSchedule {
   std::string_view name() const override { return kName; }
 };
 
+/// Looped zero bubble (the ZB paper's ZB-1P on Megatron's loop layout, PyTorch's ScheduleInterleavedZeroBubble):
+/// `chunks` model chunks per stage, B and W split as in ZB-H1, in the greedy order of zb-v or the paper's fixed
+/// one (interleaved 1F1B's with each pair followed by a W), whichever finishes first at unit costs. Each stage keeps
+/// at most S stages' worth of activations, 1F1B's peak. Any number of micro-batches.
+class ZeroBubbleInterleavedSchedule : public PlannedSchedule {
+ public:
+  /// Stage stage_id's steps for M micro_batches over S stages of `chunks` chunks each.
+  ZeroBubbleInterleavedSchedule(int micro_batches, int stages, int stage_id, int chunks = 2);
+  static constexpr std::string_view kName = "zb-interleaved";  ///< its name in the registry
+  std::string_view name() const override { return kName; }
+};
+
 /// Zero bubble ZB-V: two chunks per stage in a V (StageLayout::v_shape), B and W split as in ZB-H1, in the
 /// greedy order (chunk 1's work first when both chunks could go on) or the ZB-V paper's, whichever finishes
 /// first at unit costs. Each stage keeps at most 2S chunk activations (S stages' worth, 1F1B's peak) and
@@ -260,6 +272,19 @@ class ZeroBubbleVSchedule : public PlannedSchedule {
   ZeroBubbleVSchedule(int micro_batches, int stages, int stage_id);  ///< stage stage_id's steps for M over S
   static constexpr std::string_view kName = "zb-v";                  ///< its name in the registry
   std::string_view name() const override { return kName; }
+};
+
+/// DeepSeek's DualPipe folded into a V (DualPipeV, PyTorch's ScheduleDualPipeV): two chunks per stage placed as
+/// zb-v's, whose steady state pairs one chunk's forward with the other chunk's whole backward. DualPipe overlaps a
+/// pair on two streams to hide its all-to-all; the engine runs the pair in turn, the forward first, as PyTorch
+/// does. B and W are split only in the cool-down; it holds S + 1/2 stages' activations. At least 2S micro-batches.
+class DualPipeVSchedule : public PlannedSchedule {
+ public:
+  DualPipeVSchedule(int micro_batches, int stages, int stage_id);  ///< stage stage_id's steps for M over S
+  static constexpr std::string_view kName = "dualpipe-v";          ///< its name in the registry
+  std::string_view name() const override { return kName; }
+  /// Whether DualPipe's order is defined for the counts: micro_batches at least twice the stages.
+  static bool defined_for(int micro_batches, int stages) { return micro_batches >= 2 * stages; }
 };
 
 /// Forward passes only, over any StageLayout: what eval_batch runs for a module cut into chunks
@@ -294,15 +319,16 @@ struct ScheduleEntry {
   /// Stage stage_id's schedule for the counts (chunks resolved).
   std::unique_ptr<PipeSchedule> (*make)(int micro_batches, int stages, int stage_id, int chunks);
 };
-/// Every schedule, in a stable order: train, inference, dataparallel, gpipe, interleaved, zb-h1, zb-v, forward.
+/// Every schedule, in a stable order: train, inference, dataparallel, gpipe, interleaved, zb-h1, zb-interleaved, zb-v,
+/// dualpipe-v, forward.
 const std::vector<ScheduleEntry>& schedule_registry();
 /// The registry's row for `name`; throws listing the known names otherwise.
 const ScheduleEntry& schedule_entry(std::string_view name);
 /// The schedule names make_schedule takes, in the registry's order.
 const std::vector<std::string_view>& schedule_names();
 /// The schedule `name` (a row of schedule_registry()); throws listing the names otherwise. chunks: model chunks
-/// per stage, 0 for the schedule's own (2 for interleaved and zb-v, 1 for the others); only interleaved (2 or
-/// more) and forward (1 or more, on the loop) take another number.
+/// per stage, 0 for the schedule's own (2 for interleaved, zb-interleaved, zb-v and dualpipe-v, 1 for the others);
+/// only interleaved and zb-interleaved (2 or more) and forward (1 or more, on the loop) take another number.
 std::unique_ptr<PipeSchedule> make_schedule(std::string_view name, int micro_batches, int stages, int stage_id,
                                             int chunks = 0);
 
@@ -320,6 +346,12 @@ struct ScheduleCosts {
   /// What one compute instruction of a whole stage costs (BackwardPass: B + W); 0 for the other kinds.
   double of(PipeInstruction::Kind kind) const;
 };
+
+/// The critical-path lower bound on a training batch's time for any schedule of this layout, at any memory: the
+/// largest over stages s of s chunk forwards and transfers before the stage can start (its first virtual stage is
+/// s on the loop and in the V), then either all of its F, B and W, or all of its F and B and then the B of the
+/// s virtual stages below (with their transfers) and one W.
+double lower_bound(StageLayout layout, int micro_batches, const ScheduleCosts& costs);
 
 /// What the validator found for one stage.
 struct StageReport {
@@ -347,14 +379,16 @@ struct ScheduleReport {
   /// The batch's time on the simulated clock: each stage runs its instructions in order, a compute
   /// instruction takes its cost, a transfer starts when both sides have reached it and takes costs.p2p.
   double time = 0;
-  double idle_fraction = 0;            ///< 1 - (busy time summed over stages) / (S x time)
+  double idle_fraction = 0;  ///< 1 - (busy time summed over stages) / (S x time)
+  /// lower_bound() for the schedule's layout where it trains a pipeline; 0 for the others
+  double lower_bound = 0;
   ScheduleCosts costs;                 ///< the costs the clock used
   std::vector<StageReport> per_stage;  ///< indexed by stage
   /// The largest peak_activations over stages, in stages' worth of activations (divided by chunks).
   double peak_activations() const;
 };
-/// Several lines: the schedule, M, S, chunks, steps and bubble fraction; the simulated time and idle fraction;
-/// then one line per stage.
+/// Several lines: the schedule, M, S, chunks, steps and bubble fraction; the simulated time, its lower bound and idle
+/// fraction; then one line per stage.
 std::ostream& operator<<(std::ostream& os, const ScheduleReport& report);
 
 /// One executed instruction, as the validator saw it: what a trace shows.

@@ -1,13 +1,18 @@
-// The schedules planned for all stages at once: Megatron's interleaved 1F1B, the zero-bubble ZB-H1 and ZB-V, and
-// compute orders given per stage (plan_compute_orders, which schedule files run).
+// The schedules planned for all stages at once: Megatron's interleaved 1F1B, the zero-bubble ZB-H1, looped ZB and
+// ZB-V, DualPipeV, and compute orders given per stage (plan_compute_orders, which schedule files run).
 //
-// Note [planned schedules]: planning has two parts. First, time: in each step every stage runs the next
-// group of compute instructions its algorithm chooses among those whose inputs were computed in an earlier
-// step. Given orders are followed as they are; interleaved 1F1B follows Megatron's fixed order, with a forward and a backward pass together in each
-// steady-state step as Megatron runs them between two exchanges; the zero-bubble schedules run one
-// instruction per step, chosen greedily: B, else F while fewer than `cap` micro-batches wait for their W,
-// else the oldest W (ZB-V also plans the paper's fixed order and keeps the plan of fewer steps). Then transport: a result needed on another stage goes out in the next step, where the
-// receiver takes it, before either computes. The validator checks the outcome like any other schedule.
+// Note [planned schedules]: planning has two parts. First, time: in each step every stage runs the next group of
+// compute instructions it picks among those whose inputs were computed in an earlier step. How it picks (Pick):
+// - an order, followed as it is: a given one, DualPipeV's, or Megatron's interleaved order, with a forward and a backward pass
+//   together in each steady-state step as Megatron runs them between two exchanges;
+// - an order of F and B (ZB-H1's is 1F1B's), with the oldest W whenever the next of them waits or a forward would
+//   pass the cap of micro-batches between F and W;
+// - greedily: B, else F under the cap, else the oldest W.
+// The zero-bubble schedules run one instruction per step. The looped and V ones plan greedily, with the ZB paper's
+// fixed order, and with that order's F and B filled with W, and keep the plan of fewest steps: each wins at some
+// shapes, and all keep within the cap (1F1B's peak). Then transport: a result needed on another stage goes out in
+// the next step, where the receiver takes it, before either computes. The validator checks the outcome like any
+// other schedule.
 
 #include <algorithm>
 #include <climits>
@@ -36,34 +41,69 @@ struct Compute {
 };
 
 using Group = std::vector<Compute>;  // what a stage computes in one step
+using Order = std::vector<Group>;    // a stage's compute in the order it runs, a group per step
+
+// How a stage picks its next compute (Note [planned schedules]).
+enum class Pick {
+  kOrder,        // the next group of its order, once every compute in it is ready
+  kFillWeights,  // the next of its order of F and B, else the oldest W (also before a forward past the cap)
+  kGreedy,       // the earliest ready B, else an F under the cap, else the oldest W
+  kForward,      // forwards only, the earliest micro-batch ready
+};
+
+// One compute per group, in the order given.
+Order singles(const std::vector<Instr>& computes) {
+  Order order;
+  for (const Instr& c : computes) order.push_back({{c.kind, c.chunk, c.buffer_id}});
+  return order;
+}
 
 // Megatron's interleaved order for one stage: forward k works on chunk (k / S) % v of micro-batch
 // (k / Sv) S + k % S, backward k on chunk v - 1 - (k / S) % v of the same; warm-up forwards first, then a
 // forward and a backward together, then the remaining backwards.
-std::vector<Group> interleaved_order(int M, int S, int v, int s) {
+Order interleaved_order(int M, int S, int v, int s) {
   const int total = M * v;
   const int warmup = M == S ? total : std::min(2 * (S - s - 1) + (v - 1) * S, total);
   auto micro_batch = [&](int k) { return k / (S * v) * S + k % S; };
   auto forward = [&](int k) { return Compute{Instr::ForwardPass, k / S % v, micro_batch(k)}; };
   auto backward = [&](int k) { return Compute{Instr::BackwardPass, v - 1 - k / S % v, micro_batch(k)}; };
-  std::vector<Group> order;
+  Order order;
   for (int k = 0; k < warmup; ++k) order.push_back({forward(k)});
   for (int k = 0; k < total - warmup; ++k) order.push_back({forward(warmup + k), backward(k)});
   for (int k = total - warmup; k < total; ++k) order.push_back({backward(k)});
   return order;
 }
 
-// 1F1B's order for one stage, with BackwardInput for the backward: S - s - 1 warm-up forwards, then a forward
-// and a backward in turn, then the remaining backwards.
-std::vector<Group> one_f_one_b_order(int M, int S, int s) {
-  const int warmup = std::min(S - s - 1, M);
-  std::vector<Group> order;
-  for (int m = 0; m < warmup; ++m) order.push_back({{Instr::ForwardPass, 0, m}});
-  for (int m = 0; m < M - warmup; ++m) {
-    order.push_back({{Instr::ForwardPass, 0, warmup + m}});
-    order.push_back({{Instr::BackwardInput, 0, m}});
+// The ZB paper's order on the loop layout for stage s over v chunks (ZB-1P; with v = 1, ZB-H1's 1F1B order):
+// Megatron's interleaving with B as BackwardInput. The micro-batches go through the chunks in rounds of S (the last
+// one shorter), forwards down the chunks and backwards up. A warm-up of (v - 1) S + S - 1 - s forwards, then a
+// forward and a B in turn, each pair after the first s followed by the oldest W due, then the remaining B, each
+// followed by a W, then the remaining W. A stage holds at most vS chunks' activations, 1F1B's peak.
+std::vector<Instr> loop_pattern_order(int M, int S, int v, int s) {
+  const int total = M * v, round = std::min(S, M);
+  std::vector<Instr> forwards, backwards;
+  for (int first = 0; first < M; first += round)
+    for (int c = 0; c < v; ++c)
+      for (int m = first; m < std::min(first + round, M); ++m) {
+        forwards.push_back({Instr::ForwardPass, m, static_cast<int16_t>(c)});
+        backwards.push_back({Instr::BackwardInput, m, static_cast<int16_t>(v - 1 - c)});
+      }
+  const int warmup = std::min((v - 1) * round + S - 1 - s, total);
+  std::deque<Instr> due;  // the W of each B run, oldest first
+  std::vector<Instr> order;
+  auto weight = [&] {
+    order.push_back(due.front());
+    due.pop_front();
+  };
+  for (int k = 0; k < total + warmup; ++k) {
+    if (k < total) order.push_back(forwards[k]);
+    const int b = k - warmup;  // the B paired with forward k
+    if (b < 0) continue;
+    order.push_back(backwards[b]);
+    due.push_back({Instr::BackwardWeight, backwards[b].buffer_id, backwards[b].chunk});
+    if (b >= s) weight();
   }
-  for (int m = M - warmup; m < M; ++m) order.push_back({{Instr::BackwardInput, 0, m}});
+  while (!due.empty()) weight();
   return order;
 }
 
@@ -112,13 +152,80 @@ std::vector<Instr> v_pattern_order(int M, int S, int s) {
   return order;
 }
 
+// DeepSeek's DualPipe folded into the V (DualPipeV) for stage s, chunk 0 being virtual stage s and chunk 1 virtual
+// stage 2S - 1 - s, for M >= 2S micro-batches. Its steady state pairs one chunk's forward with the other chunk's
+// whole backward. In turn: 2(S - s - 1) forwards of chunk 0; s + 1 of each chunk; S - s - 1 of (B, W, F) on chunk
+// 1; M - 2S + s + 1 of the pairs (F0 with chunk 1's backward, F1 with chunk 0's); S - s - 1 of (chunk 1's
+// backward, F1 paired with chunk 0's); s + 1 backwards of each chunk, split into B and W from the middle (chunk 0
+// first on odd stages); S - s - 1 of (a W due, chunk 0's B); the W still due.
+Order dualpipe_v_order(int M, int S, int s) {
+  std::array<int, 2> forwards{}, backwards{};
+  std::deque<Compute> due;  // the W of each B, oldest first
+  bool split = false;       // whether backwards are split into B and W yet
+  Order order;
+  auto forward = [&](int c) { return Compute{Instr::ForwardPass, c, forwards[c]++}; };
+  auto backward = [&](int c) {
+    const int m = backwards[c]++;
+    if (split) due.push_back({Instr::BackwardWeight, c, m});
+    return Compute{split ? Instr::BackwardInput : Instr::BackwardPass, c, m};
+  };
+  // DualPipe overlaps a pair on two streams; here it runs in turn, the forward first, as PyTorch runs it.
+  auto pair = [&](Compute f, Compute b) {
+    order.push_back({f});
+    order.push_back({b});
+  };
+  auto weight = [&] {
+    if (due.empty()) return;
+    order.push_back({due.front()});
+    due.pop_front();
+  };
+  for (int i = 0; i < 2 * (S - s - 1); ++i) order.push_back({forward(0)});
+  for (int i = 0; i < s + 1; ++i) {
+    order.push_back({forward(0)});
+    order.push_back({forward(1)});
+  }
+  for (int i = 0; i < S - s - 1; ++i) {
+    split = true;
+    order.push_back({backward(1)});
+    split = false;
+    weight();
+    order.push_back({forward(1)});
+  }
+  for (int i = 0; i < M - 2 * S + s + 1; ++i) {
+    pair(forward(0), backward(1));
+    pair(forward(1), backward(0));
+  }
+  for (int i = 0; i < S - s - 1; ++i) {
+    order.push_back({backward(1)});
+    pair(forward(1), backward(0));
+  }
+  for (int i = 0; i < s + 1; ++i) {
+    if (i == (s + 1) / 2 && s % 2 == 1) split = true;
+    order.push_back({backward(1)});
+    if (i == (s + 1) / 2) split = true;
+    order.push_back({backward(0)});
+  }
+  for (int i = 0; i < S - s - 1; ++i) {
+    weight();
+    order.push_back({backward(0)});
+  }
+  while (!due.empty()) weight();
+  return order;
+}
+
+// The order without its W, for Pick::kFillWeights.
+Order without_weights(const std::vector<Instr>& computes) {
+  std::vector<Instr> kept;
+  std::copy_if(computes.begin(), computes.end(), std::back_inserter(kept),
+               [](const Instr& c) { return c.kind != Instr::BackwardWeight; });
+  return singles(kept);
+}
+
 class Planner {
  public:
-  /// `given`: each stage's order of compute, one per step, followed as it is (algorithm is then unused).
-  Planner(Algorithm algorithm, int micro_batches, StageLayout layout,
-          const std::vector<std::vector<Instr>>* given = nullptr)
-      : algorithm_(algorithm),
-        given_(given != nullptr),
+  /// orders: each stage's, for Pick::kOrder and kFillWeights.
+  Planner(Pick pick, int micro_batches, StageLayout layout, std::vector<Order> orders = {})
+      : pick_(pick),
         M_(micro_batches),
         S_(layout.stages),
         V_(layout.num_virtual_stages()),
@@ -126,33 +233,29 @@ class Planner {
         forward_at_(static_cast<size_t>(V_) * M_, INT_MAX),
         backward_at_(static_cast<size_t>(V_) * M_, INT_MAX),
         stages_(S_) {
+    STRATA_INTERNAL_ASSERT(orders.empty() == (pick == Pick::kGreedy || pick == Pick::kForward));
     for (int s = 0; s < S_; ++s) {
       StageState& st = stages_[s];
       st.next_forward.assign(layout.chunks, 0);
       st.next_backward.assign(layout.chunks, 0);
-      if (given)
-        for (const Instr& c : (*given)[s]) st.order.push_back({{c.kind, c.chunk, c.buffer_id}});
-      else if (algorithm == Algorithm::kInterleaved)
-        st.order = interleaved_order(M_, S_, layout.chunks, s);
-      else if (algorithm == Algorithm::kZeroBubbleH1)
-        st.order = one_f_one_b_order(M_, S_, s);
+      if (!orders.empty()) st.order = std::move(orders[s]);
       // 1F1B's peak activation memory is stage 0's S micro-batches (or all M): every stage may hold as much,
-      // which lets the later stages leave W for the tail. The V holds two half-stages per micro-batch.
+      // which lets the later stages leave W for the tail. A chunk holds 1/chunks of a stage's activations.
       st.cap = std::min(S_, M_) * layout.chunks;
     }
   }
 
-  /// Every stage's steps. With given orders, where every stage waits, throws naming each stage's waiting compute
-  /// through position(stage, index in its order).
+  /// Every stage's steps. Where every stage waits, throws naming each stage's waiting compute through
+  /// position(stage, index in its order) when given (an order from a user), and as a planner bug otherwise.
   SchedulePlan plan(const std::function<std::string(int, size_t)>& position = {});
 
  private:
   struct StageState {
-    std::vector<Group> order;                      // interleaved and ZB-H1: the fixed order (of F and B for ZB-H1)
+    Order order;                                   // kOrder and kFillWeights: what it follows
     size_t next = 0;                               // the next of `order`
-    std::vector<int> next_forward, next_backward;  // zero bubble: per chunk, the next micro-batch in order
-    std::deque<Compute> weights;                   // zero bubble: W waiting, oldest first
-    int live = 0, cap = 0;                         // zero bubble: micro-batches between F and W, and the limit
+    std::vector<int> next_forward, next_backward;  // kGreedy and kForward: per chunk, the next micro-batch
+    std::deque<Compute> weights;                   // W waiting, oldest first
+    int live = 0, cap = 0;                         // micro-batches between F and W, and the limit
     std::vector<Group> timeline;                   // per step
   };
 
@@ -164,12 +267,12 @@ class Planner {
     return forward_at(vs, m) <= t && (vs == V_ - 1 || backward_at(vs + 1, m) < t);
   }
   bool ready(int s, const Compute& c, int t);
+  Group next_of_order(int s, int t);
   Group choose(int s, int t);
   void run(int s, const Compute& c, int t);
   SchedulePlan transport(int compute_steps) const;
 
-  Algorithm algorithm_;
-  bool given_ = false;
+  Pick pick_;
   int M_, S_, V_;
   StageLayout layout_;
   std::vector<int> forward_at_, backward_at_;  // the step of F and B per (virtual stage, micro-batch)
@@ -183,41 +286,44 @@ bool Planner::ready(int s, const Compute& c, int t) {
   return can_backward(vs, c.micro_batch, t);
 }
 
+Group Planner::next_of_order(int s, int t) {
+  StageState& st = stages_[s];
+  if (st.next == st.order.size()) return {};
+  // A group's backward may need the group's own forward (the last virtual stage's loss): the forward is marked
+  // done for the check and unmarked when the group has to wait.
+  const Group& next = st.order[st.next];
+  for (size_t i = 0; i < next.size(); ++i) {
+    if (ready(s, next[i], t)) {
+      if (next[i].kind == Instr::ForwardPass)
+        forward_at(layout_.virtual_stage(s, next[i].chunk), next[i].micro_batch) = t;
+      continue;
+    }
+    for (size_t j = 0; j < i; ++j)
+      if (next[j].kind == Instr::ForwardPass)
+        forward_at(layout_.virtual_stage(s, next[j].chunk), next[j].micro_batch) = INT_MAX;
+    return {};
+  }
+  return st.order[st.next++];
+}
+
 Group Planner::choose(int s, int t) {
   StageState& st = stages_[s];
-  if (given_ || algorithm_ == Algorithm::kInterleaved) {
-    if (st.next == st.order.size()) return {};
-    // A group's backward may need the group's own forward (the last virtual stage's loss): the forward is
-    // marked done for the check and unmarked when the group has to wait.
-    const Group& next = st.order[st.next];
-    for (size_t i = 0; i < next.size(); ++i) {
-      if (ready(s, next[i], t)) {
-        if (next[i].kind == Instr::ForwardPass)
-          forward_at(layout_.virtual_stage(s, next[i].chunk), next[i].micro_batch) = t;
-        continue;
-      }
-      for (size_t j = 0; j < i; ++j)
-        if (next[j].kind == Instr::ForwardPass)
-          forward_at(layout_.virtual_stage(s, next[j].chunk), next[j].micro_batch) = INT_MAX;
+  switch (pick_) {
+    case Pick::kOrder:
+      return next_of_order(s, t);
+    case Pick::kFillWeights:
+      if (st.next < st.order.size() && (st.order[st.next].front().kind != Instr::ForwardPass || st.live < st.cap))
+        if (Group group = next_of_order(s, t); !group.empty()) return group;
+      if (!st.weights.empty()) return {st.weights.front()};
       return {};
-    }
-    return st.order[st.next++];
-  }
-  if (algorithm_ == Algorithm::kForward) {
-    // Forward only: the earliest micro-batch, then the later virtual stage, so outputs leave soonest.
-    for (int m = 0; m < M_; ++m)
-      for (int c = layout_.chunks - 1; c >= 0; --c)
-        if (st.next_forward[c] == m && ready(s, {Instr::ForwardPass, c, m}, t)) return {{Instr::ForwardPass, c, m}};
-    return {};
-  }
-  if (algorithm_ == Algorithm::kZeroBubbleH1) {
-    // 1F1B's order of F and B; W when that has to wait, or when a forward would pass the cap.
-    if (st.next < st.order.size()) {
-      const Compute& c = st.order[st.next].front();
-      if (ready(s, c, t) && (c.kind == Instr::BackwardInput || st.live < st.cap)) return st.order[st.next++];
-    }
-    if (!st.weights.empty()) return {st.weights.front()};
-    return {};
+    case Pick::kForward:
+      // The earliest micro-batch, then the later virtual stage, so outputs leave soonest.
+      for (int m = 0; m < M_; ++m)
+        for (int c = layout_.chunks - 1; c >= 0; --c)
+          if (st.next_forward[c] == m && ready(s, {Instr::ForwardPass, c, m}, t)) return {{Instr::ForwardPass, c, m}};
+      return {};
+    case Pick::kGreedy:
+      break;
   }
   // B first: the earliest micro-batch, then the later virtual stage, since it unblocks the stage before.
   std::optional<Compute> best;
@@ -251,13 +357,14 @@ void Planner::run(int s, const Compute& c, int t) {
       break;
     case Instr::BackwardPass:
       backward_at(vs, c.micro_batch) = t;
+      --st.live;
       break;
     case Instr::BackwardInput:
       backward_at(vs, c.micro_batch) = t;
       ++st.next_backward[c.chunk];
       st.weights.push_back({Instr::BackwardWeight, c.chunk, c.micro_batch});
       break;
-    default:  // BackwardWeight: the zero-bubble algorithms take the oldest, a given order any
+    default:  // BackwardWeight: picked as the oldest, or in a given order any
       st.weights.erase(std::find_if(st.weights.begin(), st.weights.end(), [&](const Compute& w) {
         return w.chunk == c.chunk && w.micro_batch == c.micro_batch;
       }));
@@ -266,15 +373,13 @@ void Planner::run(int s, const Compute& c, int t) {
 }
 
 SchedulePlan Planner::plan(const std::function<std::string(int, size_t)>& position) {
-  const int per_stage = (algorithm_ == Algorithm::kForward       ? 1
-                         : algorithm_ == Algorithm::kInterleaved ? 2
-                                                                 : 3) *
-                        M_ * layout_.chunks;
-  int64_t remaining = static_cast<int64_t>(per_stage) * S_;
-  if (given_) {
-    remaining = 0;
-    for (const StageState& st : stages_) remaining += static_cast<int64_t>(st.order.size());
-  }
+  // Each micro-batch is forwarded, and unless forward-only, backwarded once per chunk: F, B and W, or F and a whole
+  // backward (interleaved).
+  int64_t remaining = 0;
+  for (const StageState& st : stages_)
+    for (const Group& group : st.order) remaining += static_cast<int64_t>(group.size());
+  if (pick_ != Pick::kOrder)
+    remaining = static_cast<int64_t>(pick_ == Pick::kForward ? 1 : 3) * M_ * layout_.chunks * S_;
   int t = 0;
   for (; remaining > 0; ++t) {
     bool progress = false;
@@ -285,14 +390,14 @@ SchedulePlan Planner::plan(const std::function<std::string(int, size_t)>& positi
       remaining -= static_cast<int64_t>(group.size());
       stages_[s].timeline.push_back(group);
     }
-    if (!progress && given_) {
+    if (!progress && position) {
       std::string waiting;
       for (int s = 0; s < S_; ++s)
         if (stages_[s].next < stages_[s].order.size())
           waiting += (waiting.empty() ? "" : ", ") + position(s, stages_[s].next);
       STRATA_CHECK(false, "deadlock: every stage waits for another: ", waiting);
     }
-    // Every algorithm here always has a ready instruction somewhere; an idle step everywhere is a planner bug.
+    // The orders strata makes never deadlock; an idle step everywhere is a planner bug.
     STRATA_INTERNAL_ASSERT(progress);
   }
   return transport(t);
@@ -352,7 +457,7 @@ SchedulePlan Planner::transport(int compute_steps) const {
             out.push_back({Instr::LoadMicroBatch, c->micro_batch, in.chunk});
           out.push_back(in);
         }
-      if (t == num_steps - 1 && (given_ || algorithm_ != Algorithm::kForward)) {
+      if (t == num_steps - 1 && (pick_ != Pick::kForward)) {
         out.push_back({Instr::ReduceTiedGrads});
         out.push_back({Instr::ReduceGrads});
         out.push_back({Instr::OptimizerStep});
@@ -360,6 +465,44 @@ SchedulePlan Planner::transport(int compute_steps) const {
     }
   }
   return plan;
+}
+
+// Each stage's order, from order(s).
+template <typename F>
+std::vector<Order> orders_of(int stages, F order) {
+  std::vector<Order> orders;
+  for (int s = 0; s < stages; ++s) orders.push_back(order(s));
+  return orders;
+}
+
+SchedulePlan make_plan(Algorithm algorithm, int M, StageLayout layout) {
+  const int S = layout.stages, v = layout.chunks;
+  switch (algorithm) {
+    case Algorithm::kInterleaved:
+      return Planner(Pick::kOrder, M, layout, orders_of(S, [&](int s) { return interleaved_order(M, S, v, s); }))
+          .plan();
+    case Algorithm::kZeroBubbleH1:
+      return Planner(Pick::kFillWeights, M, layout,
+                     orders_of(S, [&](int s) { return without_weights(loop_pattern_order(M, S, 1, s)); }))
+          .plan();
+    case Algorithm::kDualPipeV:
+      return Planner(Pick::kOrder, M, layout, orders_of(S, [&](int s) { return dualpipe_v_order(M, S, s); })).plan();
+    case Algorithm::kForward:
+      return Planner(Pick::kForward, M, layout).plan();
+    case Algorithm::kZeroBubble:
+      break;
+  }
+  // The greedy plan wins while micro-batches are few (M = S in the V: 1.5(S - 1) units fewer at S = 16), the
+  // paper's order mostly once they outnumber the stages by half, and its F and B filled with W where M is not a
+  // multiple of S on the loop. Keep the fewest steps, the first on a tie.
+  auto pattern = [&](int s) { return layout.v_shape ? v_pattern_order(M, S, s) : loop_pattern_order(M, S, v, s); };
+  SchedulePlan best = Planner(Pick::kGreedy, M, layout).plan();
+  for (SchedulePlan other :
+       {Planner(Pick::kOrder, M, layout, orders_of(S, [&](int s) { return singles(pattern(s)); })).plan(),
+        Planner(Pick::kFillWeights, M, layout, orders_of(S, [&](int s) { return without_weights(pattern(s)); }))
+            .plan()})
+    if (other.steps[0].size() < best.steps[0].size()) best = std::move(other);
+  return best;
 }
 
 std::shared_ptr<const SchedulePlan> plan_for(Algorithm algorithm, int micro_batches, StageLayout layout) {
@@ -379,19 +522,7 @@ std::shared_ptr<const SchedulePlan> plan_for(Algorithm algorithm, int micro_batc
         return cache.back().second;
       }
   }
-  SchedulePlan planned = Planner(algorithm, micro_batches, layout).plan();
-  if (algorithm == Algorithm::kZeroBubbleV) {
-    // The greedy order wins while micro-batches are few (M = S: 1.5(S - 1) units fewer at S = 16), the paper's
-    // once they outnumber the stages by about half (up to 2 units fewer at S = 16): keep whichever takes fewer
-    // steps, the greedy one on a tie. Both hold at most 1F1B's activations.
-    std::vector<std::vector<Instr>> orders;
-    for (int s = 0; s < layout.stages; ++s) orders.push_back(v_pattern_order(micro_batches, layout.stages, s));
-    SchedulePlan pattern = Planner(Algorithm::kForward, micro_batches, layout, &orders).plan([](int s, size_t i) {
-      return str("stage ", s, " compute ", i);
-    });
-    if (pattern.steps[0].size() < planned.steps[0].size()) planned = std::move(pattern);
-  }
-  auto plan = std::make_shared<const SchedulePlan>(std::move(planned));
+  auto plan = std::make_shared<const SchedulePlan>(make_plan(algorithm, micro_batches, layout));
   std::lock_guard lock(mutex);
   if (cache.size() == kCached) cache.erase(cache.begin());
   cache.emplace_back(std::move(key), plan);
@@ -410,7 +541,9 @@ SchedulePlan plan_compute_orders(const std::vector<std::vector<PipeInstruction>>
                        c.chunk < layout.chunks,
                    "plan_compute_orders: ", c, " is not a compute instruction of a micro-batch below ", micro_batches,
                    " and a chunk below ", layout.chunks);
-  return Planner(Algorithm::kForward, micro_batches, layout, &orders).plan(position);
+  std::vector<Order> given;
+  for (const auto& order : orders) given.push_back(singles(order));
+  return Planner(Pick::kOrder, micro_batches, layout, std::move(given)).plan(position);
 }
 
 PlannedSchedule::PlannedSchedule(int micro_batches, int stage_id, StageLayout layout,
@@ -457,6 +590,22 @@ StageLayout interleaved_layout(int micro_batches, int stages, int chunks) {
                "): Megatron's interleaving takes micro-batches through the chunks in groups of one per stage");
   return {stages, chunks, false};
 }
+
+StageLayout dualpipe_v_layout(int micro_batches, int stages) {
+  // Bad counts are left to PipeSchedule's checks.
+  STRATA_CHECK(stages < 1 || micro_batches < 1 || DualPipeVSchedule::defined_for(micro_batches, stages),
+               "DualPipeVSchedule: micro_batches (", micro_batches, ") must be at least twice the stages (", stages,
+               "): DualPipe's steady state pairs a forward of each chunk with a backward of the other");
+  return {stages, 2, true};
+}
+
+StageLayout zero_bubble_interleaved_layout(int stages, int chunks) {
+  STRATA_CHECK(chunks >= 2 && chunks <= std::numeric_limits<int16_t>::max(),
+               "ZeroBubbleInterleavedSchedule: chunks must be at least 2 (one chunk per stage is ZB-H1, \"zb-h1\") "
+               "and at most 32767, got ",
+               chunks);
+  return {stages, chunks, false};
+}
 }  // namespace
 
 Interleaved1F1BSchedule::Interleaved1F1BSchedule(int micro_batches, int stages, int stage_id, int chunks)
@@ -466,8 +615,16 @@ Interleaved1F1BSchedule::Interleaved1F1BSchedule(int micro_batches, int stages, 
 ZeroBubbleH1Schedule::ZeroBubbleH1Schedule(int micro_batches, int stages, int stage_id)
     : PlannedSchedule(micro_batches, stages, stage_id, {stages, 1, false}, PlanAlgorithm::kZeroBubbleH1, kName) {}
 
+ZeroBubbleInterleavedSchedule::ZeroBubbleInterleavedSchedule(int micro_batches, int stages, int stage_id, int chunks)
+    : PlannedSchedule(micro_batches, stages, stage_id, zero_bubble_interleaved_layout(stages, chunks),
+                      PlanAlgorithm::kZeroBubble, kName) {}
+
+DualPipeVSchedule::DualPipeVSchedule(int micro_batches, int stages, int stage_id)
+    : PlannedSchedule(micro_batches, stages, stage_id, dualpipe_v_layout(micro_batches, stages),
+                      PlanAlgorithm::kDualPipeV, kName) {}
+
 ZeroBubbleVSchedule::ZeroBubbleVSchedule(int micro_batches, int stages, int stage_id)
-    : PlannedSchedule(micro_batches, stages, stage_id, {stages, 2, true}, PlanAlgorithm::kZeroBubbleV, kName) {}
+    : PlannedSchedule(micro_batches, stages, stage_id, {stages, 2, true}, PlanAlgorithm::kZeroBubble, kName) {}
 
 ForwardSchedule::ForwardSchedule(int micro_batches, int stages, int stage_id, StageLayout layout)
     : PlannedSchedule(micro_batches, stages, stage_id, layout, PlanAlgorithm::kForward, kName) {}

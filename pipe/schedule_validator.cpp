@@ -120,6 +120,7 @@ class Simulator {
   const ValidateOptions& options_;
   std::string name_;
   int micro_batches_ = 0, num_steps_ = 0, step_id_ = 0, chunks_ = 1;
+  StageLayout layout_;
   bool training_ = true, pipelined_ = true;
   std::vector<int> ready_;  // stages that can run on
 };
@@ -150,6 +151,7 @@ Simulator::Simulator(const std::function<std::unique_ptr<PipeSchedule>(int)>& ma
       training_ = sched.is_training();
       pipelined_ = sched.is_pipelined();
       chunks_ = layout.chunks;
+      layout_ = layout;
     }
     const PipeSchedule& first = *stages_[0].schedule;
     if (sched.name() != first.name() || sched.micro_batches() != first.micro_batches() ||
@@ -261,6 +263,7 @@ ScheduleReport Simulator::run() {
   }
   report.bubble_fraction = 1 - static_cast<double>(compute) / (static_cast<double>(stages) * num_steps_);
   report.idle_fraction = report.time > 0 ? 1 - busy / (stages * report.time) : 0;
+  if (training_ && pipelined_) report.lower_bound = lower_bound(layout_, micro_batches_, options_.costs);
   return report;
 }
 
@@ -572,8 +575,10 @@ std::ostream& operator<<(std::ostream& os, const ScheduleReport& report) {
   line << "  steps " << report.steps << "  bubble " << report.bubble_fraction << '\n';
   line << std::defaultfloat << "time " << report.time << " (forward " << report.costs.forward << ", backward input "
        << report.costs.backward_input << ", backward weight " << report.costs.backward_weight << ", p2p "
-       << report.costs.p2p << ")  idle " << std::fixed << report.idle_fraction << std::defaultfloat
-       << "  peak activations " << report.peak_activations() << " stages\n";
+       << report.costs.p2p << ")";
+  if (report.lower_bound > 0) line << "  lower bound " << report.lower_bound;
+  line << "  idle " << std::fixed << report.idle_fraction << std::defaultfloat << "  peak activations "
+       << report.peak_activations() << " stages\n";
   os << line.str();
   for (size_t s = 0; s < report.per_stage.size(); ++s) {
     const StageReport& stage = report.per_stage[s];
@@ -582,6 +587,19 @@ std::ostream& operator<<(std::ostream& os, const ScheduleReport& report) {
        << '\n';
   }
   return os;
+}
+
+double lower_bound(StageLayout layout, int micro_batches, const ScheduleCosts& costs) {
+  const double f = costs.forward / layout.chunks, b = costs.backward_input / layout.chunks;
+  const double w = costs.backward_weight / layout.chunks, M = micro_batches;
+  const double forward_backward = M * (costs.forward + costs.backward_input);
+  double bound = 0;
+  for (int s = 0; s < layout.stages; ++s) {
+    const double head = s * (f + costs.p2p);
+    bound = std::max({bound, head + forward_backward + M * costs.backward_weight,
+                      head + forward_backward + s * (b + costs.p2p) + w});
+  }
+  return bound;
 }
 
 double ScheduleCosts::of(Instr::Kind kind) const {

@@ -44,8 +44,8 @@ const char* kUsage =
     "usage: strata-pipe <command> [options]\n"
     "  schedule  --schedule NAME --stages S --micro-batches M [--chunks v] [--stage s]\n"
     "            the instructions of each step, for stage s or for every stage; NAME is train (1F1B),\n"
-    "            inference, dataparallel, gpipe, interleaved (Megatron's, v chunks, default 2), zb-h1, zb-v or\n"
-    "            forward (v chunks, default 1)\n"
+    "            inference, dataparallel, gpipe, interleaved (Megatron's, v chunks, default 2), zb-h1,\n"
+    "            zb-interleaved (v chunks, default 2), zb-v, dualpipe-v or forward (v chunks, default 1)\n"
     "  export    --schedule NAME --stages S --micro-batches M [--chunks v] [--out FILE]\n"
     "            a training schedule as a file: a line per stage of actions in PyTorch's notation (0F0, 1I0, 1W0,\n"
     "            0SEND_F0, ...), which the --file options and PipelineEngineOptions::schedule_file read\n"
@@ -59,8 +59,9 @@ const char* kUsage =
     "            or misordered actions, transfers without a partner, deadlock, more than A stages' worth of\n"
     "            activations on a stage)\n"
     "  simulate  --stages S --micro-batches M [--forward F --backward-input B --backward-weight W --p2p L]\n"
-    "            [--chunks v] [--file F]   predicts every training schedule's time for one batch, idle fraction\n"
-    "            and peak activations from per-stage times (default 1 each, p2p 0), and recommends the fastest\n"
+    "            [--chunks v] [--file F]   predicts every training schedule's time for one batch, how far it\n"
+    "            is above the critical-path lower bound of its layout, idle fraction and peak activations from\n"
+    "            per-stage times (default 1 each, p2p 0), and recommends the fastest\n"
     "            that stays within 1F1B's activation memory; --file adds the file's schedule (its stages and\n"
     "            micro-batches then need not be given)\n"
     "  trace     --schedule NAME --stages S --micro-batches M [--chunks v] --out FILE  or  --file F --out FILE\n"
@@ -258,21 +259,23 @@ void run_simulate(const Options& opt) {
   std::cout << "stages " << stages << "  micro-batches " << micro_batches << "  forward " << costs.forward
             << "  backward input " << costs.backward_input << "  backward weight " << costs.backward_weight << "  p2p "
             << costs.p2p << "\n";
-  std::cout << "schedule      time   idle    peak activations (stages)\n";
+  std::cout << "schedule              time  over bound   idle  peak activations (stages)\n";
   for (const pipe::SchedulePrediction& p : predictions) {
     std::ostringstream label;
     label << p.schedule;
     const auto& registry = pipe::schedule_registry();
     const auto entry = std::ranges::find(registry, p.schedule, &pipe::ScheduleEntry::name);
     if (entry != registry.end() && entry->more_chunks && p.why_not.empty()) label << '/' << p.report.chunks;
-    std::cout << std::left << std::setw(12) << label.str();
+    std::cout << std::left << std::setw(18) << label.str();
     if (!p.why_not.empty()) {
       std::cout << "  not defined: " << p.why_not << "\n";
       continue;
     }
-    std::cout << std::right << std::setw(7) << std::setprecision(4) << p.report.time << "  " << std::fixed
-              << std::setprecision(3) << p.report.idle_fraction << std::defaultfloat << "  " << std::setw(6)
-              << p.report.peak_activations() << "\n";
+    std::ostringstream over;
+    over << '+' << std::fixed << std::setprecision(1) << 100 * (p.report.time / p.report.lower_bound - 1) << '%';
+    std::cout << std::right << std::setw(6) << std::setprecision(4) << p.report.time << std::setw(12) << over.str()
+              << "  " << std::fixed << std::setprecision(3) << p.report.idle_fraction << std::defaultfloat << "  "
+              << std::setw(6) << p.report.peak_activations() << "\n";
   }
   std::cout << "recommended: " << predictions[pipe::recommend(predictions)].schedule << "\n";
 }

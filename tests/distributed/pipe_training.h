@@ -121,18 +121,20 @@ inline pipe::PipelineModuleOptions module_options(int checkpoint_interval = 0, i
 }
 
 // The whole batch of a step, the same on every rank: replica d owns rows [d M R, (d + 1) M R).
-inline std::pair<Tensor, Tensor> whole_batch(int step, int replicas, ScalarType dtype, int64_t rows = kRows) {
+inline std::pair<Tensor, Tensor> whole_batch(int step, int replicas, ScalarType dtype, int64_t rows = kRows,
+                                             int count = kMicroBatches) {
   Generator gen(500 + step);
-  const int64_t n = replicas * kMicroBatches * rows;
+  const int64_t n = replicas * count * rows;
   return {randn({n, 6}, dtype, &gen), randint(3, {n}, kLong, &gen)};
 }
 
-// Yields this replica's micro-batches of a whole batch.
-inline pipe::DataIterator micro_batches(const Tensor& x, const Tensor& y, int replica, int64_t rows = kRows) {
+// Yields this replica's `count` micro-batches of a whole batch.
+inline pipe::DataIterator micro_batches(const Tensor& x, const Tensor& y, int replica, int64_t rows = kRows,
+                                        int count = kMicroBatches) {
   auto next = std::make_shared<int>(0);
   return [=]() -> std::optional<pipe::MicroBatch> {
-    if (*next == kMicroBatches) return std::nullopt;
-    const int64_t start = (replica * kMicroBatches + (*next)++) * rows;
+    if (*next == count) return std::nullopt;
+    const int64_t start = (replica * count + (*next)++) * rows;
     return pipe::MicroBatch{{x.narrow(0, start, rows)}, {y.narrow(0, start, rows)}};
   };
 }
@@ -159,8 +161,9 @@ struct Run {
   std::string schedule = "train";
   int checkpoint_interval = 0;
   Device device = Device(kCPU);  // of the pipelined model; the reference trains on the CPU
-  int chunks = 1;                // model chunks per stage (interleaved, zb-v)
-  bool v_shape = false;          // zb-v
+  int chunks = 1;                // model chunks per stage (interleaved, zb-interleaved, zb-v, dualpipe-v)
+  bool v_shape = false;          // zb-v, dualpipe-v
+  int micro_batches = kMicroBatches;
   // A schedule file to run instead of `schedule`, given the number of stages; none where empty.
   std::function<std::string(int stages)> schedule_file = {};
 };
@@ -176,7 +179,7 @@ inline void expect_matches_single_process(const Run& run) {
     model->to(run.device, run.dtype);
     auto sgd = std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions(0.1).momentum(0.9));
     pipe::PipelineEngine engine(model, grid, sgd,
-                                {.micro_batches = kMicroBatches,
+                                {.micro_batches = run.micro_batches,
                                  .schedule = run.schedule,
                                  .schedule_file = run.schedule_file ? run.schedule_file(stages) : std::string()});
 
@@ -185,8 +188,9 @@ inline void expect_matches_single_process(const Run& run) {
     optim::SGD reference_sgd(reference.parameters(), optim::SGDOptions(0.1).momentum(0.9));
 
     for (int step = 0; step < kSteps; ++step) {
-      auto [x, y] = whole_batch(step, replicas, run.dtype);
-      const double loss = engine.train_batch(micro_batches(x, y, grid.get_data_parallel_id()));
+      auto [x, y] = whole_batch(step, replicas, run.dtype, kRows, run.micro_batches);
+      const double loss =
+          engine.train_batch(micro_batches(x, y, grid.get_data_parallel_id(), kRows, run.micro_batches));
       reference_sgd.zero_grad();
       Tensor reference_loss = reference.compute_loss(reference.forward({x}), {y});
       reference_loss.backward();

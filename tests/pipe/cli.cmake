@@ -186,7 +186,7 @@ elseif(GROUP STREQUAL "validate")
   expect(unknown_schedule EXIT 1 STDERR_HAS "unknown schedule \"zigzag\""
     ARGS validate --schedule zigzag --stages 2 --micro-batches 4)
   expect(zb_v EXIT 0 ARGS validate --schedule zb-v --stages 2 --micro-batches 4 STDOUT [[schedule zb-v  stages 2  micro-batches 4  chunks 2  steps 25  bubble 0.0400
-time 12.5 (forward 1, backward input 1, backward weight 1, p2p 0)  idle 0.0400  peak activations 2 stages
+time 12.5 (forward 1, backward input 1, backward weight 1, p2p 0)  lower bound 12.5  idle 0.0400  peak activations 2 stages
 stage 0: compute 24 steps, peak live buffers 6 of 8, busy 12
 stage 1: compute 24 steps, peak live buffers 5 of 8, busy 12
 ]])
@@ -206,7 +206,7 @@ stage 1: compute 24 steps, peak live buffers 5 of 8, busy 12
   file(MAKE_DIRECTORY ${WORK_DIR})
   file(WRITE ${WORK_DIR}/mine.csv "# GPipe on two stages, by hand\n0F0,0F1,0B0,0B1\n1F0,1F1,1B0,1B1\n")
   expect(file EXIT 0 ARGS validate --file ${WORK_DIR}/mine.csv STDOUT [[schedule file  stages 2  micro-batches 2  steps 6  bubble 0.3333
-time 9 (forward 1, backward input 1, backward weight 1, p2p 0)  idle 0.3333  peak activations 2 stages
+time 9 (forward 1, backward input 1, backward weight 1, p2p 0)  lower bound 7  idle 0.3333  peak activations 2 stages
 stage 0: compute 4 steps, peak live buffers 2 of 2, busy 6
 stage 1: compute 4 steps, peak live buffers 2 of 2, busy 6
 ]])
@@ -223,24 +223,29 @@ stage 1: compute 4 steps, peak live buffers 2 of 2, busy 6
     validate --schedule train --stages 2 --micro-batches 2 --max-activations 1)
 
 elseif(GROUP STREQUAL "simulate")
-  # Forward, B and W one unit each: 1F1B idles 3(S - 1) units, ZB-H1 S - 1, ZB-V (S - 1) / 2.
+  # Forward, B and W one unit each: 1F1B idles 3(S - 1) units, ZB-H1 S - 1 and the looped ZB and ZB-V (S - 1) / 2,
+  # each the least its layout allows (0% over the bound).
   expect(unit_costs EXIT 0 ARGS simulate --stages 4 --micro-batches 8 STDOUT [[stages 4  micro-batches 8  forward 1  backward input 1  backward weight 1  p2p 0
-schedule      time   idle    peak activations (stages)
-train            33  0.273       4
-gpipe            33  0.273       8
-interleaved/2   28.5  0.158     5.5
-zb-h1            27  0.111       4
-zb-v           25.5  0.059       4
-recommended: zb-v
+schedule              time  over bound   idle  peak activations (stages)
+train                 33      +22.2%  0.273       4
+gpipe                 33      +22.2%  0.273       8
+interleaved/2       28.5      +11.8%  0.158     5.5
+zb-h1                 27       +0.0%  0.111       4
+zb-interleaved/2    25.5       +0.0%  0.059       4
+zb-v                25.5       +0.0%  0.059       4
+dualpipe-v            27       +5.9%  0.111     4.5
+recommended: zb-interleaved
 ]])
   expect(not_a_multiple EXIT 0 ARGS simulate --stages 4 --micro-batches 6 --p2p 0.25 --backward-weight 0.5
     STDOUT [[stages 4  micro-batches 6  forward 1  backward input 1  backward weight 0.5  p2p 0.25
-schedule      time   idle    peak activations (stages)
-train          28.5  0.474       4
-gpipe            30  0.500       6
-interleaved   not defined: micro-batches (6) must be a multiple of stages (4)
-zb-h1         27.25  0.450       4
-zb-v          32.75  0.542       4
+schedule              time  over bound   idle  peak activations (stages)
+train               28.5      +42.5%  0.474       4
+gpipe                 30      +50.0%  0.500       6
+interleaved         not defined: micro-batches (6) must be a multiple of stages (4)
+zb-h1              27.25      +36.3%  0.450       4
+zb-interleaved/2    33.5      +94.2%  0.552       4
+zb-v               32.75      +89.9%  0.542       4
+dualpipe-v          not defined: micro-batches (6) must be at least twice the stages (4)
 recommended: zb-h1
 ]])
   expect_usage_error(negative_time "--p2p expects a finite non-negative number, got '-1'"
@@ -254,14 +259,16 @@ recommended: zb-h1
   file(MAKE_DIRECTORY ${WORK_DIR})
   file(WRITE ${WORK_DIR}/mine.csv "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n")
   expect(file EXIT 0 ARGS simulate --file ${WORK_DIR}/mine.csv STDOUT [[stages 2  micro-batches 2  forward 1  backward input 1  backward weight 1  p2p 0
-schedule      time   idle    peak activations (stages)
-train             9  0.333       2
-gpipe             9  0.333       2
-interleaved/2    7.5  0.200       2
-zb-h1             7  0.143       2
-zb-v            6.5  0.077       2
-file              9  0.333       2
-recommended: zb-v
+schedule              time  over bound   idle  peak activations (stages)
+train                  9      +28.6%  0.333       2
+gpipe                  9      +28.6%  0.333       2
+interleaved/2        7.5      +15.4%  0.200       2
+zb-h1                  7       +0.0%  0.143       2
+zb-interleaved/2     6.5       +0.0%  0.077       2
+zb-v                 6.5       +0.0%  0.077       2
+dualpipe-v          not defined: micro-batches (2) must be at least twice the stages (2)
+file                   9      +28.6%  0.333       2
+recommended: zb-interleaved
 ]])
   expect_usage_error(file_other_counts "${WORK_DIR}/mine.csv schedules 2 stages x 2 micro-batches; leave out --stages and --micro-batches or give those"
     simulate --file ${WORK_DIR}/mine.csv --stages 4)

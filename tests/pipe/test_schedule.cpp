@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <climits>
 #include <set>
+#include <random>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -307,7 +308,8 @@ TEST(ScheduleValidator, MicroBatchIdsTravelWithTheMessages) {
 TEST(ScheduleValidator, ReportText) {
   EXPECT_EQ(text(validate_schedule("train", 8, 4)),
             "schedule train  stages 4  micro-batches 8  steps 22  bubble 0.2727\n"
-            "time 33 (forward 1, backward input 1, backward weight 1, p2p 0)  idle 0.2727  peak activations 4 stages\n"
+            "time 33 (forward 1, backward input 1, backward weight 1, p2p 0)  lower bound 27  idle 0.2727  peak "
+            "activations 4 stages\n"
             "stage 0: compute 16 steps, peak live buffers 4 of 4, busy 24\n"
             "stage 1: compute 16 steps, peak live buffers 3 of 3, busy 24\n"
             "stage 2: compute 16 steps, peak live buffers 2 of 2, busy 24\n"
@@ -316,8 +318,8 @@ TEST(ScheduleValidator, ReportText) {
   options.costs = {2, 3, 1, 0.5};
   EXPECT_EQ(text(validate_schedule("zb-v", 4, 2, options)),
             "schedule zb-v  stages 2  micro-batches 4  chunks 2  steps 25  bubble 0.0400\n"
-            "time 39.5 (forward 2, backward input 3, backward weight 1, p2p 0.5)  idle 0.3924  peak activations 2 "
-            "stages\n"
+            "time 39.5 (forward 2, backward input 3, backward weight 1, p2p 0.5)  lower bound 25.5  idle 0.3924  peak "
+            "activations 2 stages\n"
             "stage 0: compute 24 steps, peak live buffers 6 of 8, busy 24\n"
             "stage 1: compute 24 steps, peak live buffers 5 of 8, busy 24\n");
 }
@@ -532,10 +534,10 @@ TEST(PipeSchedule, BadArguments) {
   EXPECT_THROW_MSG(make_schedule("train", 4, 2, -1), "PipeSchedule: stage_id -1 is out of range for 2 stages");
   EXPECT_THROW_MSG(make_schedule("1f1b", 4, 2, 0),
                    "make_schedule: unknown schedule \"1f1b\"; expected train, inference, dataparallel, gpipe, "
-                   "interleaved, zb-h1, zb-v or forward");
+                   "interleaved, zb-h1, zb-interleaved, zb-v, dualpipe-v or forward");
   EXPECT_THROW_MSG(make_schedule("train", 4, 2, 0, 2),
-                   "make_schedule: the train schedule has 1 chunk per stage, got chunks = 2; only interleaved and "
-                   "forward take another number");
+                   "make_schedule: the train schedule has 1 chunk per stage, got chunks = 2; only interleaved, "
+                   "zb-interleaved and forward take another number");
   EXPECT_THROW_MSG(make_schedule("zb-v", 4, 2, 0, 3), "the zb-v schedule has 2 chunks per stage, got chunks = 3");
   EXPECT_THROW_MSG(make_schedule("interleaved", 6, 4, 0),
                    "Interleaved1F1BSchedule: micro_batches (6) must be a multiple of stages (4)");
@@ -558,7 +560,7 @@ TEST(PipeSchedule, BadArguments) {
   EXPECT_THROW_MSG(make_schedule("interleaved", 4, 0, 0), "PipeSchedule: stages must be at least 1, got 0");
   EXPECT_THROW_MSG(make_schedule("zb-v", 1 << 20, 64, 0), "zb-v schedule: planning 64 stages x 1048576 micro-batches");
   const std::vector<SchedulePrediction> one_chunk = simulate_schedules(4, 2, {}, 1);
-  EXPECT_EQ(one_chunk[2].why_not, "interleaving needs 2 or more chunks per stage, got 1");
+  EXPECT_EQ(one_chunk[2].why_not, "the loop needs 2 or more chunks per stage, got 1");
   EXPECT_THROW_MSG(ZeroBubbleVSchedule(4, 2, 0).step(25), "zb-v schedule: step 25 is out of range [0, 25)");
   EXPECT_THROW_MSG(TrainSchedule(4, 2, 0).step(10), "train schedule: step 10 is out of range [0, 10)");
   EXPECT_THROW_MSG(GPipeSchedule(4, 2, 0).step(-1), "gpipe schedule: step -1 is out of range [0, 10)");
@@ -750,13 +752,31 @@ TEST(PlannedSchedule, EveryShapeValidatesWithItsBubbleAndMemory) {
   for (int S = 1; S <= 16; ++S)
     for (int M = 1; M <= 64; ++M) {
       const std::string where = " M " + std::to_string(M) + " S " + std::to_string(S);
-      ScheduleReport train, h1, v;
+      ScheduleReport train, h1, v, dual;
       try {
         train = validate_schedule("train", M, S);
         h1 = validate_schedule("zb-h1", M, S);
         v = validate_schedule("zb-v", M, S);
+        if (M >= 2 * S) dual = validate_schedule("dualpipe-v", M, S);
       } catch (const Error& e) {
         FAIL() << where << ": " << e.what();
+      }
+      // No schedule beats the critical path. Once M >= S the last stage's wait for its first input bounds it, S - 1
+      // stage forwards on the loop, half as much in the V; ZB-H1 reaches it, as ZB-V does once M >= 2S.
+      for (const ScheduleReport* r : {&train, &h1, &v})
+        ASSERT_GE(r->time, r->lower_bound - 1e-9) << where << " " << r->schedule;
+      if (M >= S) {
+        ASSERT_EQ(train.lower_bound, 3.0 * M + S - 1) << where;
+        ASSERT_EQ(v.lower_bound, 3.0 * M + (S - 1) / 2.0) << where;
+        ASSERT_EQ(h1.time, h1.lower_bound) << where;
+      }
+      if (M >= 2 * S) {
+        ASSERT_NEAR(v.time, v.lower_bound, 1e-9) << where;
+        // DualPipeV's whole backwards in the steady state leave (S - 1) / 2 more than the V's bound, at S + 1/2
+        // stages' activations.
+        ASSERT_NEAR(dual.time - dual.lower_bound, (S - 1) / 2.0, 1e-9) << where;
+        ASSERT_EQ(dual.peak_activations(), S + 0.5) << where;
+        for (const StageReport& stage : dual.per_stage) ASSERT_EQ(stage.busy, 3.0 * M) << where;
       }
       // 1F1B idles 3(S - 1) units, ZB-H1 a third of that once M >= S: B and W fill what F leaves.
       ASSERT_EQ(train.time, 3.0 * (M + S - 1)) << where;
@@ -777,20 +797,39 @@ TEST(PlannedSchedule, EveryShapeValidatesWithItsBubbleAndMemory) {
       ASSERT_LE(v.peak_activations(), std::min(S, M)) << where;
       for (const ScheduleReport* r : {&h1, &v})
         for (const StageReport& stage : r->per_stage) ASSERT_EQ(stage.busy, 3.0 * M) << where;
-      for (int chunks = 2; chunks <= (S <= 8 ? 4 : 2) && M % S == 0; ++chunks) {
+      for (int chunks = 2; chunks <= (S <= 8 ? 4 : 2); ++chunks) {
         ValidateOptions options;
         options.chunks = chunks;
-        ScheduleReport interleaved;
+        ScheduleReport interleaved, looped;
         try {
-          interleaved = validate_schedule("interleaved", M, S, options);
+          if (M % S == 0) interleaved = validate_schedule("interleaved", M, S, options);
+          looped = validate_schedule("zb-interleaved", M, S, options);
         } catch (const Error& e) {
           FAIL() << where << " chunks " << chunks << ": " << e.what();
         }
-        ASSERT_EQ(interleaved.chunks, chunks);
         // Megatron's bubble: (S - 1)(F + B + W) / chunks, once past the all-warm-up case M = S.
-        if (M > S) {
+        if (M % S == 0) {
+          ASSERT_EQ(interleaved.chunks, chunks);
+          ASSERT_GE(interleaved.time, interleaved.lower_bound - 1e-9) << where << " v " << chunks;
+        }
+        if (M % S == 0 && M > S) {
           ASSERT_NEAR(interleaved.time - 3 * M, 3.0 * (S - 1) / chunks, 1e-9) << where << " v " << chunks;
         }
+        // The looped zero bubble reaches the bound, (S - 1) / chunks above the work, where M is a multiple of S, at
+        // 1F1B's peak; at the other M >= S it stays within 0.65 (S - 1) of it, under a fourth of 1F1B's bubble.
+        ASSERT_EQ(looped.chunks, chunks);
+        if (M >= S) {
+          ASSERT_NEAR(looped.lower_bound, 3.0 * M + (S - 1.0) / chunks, 1e-9) << where;
+        }
+        ASSERT_GE(looped.time, looped.lower_bound - 1e-9) << where << " v " << chunks;
+        if (M % S == 0) {
+          ASSERT_NEAR(looped.time, looped.lower_bound, 1e-9) << where << " v " << chunks;
+        }
+        if (M >= S) {
+          ASSERT_LE(looped.time - looped.lower_bound, 0.65 * (S - 1) + 1e-9) << where << " v " << chunks;
+        }
+        ASSERT_LE(looped.peak_activations(), std::min(S, M)) << where << " v " << chunks;
+        for (const StageReport& stage : looped.per_stage) ASSERT_NEAR(stage.busy, 3.0 * M, 1e-9) << where;
       }
     }
 }
@@ -850,12 +889,15 @@ TEST(PlannedSchedule, SimulateRecommendsTheFastestWithinOneFOneBMemory) {
   const std::vector<SchedulePrediction> p = simulate_schedules(8, 4, {});
   std::vector<std::string> names;
   for (const SchedulePrediction& x : p) names.push_back(x.schedule);
-  EXPECT_EQ(names, (std::vector<std::string>{"train", "gpipe", "interleaved", "zb-h1", "zb-v"}));
-  EXPECT_EQ(p[recommend(p)].schedule, "zb-v");
+  EXPECT_EQ(names, (std::vector<std::string>{"train", "gpipe", "interleaved", "zb-h1", "zb-interleaved", "zb-v",
+                                             "dualpipe-v"}));
+  // The looped and the V zero bubble tie at the bound; the first in the registry's order wins.
+  EXPECT_EQ(p[4].report.time, p[5].report.time);
+  EXPECT_EQ(p[recommend(p)].schedule, "zb-interleaved");
   // With a slow transfer the V's and the interleaving's extra hops cost more than their bubbles save.
   const std::vector<SchedulePrediction> slow = simulate_schedules(8, 4, {1, 1, 1, 2});
   EXPECT_EQ(slow[recommend(slow)].schedule, "train");
-  EXPECT_GT(slow[4].report.time, slow[0].report.time);
+  EXPECT_GT(slow[5].report.time, slow[0].report.time);
   const std::vector<SchedulePrediction> odd = simulate_schedules(6, 4, {});
   EXPECT_EQ(odd[2].why_not, "micro-batches (6) must be a multiple of stages (4)");
   EXPECT_EQ(odd[2].report.steps, 0);
@@ -863,6 +905,26 @@ TEST(PlannedSchedule, SimulateRecommendsTheFastestWithinOneFOneBMemory) {
   const std::vector<SchedulePrediction> gpipe_only_fast = simulate_schedules(2, 4, {});
   EXPECT_NE(gpipe_only_fast[recommend(gpipe_only_fast)].schedule, "gpipe");
   EXPECT_THROW_MSG(validate_schedule("zb-h1", 4, 2, {0, {1, -1, 1, 0}, {}}), "costs must be non-negative");
+}
+
+// The lower bound holds for every training schedule at any costs: random ones, transfers included.
+TEST(PlannedSchedule, NoScheduleBeatsTheLowerBound) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> cost(0.0, 2.0);
+  for (int trial = 0; trial < 40; ++trial) {
+    const ScheduleCosts costs{cost(rng), cost(rng), cost(rng), trial % 2 ? cost(rng) : 0};
+    const int S = 1 + trial % 6, M = S + trial % 7 * S / 2;
+    for (const SchedulePrediction& p : simulate_schedules(M, S, costs)) {
+      if (!p.why_not.empty()) continue;
+      EXPECT_GT(p.report.lower_bound, 0) << p.schedule;
+      EXPECT_GE(p.report.time, p.report.lower_bound - 1e-9)
+          << p.schedule << " M " << M << " S " << S << " costs " << costs.forward << " " << costs.backward_input << " "
+          << costs.backward_weight << " " << costs.p2p;
+    }
+  }
+  // Forward-only and replicated schedules have none.
+  EXPECT_EQ(validate_schedule("inference", 4, 2).lower_bound, 0);
+  EXPECT_EQ(validate_schedule("dataparallel", 4, 2).lower_bound, 0);
 }
 
 TEST(PlannedSchedule, ChromeTraceLabelsChunksAndSplitBackward) {

@@ -52,9 +52,9 @@ TEST(ScheduleRegistry, EveryNameHasOneRowAndEveryScheduleItsName) {
   EXPECT_EQ(make_schedule("interleaved", 4, 2, 0, 3)->layout(), (StageLayout{2, 3, false}));
   EXPECT_THROW_MSG(schedule_entry("1f1b"),
                    "make_schedule: unknown schedule \"1f1b\"; expected train, inference, "
-                   "dataparallel, gpipe, interleaved, zb-h1, zb-v or forward");
+                   "dataparallel, gpipe, interleaved, zb-h1, zb-interleaved, zb-v, dualpipe-v or forward");
   EXPECT_EQ(schedule_entry("interleaved").why_not(6, 4, 2), "micro-batches (6) must be a multiple of stages (4)");
-  EXPECT_EQ(schedule_entry("interleaved").why_not(4, 4, 1), "interleaving needs 2 or more chunks per stage, got 1");
+  EXPECT_EQ(schedule_entry("interleaved").why_not(4, 4, 1), "the loop needs 2 or more chunks per stage, got 1");
   EXPECT_EQ(schedule_entry("zb-v").why_not(3, 4, 2), "");
 }
 

@@ -9,9 +9,11 @@ ScheduleGPipe) in their compute-only form, a line of PipelineScheduleSingle.pipe
 PipelineScheduleMulti._dump_csv writes it, and the multi-chunk ones with PyTorch's own
 _PipelineScheduleRuntime._dump_csv, transfers included (format "compute_comms"). Where PyTorch refuses the counts
 (DualPipeV wants at least as many micro-batches as virtual stages) it writes OUT_DIR/<name>_S<S>.refused with its
-message instead. It writes ScheduleZBVZeroBubble for S = 2 to 16 stages and S to 4S micro-batches, and some shapes
-of 24 and 32 stages, as OUT_DIR/zbv/S<S>_M<M>.csv, which PipeSchedules.ZeroBubbleVIsAtOrBelowPyTorchs holds strata's
-zb-v against. Last it writes OUT_DIR/layouts.txt, a line "<name> <chunks> <loop|v>" per schedule, so a directory
+message instead. Then the sweeps that PipeSchedules.*PyTorchs hold strata's schedules against:
+ScheduleZBVZeroBubble for S = 2 to 16 stages and S to 4S micro-batches, and some shapes of 24 and 32 stages, as
+OUT_DIR/zbv/S<S>_M<M>.csv; ScheduleInterleavedZeroBubble with 2 and 3 chunks per rank for S = 2 to 12 and S to 4S
+micro-batches where it takes them, as OUT_DIR/interleaved_zb/S<S>_M<M>_v<chunks>.csv; ScheduleDualPipeV for S = 2
+to 8 and 2S to 4S micro-batches, as OUT_DIR/dualpipev/S<S>_M<M>.csv. Last it writes OUT_DIR/layouts.txt, a line "<name> <chunks> <loop|v>" per schedule, so a directory
 with that file is complete.
 
 Schedules are built without processes: each rank's stages are stand-ins with the attributes a schedule reads.
@@ -79,13 +81,26 @@ def main():
                     csv.writer(f).writerows(schedule.pipeline_order[r] for r in range(ranks))
             else:
                 schedule._dump_csv(path, format="compute_comms")
-    sweep = os.path.join(out, "zbv")
-    os.makedirs(sweep, exist_ok=True)
-    shapes = [(s, m) for s in range(2, 17) for m in range(s, 4 * s + 1)]
-    shapes += [(s, m) for s in (24, 32) for m in sorted({s, s + 1, 3 * s // 2, 2 * s - 1, 2 * s, 4 * s})]
-    for stages, micro_batches_v in shapes:
-        schedule = make(schedules.ScheduleZBVZeroBubble, stages, micro_batches_v, 2, True)
-        schedule._dump_csv(os.path.join(sweep, f"S{stages}_M{micro_batches_v}.csv"), format="compute_comms")
+    zbv = [(s, m, 2) for s in range(2, 17) for m in range(s, 4 * s + 1)]
+    zbv += [(s, m, 2) for s in (24, 32) for m in sorted({s, s + 1, 3 * s // 2, 2 * s - 1, 2 * s, 4 * s})]
+    sweeps = {
+        "zbv": (schedules.ScheduleZBVZeroBubble, True, zbv),
+        "interleaved_zb": (
+            schedules.ScheduleInterleavedZeroBubble,
+            False,
+            [(s, m, v) for v in (2, 3) for s in range(2, 13) for m in range(s, 4 * s + 1)],
+        ),
+        "dualpipev": (schedules.ScheduleDualPipeV, True, [(s, m, 2) for s in range(2, 9) for m in range(2 * s, 4 * s + 1)]),
+    }
+    for sweep, (cls, v_shape, shapes) in sweeps.items():
+        os.makedirs(os.path.join(out, sweep), exist_ok=True)
+        for stages, micro_batches_s, chunks in shapes:
+            try:
+                schedule = make(cls, stages, micro_batches_s, chunks, v_shape)
+            except ValueError:  # the looped ZB wants M a multiple of its rounds, max(1, M // S)
+                continue
+            name = f"S{stages}_M{micro_batches_s}" + (f"_v{chunks}" if not v_shape else "")
+            schedule._dump_csv(os.path.join(out, sweep, name + ".csv"), format="compute_comms")
     with open(os.path.join(out, "layouts.txt"), "w") as f:
         for name, (_, chunks, v_shape) in SCHEDULES.items():
             f.write(f"{name} {chunks} {'v' if v_shape else 'loop'}\n")
