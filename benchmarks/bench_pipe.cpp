@@ -60,6 +60,7 @@
 #include <strata/pipe/engine.h>
 #include <strata/pipe/partition.h>
 #include <strata/pipe/schedule.h>
+#include <strata/pipe/schedule_validator.h>
 #include <strata/tensor/creation.h>
 
 #include "bench_common.h"

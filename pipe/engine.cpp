@@ -19,6 +19,8 @@
 #include "strata/distributed/tensor_meta.h"
 #include "strata/nn/data_parallel.h"
 #include "strata/nn/safetensors.h"
+#include "strata/pipe/planned_schedule.h"
+#include "strata/pipe/trace.h"
 #include "strata/tensor/creation.h"
 #include "strata/tensor/cuda.h"
 

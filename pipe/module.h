@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "strata/nn/module.h"
-#include "strata/pipe/schedule.h"
+#include "strata/pipe/layout.h"
 #include "strata/pipe/topology.h"
 
 namespace strata::pipe {

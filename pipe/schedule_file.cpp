@@ -12,6 +12,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "strata/pipe/schedule_validator.h"
 #include "strata/tensor/error.h"
 
 namespace strata::pipe {

@@ -28,7 +28,7 @@
 #include <string_view>
 #include <vector>
 
-#include "strata/pipe/schedule.h"
+#include "strata/pipe/planned_schedule.h"
 
 namespace strata::pipe {
 

@@ -1,11 +1,11 @@
-// The schedule validator (a lockstep simulation of every stage), its report and the Chrome trace built on it.
+// The schedule validator (a lockstep simulation of every stage), its report and the lower bound beside it.
 
 #include <algorithm>
 #include <iomanip>
 #include <limits>
 #include <sstream>
 
-#include "strata/pipe/schedule.h"
+#include "strata/pipe/schedule_validator.h"
 #include "strata/tensor/error.h"
 
 namespace strata::pipe {
@@ -615,101 +615,6 @@ double ScheduleCosts::of(Instr::Kind kind) const {
     default:
       return 0;
   }
-}
-
-std::vector<SchedulePrediction> simulate_schedules(int micro_batches, int stages, const ScheduleCosts& costs,
-                                                   int chunks) {
-  std::vector<SchedulePrediction> out;
-  for (const ScheduleEntry& entry : schedule_registry()) {
-    if (!entry.training || !entry.pipelined) continue;
-    const int own = entry.more_chunks && chunks != 0 ? chunks : entry.chunks;
-    SchedulePrediction p{std::string(entry.name), entry.why_not(micro_batches, stages, own), {}};
-    if (p.why_not.empty())
-      p.report = validate_schedule(entry.name, micro_batches, stages, {entry.more_chunks ? own : 0, costs, {}});
-    out.push_back(std::move(p));
-  }
-  return out;
-}
-
-size_t recommend(const std::vector<SchedulePrediction>& predictions) {
-  double budget = std::numeric_limits<double>::infinity();
-  for (const SchedulePrediction& p : predictions)
-    if (p.schedule == TrainSchedule::kName && p.why_not.empty()) budget = p.report.peak_activations();
-  size_t best = predictions.size();
-  for (size_t i = 0; i < predictions.size(); ++i) {
-    const SchedulePrediction& p = predictions[i];
-    if (!p.why_not.empty() || p.report.peak_activations() > budget + 1e-9) continue;
-    if (best == predictions.size() || p.report.time < predictions[best].report.time) best = i;
-  }
-  STRATA_CHECK(best < predictions.size(), "recommend: no schedule fits 1F1B's activation memory among ",
-               predictions.size(), " predictions");
-  return best;
-}
-
-void write_trace_json(std::ostream& os, const std::vector<std::string>& rows, const std::vector<TraceSlice>& slices) {
-  std::ostringstream body;
-  for (size_t r = 0; r < rows.size(); ++r)
-    body << (r ? "," : "") << "\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":" << r
-         << ",\"args\":{\"name\":\"" << rows[r] << "\"}}";
-  for (const TraceSlice& e : slices) {
-    body << ",\n{\"name\":\"";
-    // Compute slices by their short names (zero bubble's B is BackwardInput), the rest in full.
-    const Instr::Kind kind = e.instruction.kind;
-    if (is_compute(kind)) {
-      body << (kind == Instr::ForwardPass     ? "F"
-               : kind == Instr::BackwardPass  ? "B"
-               : kind == Instr::BackwardInput ? "BI"
-                                              : "W")
-           << e.micro_batch;
-      if (e.instruction.chunk != 0) body << " chunk " << e.instruction.chunk;
-    } else {
-      body << e.instruction;
-    }
-    body << "\",\"ph\":\"X\",\"pid\":0,\"tid\":" << e.row << ",\"ts\":" << e.start_us << ",\"dur\":" << e.duration_us
-         << ",\"args\":{";
-    if (e.instruction.has_buffer())
-      body << "\"micro_batch\":" << e.micro_batch << ",\"buffer\":" << e.instruction.buffer_id
-           << ",\"chunk\":" << e.instruction.chunk << ",";
-    body << "\"step\":" << e.step << "}}";
-  }
-  os << "{\"traceEvents\":[" << body.str() << "\n]}\n";
-}
-
-void write_chrome_trace(std::ostream& os, std::string_view name, int micro_batches, int stages, int chunks) {
-  write_chrome_trace(
-      os, [&](int s) { return make_schedule(name, micro_batches, stages, s, chunks); }, stages);
-}
-
-void write_chrome_trace(std::ostream& os, const std::function<std::unique_ptr<PipeSchedule>(int stage_id)>& make_stage,
-                        int stages) {
-  // The slices are collected first, so a schedule that fails validation throws before anything is written.
-  constexpr int kStepMicros = 1000;
-  std::vector<TraceSlice> slices;
-  // The events of one step arrive together (all stages finish step t before step t + 1 starts); they are
-  // held until the step ends, when each stage's count of instructions is known.
-  std::vector<TraceEvent> pending;
-  std::vector<int> count(stages);
-  auto flush = [&] {
-    std::fill(count.begin(), count.end(), 0);
-    for (const TraceEvent& e : pending) ++count[e.stage];
-    for (const TraceEvent& e : pending) {
-      const int dur = kStepMicros / count[e.stage];
-      slices.push_back({e.stage, static_cast<double>(static_cast<int64_t>(e.step) * kStepMicros + e.position * dur),
-                        static_cast<double>(dur), e.instruction, e.micro_batch, e.step});
-    }
-    pending.clear();
-  };
-  ValidateOptions options;
-  options.max_stage_steps = kMaxTracedStageSteps;
-  options.on_event = [&](const TraceEvent& e) {
-    if (!pending.empty() && e.step != pending.front().step) flush();
-    pending.push_back(e);
-  };
-  validate_schedule(make_stage, stages, options);
-  flush();
-  std::vector<std::string> rows;
-  for (int s = 0; s < stages; ++s) rows.push_back("stage " + std::to_string(s));
-  write_trace_json(os, rows, slices);
 }
 
 }  // namespace strata::pipe

@@ -16,6 +16,9 @@
 #include <strata/pipe/partition.h>
 #include <strata/pipe/schedule.h>
 #include <strata/pipe/schedule_file.h>
+#include <strata/pipe/schedule_validator.h>
+#include <strata/pipe/simulate.h>
+#include <strata/pipe/trace.h>
 #include <strata/pipe/topology.h>
 
 #include <algorithm>

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 #include <strata/optim/adam.h>
+#include <strata/pipe/schedule_validator.h>
 
 #include "pipe_training.h"
 

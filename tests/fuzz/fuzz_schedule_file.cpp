@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "strata/pipe/schedule_file.h"
+#include "strata/pipe/schedule_validator.h"
 #include "strata/tensor/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -105,7 +105,7 @@ stage 1
     ARGS schedule --schedule train --stages 2 --micro-batches 4 --stage 2)
   expect(unknown_schedule EXIT 1 STDERR_HAS "strata-pipe: make_schedule: unknown schedule \"zigzag\""
     ARGS schedule --schedule zigzag --stages 2 --micro-batches 4)
-  # ZB-H1 (pipe/schedule_plan.cpp): 1F1B's order of F and B, with W where the stage would wait.
+  # ZB-H1 (pipe/planned_schedule.cpp): 1F1B's order of F and B, with W where the stage would wait.
   expect(zb_h1 EXIT 0 ARGS schedule --schedule zb-h1 --stages 2 --micro-batches 3 --stage 1 STDOUT [[0:
 1: RecvActivation(0) LoadMicroBatch(0) ForwardPass(0)
 2: RecvActivation(1) BackwardInput(0)

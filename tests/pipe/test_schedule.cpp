@@ -9,7 +9,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "strata/pipe/planned_schedule.h"
 #include "strata/pipe/schedule.h"
+#include "strata/pipe/schedule_validator.h"
+#include "strata/pipe/simulate.h"
+#include "strata/pipe/trace.h"
 #include "../helpers.h"
 
 namespace strata::pipe {

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "strata/pipe/schedule_file.h"
+#include "strata/pipe/schedule_validator.h"
 #include "../helpers.h"
 
 namespace strata::pipe {
@@ -35,14 +36,15 @@ std::vector<std::vector<ScheduleAction>> computes(const std::function<std::uniqu
 }
 
 TEST(ScheduleRegistry, EveryNameHasOneRowAndEveryScheduleItsName) {
-  const std::vector<std::string_view> expected = {"train",       "inference", "dataparallel", "gpipe",
-                                                  "interleaved", "zb-h1",     "zb-v",         "forward"};
+  const std::vector<std::string_view> expected = {"train",       "inference", "dataparallel",   "gpipe",
+                                                  "interleaved", "zb-h1",     "zb-interleaved", "zb-v",
+                                                  "dualpipe-v",  "forward"};
   EXPECT_EQ(schedule_names(), expected);
   for (const ScheduleEntry& entry : schedule_registry()) {
     SCOPED_TRACE(std::string(entry.name));
     EXPECT_EQ(&schedule_entry(entry.name), &entry);
     // make_schedule takes every name the schedules report, "forward" included.
-    const auto schedule = make_schedule(entry.name, 4, 2, 1);
+    const auto schedule = make_schedule(entry.name, 4, 2, 1);  // dualpipe-v's least: twice the stages
     EXPECT_EQ(schedule->name(), entry.name);
     EXPECT_EQ(schedule->is_training(), entry.training);
     EXPECT_EQ(schedule->is_pipelined(), entry.pipelined);
@@ -50,12 +52,20 @@ TEST(ScheduleRegistry, EveryNameHasOneRowAndEveryScheduleItsName) {
   }
   EXPECT_EQ(make_schedule("forward", 4, 2, 0, 3)->layout(), (StageLayout{2, 3, false}));
   EXPECT_EQ(make_schedule("interleaved", 4, 2, 0, 3)->layout(), (StageLayout{2, 3, false}));
+  EXPECT_EQ(make_schedule("zb-interleaved", 5, 2, 0, 3)->layout(), (StageLayout{2, 3, false}));
   EXPECT_THROW_MSG(schedule_entry("1f1b"),
                    "make_schedule: unknown schedule \"1f1b\"; expected train, inference, "
                    "dataparallel, gpipe, interleaved, zb-h1, zb-interleaved, zb-v, dualpipe-v or forward");
   EXPECT_EQ(schedule_entry("interleaved").why_not(6, 4, 2), "micro-batches (6) must be a multiple of stages (4)");
   EXPECT_EQ(schedule_entry("interleaved").why_not(4, 4, 1), "the loop needs 2 or more chunks per stage, got 1");
   EXPECT_EQ(schedule_entry("zb-v").why_not(3, 4, 2), "");
+  EXPECT_EQ(schedule_entry("zb-interleaved").why_not(5, 4, 1), "the loop needs 2 or more chunks per stage, got 1");
+  EXPECT_EQ(schedule_entry("zb-interleaved").why_not(5, 4, 2), "");
+  EXPECT_EQ(schedule_entry("dualpipe-v").why_not(7, 4, 2), "micro-batches (7) must be at least twice the stages (4)");
+  EXPECT_THROW_MSG(make_schedule("dualpipe-v", 7, 4, 0),
+                   "DualPipeVSchedule: micro_batches (7) must be at least twice the stages (4)");
+  EXPECT_THROW_MSG(make_schedule("zb-interleaved", 4, 2, 0, 1),
+                   "ZeroBubbleInterleavedSchedule: chunks must be at least 2");
 }
 
 TEST(ScheduleFile, ActionsPrintInPyTorchsNotation) {

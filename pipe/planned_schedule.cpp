@@ -24,7 +24,7 @@
 #include <string>
 #include <tuple>
 
-#include "strata/pipe/schedule.h"
+#include "strata/pipe/planned_schedule.h"
 #include "strata/tensor/error.h"
 
 namespace strata::pipe {
