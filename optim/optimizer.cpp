@@ -116,7 +116,26 @@ void Optimizer::set_lr(double lr) {
 namespace {
 
 std::string group_prefix(size_t g) { return "param_groups." + std::to_string(g) + "."; }
-std::string state_prefix(size_t i) { return "state." + std::to_string(i) + "."; }
+
+// The prefix of each of `count` parameters' state keys: "state.<i>." (names null) or "state.<names[i]>.", empty
+// for a parameter named "" (left out). Checks that the names name every parameter once.
+std::vector<std::string> state_prefixes(size_t count, const std::vector<std::string>* names, const std::string& where) {
+  std::vector<std::string> prefixes(count);
+  if (!names) {
+    for (size_t i = 0; i < count; ++i) prefixes[i] = "state." + std::to_string(i) + ".";
+    return prefixes;
+  }
+  STRATA_CHECK(names->size() == count, where, ": got ", names->size(), " names for ", count, " parameters");
+  std::map<std::string, size_t> seen;
+  for (size_t i = 0; i < count; ++i) {
+    const std::string& name = (*names)[i];
+    if (name.empty()) continue;
+    auto [it, added] = seen.emplace(name, i);
+    STRATA_CHECK(added, where, ": parameters ", it->second, " and ", i, " are both named \"", name, "\"");
+    prefixes[i] = "state." + name + ".";
+  }
+  return prefixes;
+}
 
 // The numbers of a group of `count` parameters whose first is number `first`.
 Tensor param_numbers(size_t first, size_t count) {
@@ -138,22 +157,32 @@ const Tensor& detail::state_entry(const StateDict& dict, const std::string& key,
   return t;
 }
 
-StateDict Optimizer::state_dict() const {
+StateDict Optimizer::state_dict() const { return save(nullptr); }
+StateDict Optimizer::state_dict(const std::vector<std::string>& names) const { return save(&names); }
+void Optimizer::load_state_dict(const StateDict& dict) { load(dict, nullptr, /*strict=*/true); }
+void Optimizer::load_state_dict(const StateDict& dict, const std::vector<std::string>& names, bool strict) {
+  load(dict, &names, strict);
+}
+
+StateDict Optimizer::save(const std::vector<std::string>* names) const {
+  const std::vector<std::string> prefixes = state_prefixes(state_.size(), names, name_ + "::state_dict");
   StateDict dict;
   size_t first = 0;
   for (size_t g = 0; g < groups_.size(); ++g) {
     const std::string prefix = group_prefix(g);
     for (auto& [name, value] : groups_[g].options_->to_tensors()) dict.emplace(prefix + name, value);
-    dict.emplace(prefix + "params", param_numbers(first, groups_[g].params_.size()));
+    if (!names) dict.emplace(prefix + "params", param_numbers(first, groups_[g].params_.size()));
     first += groups_[g].params_.size();
   }
   for (size_t i = 0; i < state_.size(); ++i)
-    for (auto& [name, value] : state_[i]) dict.emplace(state_prefix(i) + name, value);
+    if (!prefixes[i].empty())
+      for (auto& [name, value] : state_[i]) dict.emplace(prefixes[i] + name, value);
   return dict;
 }
 
-void Optimizer::load_state_dict(const StateDict& dict) {
+void Optimizer::load(const StateDict& dict, const std::vector<std::string>* names, bool strict) {
   const std::string where = name_ + "::load_state_dict";
+  const std::vector<std::string> prefixes = state_prefixes(state_.size(), names, where);
   std::set<std::string> used;  // the keys read, so that any other key can be named as unexpected
 
   // Note [load before commit]: the new options and state are built and checked aside and only
@@ -168,12 +197,14 @@ void Optimizer::load_state_dict(const StateDict& dict) {
     const std::string prefix = group_prefix(g);
     const size_t count = group.params_.size();
 
-    const std::string params_key = prefix + "params";
-    const Tensor& numbers = detail::state_entry(dict, params_key, {static_cast<int64_t>(count)}, kLong, where);
-    STRATA_CHECK(numbers.ne(param_numbers(first, count)).sum().item<int64_t>() == 0, where, ": \"", params_key,
-                 "\" holds ", numbers, " but this optimizer's group ", g, " has parameters ",
-                 param_numbers(first, count), " (the param groups differ)");
-    used.insert(params_key);
+    if (!names) {  // by number: the groups must hold the same parameters
+      const std::string params_key = prefix + "params";
+      const Tensor& numbers = detail::state_entry(dict, params_key, {static_cast<int64_t>(count)}, kLong, where);
+      STRATA_CHECK(numbers.ne(param_numbers(first, count)).sum().item<int64_t>() == 0, where, ": \"", params_key,
+                   "\" holds ", numbers, " but this optimizer's group ", g, " has parameters ",
+                   param_numbers(first, count), " (the param groups differ)");
+      used.insert(params_key);
+    }
 
     StateDict values;
     for (auto& [name, current] : group.options_->to_tensors()) {
@@ -184,17 +215,18 @@ void Optimizer::load_state_dict(const StateDict& dict) {
     options.back()->from_tensors(values);
     options.back()->check(where + ": \"" + prefix.substr(0, prefix.size() - 1) + "\"");
 
-    std::vector<std::string> names = state_names(*options.back());
+    std::vector<std::string> buffers = state_names(*options.back());
     for (const std::string& name : optional_list)
-      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+      if (std::find(buffers.begin(), buffers.end(), name) == buffers.end()) buffers.push_back(name);
     for (size_t i = first; i < first + count; ++i) {
-      const std::string state_key = state_prefix(i);
+      const std::string& state_key = prefixes[i];
+      if (state_key.empty()) continue;  // left out
       bool any = false;
-      for (const std::string& name : names) any = any || dict.contains(state_key + name);
+      for (const std::string& name : buffers) any = any || dict.contains(state_key + name);
       if (!any) continue;  // not stepped yet
       const Tensor& p = group.params_[i - first];
       NoGradGuard no_grad;
-      for (const std::string& name : names) {
+      for (const std::string& name : buffers) {
         const std::string key = state_key + name;
         if (!dict.contains(key) && optional.contains(name)) continue;
         const Tensor& value = name == "step" ? detail::state_entry(dict, key, {}, kLong, where)
@@ -210,9 +242,10 @@ void Optimizer::load_state_dict(const StateDict& dict) {
     }
     first += count;
   }
-  for (const auto& [key, value] : dict)
-    STRATA_CHECK(used.contains(key), where, ": unexpected key \"", key, "\" (this optimizer has ", state_.size(),
-                 " parameters in ", groups_.size(), " param groups)");
+  if (strict)
+    for (const auto& [key, value] : dict)
+      STRATA_CHECK(used.contains(key), where, ": unexpected key \"", key, "\" (this optimizer has ", state_.size(),
+                   " parameters in ", groups_.size(), " param groups)");
 
   for (size_t g = 0; g < groups_.size(); ++g) groups_[g].options_ = std::move(options[g]);
   state_ = std::move(state);

@@ -12,6 +12,8 @@
 //   }
 //   optim::StateDict saved = opt.state_dict();   // checkpoint it beside the model's state dict
 //   opt.load_state_dict(saved);                  // on resume, into an optimizer made the same way
+//   optim::StateDict named = opt.state_dict({"weight", "bias"});  // keyed by name: the order may change
+//   opt.load_state_dict(named, {"weight", "bias"});
 //
 //   // No weight decay for biases: a second group with its own options.
 //   optim::AdamW opt2({optim::OptimizerParamGroup({model->weight}),
@@ -26,6 +28,11 @@
 //                                    them); step() reads it without waiting for a GPU
 //   state.<i>.<buffer>               shaped and typed as parameter i, on its device: "momentum_buffer", "exp_avg", ...
 // A parameter has no state entries before its first step.
+//
+// state_dict(names) holds the same keyed by parameter name, for checkpoints that outlive the parameters' order
+// (a pipeline saved in one layout and loaded in another); names[i] names parameter i:
+//   param_groups.<g>.<name>          as above; there is no "param_groups.<g>.params"
+//   state.<names[i]>.<buffer>        as state.<i>.<buffer>
 
 #include <cstddef>
 #include <map>
@@ -108,6 +115,11 @@ class Optimizer {
   /// (a checkpoint read from a file is on the CPU). Every name, shape, dtype and value is checked first; on a
   /// bad dict it throws naming the key and leaves the optimizer unchanged.
   void load_state_dict(const StateDict& dict);
+  /// state_dict() keyed by name: names[i] (unique) names parameter i over all groups; "" leaves its state out.
+  StateDict state_dict(const std::vector<std::string>& names) const;
+  /// Loads a state_dict(names) as load_state_dict(dict) does ("" loads no state); strict = false skips entries
+  /// it does not read, as nn::Module's, so a whole model's dict loads into an optimizer over part of it.
+  void load_state_dict(const StateDict& dict, const std::vector<std::string>& names, bool strict = true);
 
  protected:
   /// Checks every parameter and group; groups without options get a copy of `defaults`. `name` ("SGD")
@@ -135,6 +147,11 @@ class Optimizer {
   std::string name_;                         ///< the optimizer's name as errors start with it, e.g. "SGD"
   std::vector<OptimizerParamGroup> groups_;  ///< the param groups, each with its options
   std::vector<ParamState> state_;            ///< indexed by parameter number, across groups in order
+
+ private:
+  // The two state dicts: keyed by parameter number (names null) or by name.
+  StateDict save(const std::vector<std::string>* names) const;
+  void load(const StateDict& dict, const std::vector<std::string>* names, bool strict);
 };
 
 namespace detail {

@@ -4,10 +4,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <limits>
-#include <iomanip>
 #include <sstream>
 #include <map>
 #include <unordered_set>
@@ -18,7 +16,6 @@
 #include "strata/distributed/flight_recorder.h"
 #include "strata/distributed/tensor_meta.h"
 #include "strata/nn/data_parallel.h"
-#include "strata/nn/safetensors.h"
 #include "strata/pipe/planned_schedule.h"
 #include "strata/pipe/trace.h"
 #include "strata/tensor/creation.h"
@@ -132,13 +129,6 @@ Device stage_device(const PipelineModule& module, const PipelineParallelGrid& gr
                "); put every stage's module on the same kind of device");
   if (own) return *own;
   return highest == kGpu ? cuda::device() : Device(kCPU);
-}
-
-std::string optimizer_path(const std::string& dir, const PipelineParallelGrid& grid) {
-  std::ostringstream os;
-  os << dir << "/optim_states-stage_" << std::setw(2) << std::setfill('0') << grid.get_stage_id() << "_of_"
-     << std::setw(2) << grid.get_pipe_parallel_world_size() << ".safetensors";
-  return os.str();
 }
 
 }  // namespace
@@ -652,138 +642,6 @@ void PipelineEngine::write_trace(const std::string& path) const {
   write_trace_json(file, rows, slices);
   file.close();
   STRATA_CHECK(!file.fail(), "PipelineEngine::write_trace: could not write '", path, "'");
-}
-
-// Note [universal checkpoints]: layer files are named by global layer index and parameters by global name,
-// so the model's state never depended on the layout. The optimizer's state_dict numbers parameters in the
-// stage's own order; save_checkpoint renames "state.<i>.<buffer>" to "state.<name>.<buffer>" (a tied
-// parameter only from the lowest stage holding it; its copies share one state) and keeps each group's
-// hyperparameters. A load reads every stage's file, takes group g's hyperparameters from stage 0's file,
-// and numbers the states of this optimizer's parameters by their names again. Saving first removes the
-// optimizer files a save in another layout left, so a folder holds one checkpoint. With a grad_scaler, every
-// stage's file also holds its state under "grad_scaler." (the same on every rank); a load takes stage 0's.
-namespace {
-
-constexpr const char* kOptimizerPrefix = "optim_states-";
-constexpr const char* kUniversalFormat = "strata-universal-1";
-constexpr const char* kScalerPrefix = "grad_scaler.";  // the engine's GradScaler state, the same on every stage
-
-// The global name of each of the optimizer's parameters, in its own order.
-std::vector<std::string> parameter_names(const nn::Module& module, const optim::Optimizer& optimizer,
-                                         const char* where) {
-  std::map<const TensorImpl*, std::string> by_impl;
-  for (const auto& [name, p] : module.named_parameters()) by_impl.emplace(p.impl_ptr().get(), name);
-  std::vector<std::string> names;
-  for (const auto& group : optimizer.param_groups())
-    for (const Tensor& p : group.params()) {
-      const auto it = by_impl.find(p.impl_ptr().get());
-      STRATA_CHECK(it != by_impl.end(), where, ": the optimizer holds a tensor of shape ", p.sizes(),
-                   " that is not a parameter of the module");
-      names.push_back(it->second);
-    }
-  return names;
-}
-
-std::vector<std::filesystem::path> optimizer_files(const std::string& dir) {
-  std::vector<std::filesystem::path> files;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec))
-    if (entry.path().filename().string().starts_with(kOptimizerPrefix)) files.push_back(entry.path());
-  std::sort(files.begin(), files.end());
-  return files;
-}
-
-/// The optimizer files of a universal checkpoint: every stage's "state." entries merged, and stage 0's file.
-struct OptimizerFiles {
-  nn::StateDict states, stage0;
-};
-
-OptimizerFiles read_optimizer_files(const std::string& dir, const char* where) {
-  OptimizerFiles out;
-  const std::vector<std::filesystem::path> files = optimizer_files(dir);
-  STRATA_CHECK(!files.empty(), where, ": '", dir, "' holds no optimizer state (", kOptimizerPrefix, "*.safetensors)");
-  for (const auto& path : files) {
-    std::map<std::string, std::string> meta;
-    nn::StateDict dict = nn::load_file(path.string(), &meta);
-    STRATA_CHECK(meta["format"] == kUniversalFormat, where, ": '", path.string(), "' is not a ", kUniversalFormat,
-                 " optimizer file (format \"", meta["format"], "\")");
-    if (meta["stage"] == "0") out.stage0 = dict;
-    for (auto& [key, value] : dict)
-      if (key.starts_with("state.")) out.states.insert_or_assign(key, value);
-  }
-  STRATA_CHECK(!out.stage0.empty(), where, ": '", dir, "' has no optimizer file of stage 0");
-  return out;
-}
-
-}  // namespace
-
-void PipelineEngine::save_checkpoint(const std::string& dir) {
-  if (dist::get_rank() == 0)
-    for (const auto& stale : optimizer_files(dir)) std::filesystem::remove(stale);
-  dist::barrier();
-  if (grid_.get_data_parallel_id() == 0) {
-    module_->save_state_dict(dir);
-    const std::vector<std::string> names = parameter_names(*module_, *optimizer_, "PipelineEngine::save_checkpoint");
-    nn::StateDict universal;
-    for (auto& [key, value] : optimizer_->state_dict()) {
-      if (key.starts_with("param_groups.")) {
-        if (!key.ends_with(".params")) universal.emplace(key, value);
-        continue;
-      }
-      // "state.<i>.<buffer>"
-      const size_t dot = key.find('.', 6);
-      const std::string& name = names.at(std::stoul(key.substr(6, dot - 6)));
-      if (name.starts_with("tied_modules.")) {
-        const std::string tie = name.substr(13, name.find('.', 13) - 13);
-        if (module_->tied_stages(tie).front() != grid_.get_stage_id()) continue;
-      }
-      universal.emplace("state." + name + key.substr(dot), value);
-    }
-    if (grad_scaler_)
-      for (auto& [key, value] : grad_scaler_->state_dict()) universal.emplace(kScalerPrefix + key, value);
-    const StageLayout& layout = module_->layout();
-    nn::save_file(universal, optimizer_path(dir, grid_),
-                  {{"format", kUniversalFormat},
-                   {"schedule", schedule_label()},
-                   {"stage", std::to_string(grid_.get_stage_id())},
-                   {"stages", std::to_string(layout.stages)},
-                   {"chunks", std::to_string(layout.chunks)},
-                   {"v_shape", layout.v_shape ? "true" : "false"},
-                   {"data_parallel", std::to_string(grid_.get_data_parallel_world_size())}});
-  }
-  dist::barrier();  // every file is complete before any rank goes on (and perhaps loads it)
-}
-
-void PipelineEngine::load_checkpoint(const std::string& dir, bool load_optimizer_states) {
-  // The scaler's state is checked first, so that a checkpoint without one changes nothing.
-  nn::StateDict scaler;
-  if (grad_scaler_ && load_optimizer_states) {
-    for (auto& [key, value] : read_optimizer_files(dir, "PipelineEngine::load_checkpoint").stage0)
-      if (key.starts_with(kScalerPrefix)) scaler.emplace(key.substr(std::strlen(kScalerPrefix)), value);
-    STRATA_CHECK(!scaler.empty(), "PipelineEngine::load_checkpoint: '", dir,
-                 "' was saved without a grad_scaler; load it with load_optimizer_states = false to start a new scale");
-  }
-  module_->load_state_dir(dir);
-  if (!load_optimizer_states) return;
-  pipe::load_optimizer_states(dir, *module_, *optimizer_);
-  if (grad_scaler_) grad_scaler_->load_state_dict(scaler);
-}
-
-void load_optimizer_states(const std::string& dir, const nn::Module& module, optim::Optimizer& optimizer) {
-  constexpr const char* kWhere = "load_optimizer_states";
-  const auto [merged, stage0] = read_optimizer_files(dir, kWhere);
-  const std::vector<std::string> names = parameter_names(module, optimizer, kWhere);
-  nn::StateDict native;
-  for (auto& [key, value] : optimizer.state_dict())
-    if (key.ends_with(".params")) native.emplace(key, value);  // this optimizer's own numbering
-  for (auto& [key, value] : stage0)
-    if (key.starts_with("param_groups.")) native.emplace(key, value);
-  for (size_t i = 0; i < names.size(); ++i) {
-    const std::string prefix = "state." + names[i] + ".";
-    for (auto it = merged.lower_bound(prefix); it != merged.end() && it->first.starts_with(prefix); ++it)
-      native.emplace("state." + std::to_string(i) + "." + it->first.substr(prefix.size()), it->second);
-  }
-  optimizer.load_state_dict(native);
 }
 
 }  // namespace strata::pipe

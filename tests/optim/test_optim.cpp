@@ -435,5 +435,48 @@ TEST(OptimState, LoadCopiesTheDict) {
   EXPECT_VALUES(opt.state_dict().at("state.0.momentum_buffer"), {0.9 * 1.0 + 1.0});
 }
 
+// State keyed by parameter name: it follows each name into an optimizer holding the parameters in another
+// order, "" leaves a parameter out, and a wrong count of names, a name given twice or (strict) the state of a
+// name this optimizer lacks is an error that leaves the optimizer as it was.
+TEST(OptimState, NamedStateDictFollowsTheNames) {
+  std::vector<Tensor> p = {param({1.0, 2.0}), param({3.0}), param({4.0})};
+  Adam opt({OptimizerParamGroup({p[0], p[1]}), OptimizerParamGroup({p[2]}, AdamOptions(0.5))}, AdamOptions(0.1));
+  set_grad(p[0], {1.0, -1.0});
+  set_grad(p[1], {0.5});
+  set_grad(p[2], {2.0});
+  opt.step();
+  const StateDict named = saved(opt.state_dict({"a", "b", "c"}));
+  EXPECT_FALSE(named.contains("param_groups.0.params"));
+  EXPECT_TRUE(strata::testing::same_tensor(named.at("state.c.exp_avg"), opt.state_dict().at("state.2.exp_avg")));
+  EXPECT_FALSE(opt.state_dict({"a", "", "c"}).contains("state.b.step"));
+
+  std::vector<Tensor> q;
+  for (const Tensor& t : p) q.push_back(t.detach().clone().requires_grad_(true));
+  Adam moved({OptimizerParamGroup({q[1], q[0]}), OptimizerParamGroup({q[2]}, AdamOptions(0.5))}, AdamOptions(0.7));
+  const std::vector<std::string> moved_names = {"b", "a", "c"};
+  moved.load_state_dict(named, moved_names);
+  EXPECT_TRUE(strata::testing::same_state(moved.state_dict(moved_names), named));
+  for (size_t i = 0; i < p.size(); ++i) {
+    set_grad(p[i], std::vector<double>(p[i].numel(), 0.25));
+    set_grad(q[i], std::vector<double>(q[i].numel(), 0.25));
+  }
+  opt.step();
+  moved.step();
+  for (size_t i = 0; i < p.size(); ++i) EXPECT_EQ(values(q[i]), values(p[i])) << "param " << i;
+
+  const StateDict before = saved(moved.state_dict(moved_names));
+  EXPECT_THROW_MSG(opt.state_dict({"a", "b"}), "Adam::state_dict: got 2 names for 3 parameters");
+  EXPECT_THROW_MSG(moved.load_state_dict(named, {"b", "a"}), "Adam::load_state_dict: got 2 names for 3 parameters");
+  EXPECT_THROW_MSG(moved.load_state_dict(named, {"b", "a", "b"}),
+                   "Adam::load_state_dict: parameters 0 and 2 are both named \"b\"");
+  EXPECT_THROW_MSG(moved.load_state_dict(named, {"b", "a", "d"}),
+                   "Adam::load_state_dict: unexpected key \"state.c.exp_avg\"");
+  EXPECT_TRUE(strata::testing::same_state(moved.state_dict(moved_names), before));
+  moved.load_state_dict(named, {"b", "a", "d"}, /*strict=*/false);  // d has no saved state: it starts afresh
+  EXPECT_FALSE(moved.state_dict({"b", "a", "d"}).contains("state.d.step"));
+  EXPECT_TRUE(strata::testing::same_tensor(moved.state_dict({"b", "a", "d"}).at("state.a.exp_avg"),
+                                           named.at("state.a.exp_avg")));
+}
+
 }  // namespace
 }  // namespace strata::optim
