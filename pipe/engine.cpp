@@ -39,13 +39,27 @@ std::string training_schedules() {
 // (training or evaluation), n > 0 when n words of new metadata follow. The receiver allocates from it,
 // and both sides decide from it which tensors get a gradient back (those that required grad when sent,
 // in training), never from what kind of tensor it is. Without dynamic_shapes a change after the first
-// transfer is an error raised on both sides: the sender still sends the new metadata, so the receiver
-// is not left waiting, and then both throw the same message.
+// transfer is an error raised on both sides: the sender still sends the new metadata, and zeros shaped as
+// before for the receives the receiver posted (Note [overlapped transfers]), so the receiver is not left
+// waiting, and then both throw the same message. Headers, metadata and data travel under their own tags.
+//
+// Note [overlapped transfers]: no transfer blocks where the schedule names it. A send is posted and its Work
+// kept with the buffer, finished before that buffer sends again and at the end of the batch. A receive is
+// posted into a fresh tensor, and waited for only where the data is used: a ForwardPass waits for its
+// activations, a backward for its output gradients. An activation's receive needs its shapes: once a chunk
+// has received in this mode and shapes are static, the data receives are posted with the header, shaped as
+// before, and the header is checked at the wait; otherwise the header (and new metadata) is received first.
+// Posting in each stage's instruction order keeps every pair of stages matching its transfers in the same
+// order as the blocking lockstep the validator proves deadlock-free, and a wait only comes later in the
+// stream than the blocking transfer it replaces, so nothing can wait in a cycle. Time spent waiting counts
+// toward the transfer's kind in timings(), not the compute that waited.
 using distributed::TensorMeta;
 using Meta = std::vector<TensorMeta>;
 using MetaPtr = std::shared_ptr<const Meta>;  // shared by the buffers that moved tensors of that description
 
-constexpr int kTrain = 0, kEval = 1;  // the two modes keep their own metadata
+constexpr int kTrain = 0, kEval = 1;                       // the two modes keep their own metadata
+constexpr int kDataTag = 0, kHeaderTag = 1, kMetaTag = 2;  // Note [activation metadata]
+using Works = std::vector<std::shared_ptr<dist::Work>>;
 
 Meta meta_of(const tensor_list& tensors, bool training) {
   Meta meta;
@@ -151,11 +165,21 @@ struct PipelineEngine::State {
       if (virtual_stage(c) == layout.num_virtual_stages() - 1) label_chunk = c;
   }
 
-  // The header (and metadata when it changed) for chunk c's `outputs`, sent to the next piece of the model;
-  // returns their description.
-  MetaPtr send_meta(const tensor_list& outputs, int chunk, int micro_batch);
-  // The description of the tensors the previous piece of the model is about to send to chunk c.
-  MetaPtr recv_meta(int chunk, int micro_batch);
+  struct Buffer;
+  // Posts the header (and metadata when it changed) for chunk c's `outputs`, sent to the next piece of the
+  // model, into `out`; returns their description.
+  MetaPtr send_meta(const tensor_list& outputs, int chunk, int micro_batch, Works& out);
+  // Posts the receives of chunk c's next activations into `buf` (Note [overlapped transfers]).
+  void post_recv_activation(Buffer& buf, int chunk);
+  // Waits for any still in flight and checks a header that was not read yet.
+  void finish_recv_activation(Buffer& buf, int chunk);
+  // The description of the tensors the previous piece of the model sends to chunk c after a header of n:
+  // the last one for 0, else the n words of metadata that follow, received here.
+  MetaPtr read_meta(int64_t n, int chunk, int micro_batch);
+  // Posts `work` into `works`, first finishing those already complete (which rethrows their errors).
+  static void post(Works& works, std::shared_ptr<dist::Work> work);
+  // Waits for every one of `works`; the time counts toward `kind` (Note [overlapped transfers]).
+  void await(Works& works, PipeInstruction::Kind kind);
 
   // Where chunk c is in the model (StageLayout), and the stages of its neighbours.
   int virtual_stage(int c) const { return layout.virtual_stage(grid.get_stage_id(), c); }
@@ -173,7 +197,10 @@ struct PipelineEngine::State {
 
   struct Buffer {
     tensor_list inputs, outputs, labels, output_grads;
-    MetaPtr in_meta, out_meta;            // what was received into inputs / sent from outputs
+    MetaPtr in_meta, out_meta;  // what was received into inputs / sent from outputs
+    Works incoming, outgoing;   // receives into inputs or output_grads, and sends, not yet waited for
+    Tensor header;              // received with inputs; checked at their wait while header_unread
+    bool header_unread = false;
     Tensor loss;                          // last piece, training: this micro-batch's loss until its backward
     autograd::DeferredWeightGrad weight;  // after BackwardInput: the weight gradients, until BackwardWeight
     int micro_batch = -1;
@@ -193,7 +220,6 @@ struct PipelineEngine::State {
   int label_chunk = -1;  // the chunk holding the model's last piece, -1 when another stage holds it
   std::vector<Tie> ties;
   std::vector<MetaPtr> sent[2], received[2];  // the last description each way, per mode and chunk
-  Tensor header = empty({1}, kLong);          // reused: p2p sends and receives block until done
   std::vector<std::vector<Buffer>> buffers;   // [chunk][buffer id]
   // Per batch:
   int mode = kTrain;
@@ -202,6 +228,7 @@ struct PipelineEngine::State {
   int loaded = 0;
   std::vector<int> received_count;  // per chunk
   double loss_sum = 0;
+  std::array<double, PipeInstruction::kNumKinds> waited{};  // seconds spent in await since run() last took them
 };
 
 PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, const PipelineParallelGrid& grid,
@@ -342,15 +369,25 @@ double PipelineEngine::run(const PipeSchedule& schedule, const DataIterator& dat
       const auto start = Clock::now();
       execute(ins);
       const auto end = Clock::now();
-      timings_.seconds[ins.kind] += std::chrono::duration<double>(end - start).count();
+      double waited = 0;  // what the instruction spent waiting for transfers counts toward their kinds
+      for (size_t k = 0; k < st.waited.size(); ++k) {
+        timings_.seconds[k] += st.waited[k];
+        waited += std::exchange(st.waited[k], 0.0);
+      }
+      timings_.seconds[ins.kind] += std::chrono::duration<double>(end - start).count() - waited;
       ++timings_.instructions;
       if (!options_.record_trace) continue;
       const int micro_batch = ins.kind == PipeInstruction::LoadMicroBatch ? st.loaded - 1
                               : ins.has_buffer()                          ? st.buffer(ins).micro_batch
                                                                           : -1;
-      timings_.executed.push_back({ins, t, micro_batch, seconds(start), seconds(end)});
+      timings_.executed.push_back({ins, t, micro_batch, seconds(start) + waited, seconds(end)});
     }
   }
+  for (auto& chunk : st.buffers)
+    for (State::Buffer& buf : chunk) {
+      STRATA_INTERNAL_ASSERT(buf.incoming.empty());  // every receive was used
+      P2P::wait_all(buf.outgoing);
+    }
   st.buffers.clear();
 
   // The mean loss over micro-batches, averaged over replicas on the stage holding the model's last piece (the
@@ -400,6 +437,7 @@ void PipelineEngine::execute(const PipeInstruction& ins) {
     }
     case PipeInstruction::ForwardPass: {
       State::Buffer& buf = st.buffer(ins);
+      st.finish_recv_activation(buf, c);
       if (const int pc = st.local_prev(c); pc >= 0) {
         // The piece before is this stage's chunk pc: its outputs become these inputs, cut from its graph as a
         // transfer would, so each chunk's backward stops at its own inputs.
@@ -443,6 +481,7 @@ void PipelineEngine::execute(const PipeInstruction& ins) {
         outs = {buf.loss};
         grads = {full_like(buf.loss, loss_scale / options_.micro_batches)};
       } else {
+        st.await(buf.incoming, PipeInstruction::RecvGrad);
         for (size_t i = 0; i < buf.out_meta->size(); ++i) {
           if (!(*buf.out_meta)[i].requires_grad) continue;
           outs.push_back(buf.outputs[i]);
@@ -482,38 +521,28 @@ void PipelineEngine::execute(const PipeInstruction& ins) {
     case PipeInstruction::SendActivation: {
       State::Buffer& buf = st.buffer(ins);
       const int next = st.next_stage(c);
-      buf.out_meta = st.send_meta(buf.outputs, c, buf.micro_batch);
-      for (const Tensor& t : buf.outputs) st.p2p.send(t.detach(), next, /*async_op=*/true);
-      st.p2p.wait();
-      if (!training) buf.outputs.clear();
+      st.await(buf.outgoing, ins.kind);  // the buffer's sends of its last micro-batch
+      buf.out_meta = st.send_meta(buf.outputs, c, buf.micro_batch, buf.outgoing);
+      for (const Tensor& t : buf.outputs) State::post(buf.outgoing, st.p2p.isend(t.detach(), next, kDataTag));
+      if (!training) buf.outputs.clear();  // the sends keep what they send
       break;
     }
     case PipeInstruction::RecvActivation: {
       State::Buffer& buf = st.buffer(ins);
-      const int prev = st.prev_stage(c);
       buf.micro_batch = st.received_count.at(c)++;
-      buf.in_meta = st.recv_meta(c, buf.micro_batch);
-      buf.inputs.clear();
-      for (const TensorMeta& m : *buf.in_meta) {
-        Tensor t = empty(m.sizes, TensorOptions(m.dtype).device(st.device));
-        st.p2p.recv(t, prev, /*async_op=*/true);
-        buf.inputs.push_back(t);
-      }
-      st.p2p.wait();
-      for (size_t i = 0; i < buf.inputs.size(); ++i)
-        if (training && (*buf.in_meta)[i].requires_grad) buf.inputs[i].requires_grad_(true);
+      st.post_recv_activation(buf, c);
       break;
     }
     case PipeInstruction::SendGrad: {
       State::Buffer& buf = st.buffer(ins);
       const int prev = st.prev_stage(c);
+      st.await(buf.outgoing, ins.kind);
       for (size_t i = 0; i < buf.in_meta->size(); ++i) {
         if (!(*buf.in_meta)[i].requires_grad) continue;
         // An input the stage did not use has no gradient; its sender still waits for one.
         Tensor g = buf.inputs[i].grad();
-        st.p2p.send(g.defined() ? g : zeros_like(buf.inputs[i]), prev, /*async_op=*/true);
+        State::post(buf.outgoing, st.p2p.isend(g.defined() ? g : zeros_like(buf.inputs[i]), prev, kDataTag));
       }
-      st.p2p.wait();
       buf.inputs.clear();
       break;
     }
@@ -521,14 +550,14 @@ void PipelineEngine::execute(const PipeInstruction& ins) {
       State::Buffer& buf = st.buffer(ins);
       const int next = st.next_stage(c);
       const Meta& out_meta = *buf.out_meta;
+      STRATA_INTERNAL_ASSERT(buf.incoming.empty());
       buf.output_grads.assign(out_meta.size(), Tensor());
       for (size_t i = 0; i < out_meta.size(); ++i) {
         if (!out_meta[i].requires_grad) continue;
         const TensorOptions options = TensorOptions(out_meta[i].dtype).device(buf.outputs[i].device());
         buf.output_grads[i] = empty(out_meta[i].sizes, options);
-        st.p2p.recv(buf.output_grads[i], next, /*async_op=*/true);
+        State::post(buf.incoming, st.p2p.irecv(buf.output_grads[i], next, kDataTag));
       }
-      st.p2p.wait();
       break;
     }
     case PipeInstruction::ReduceTiedGrads:
@@ -560,27 +589,59 @@ void PipelineEngine::reduce_grads() {
     dist::all_reduce_coalesced(grads, dist::ReduceOp::AVG, grid_.get_data_parallel_group());
 }
 
-MetaPtr PipelineEngine::State::send_meta(const tensor_list& outputs, int chunk, int micro_batch) {
+MetaPtr PipelineEngine::State::send_meta(const tensor_list& outputs, int chunk, int micro_batch, Works& out) {
   MetaPtr& last = sent[mode].at(chunk);
   const int next = next_stage(chunk);
   const bool training = mode == kTrain;
   const bool changed = !last || !described_by(*last, outputs, training);
   auto meta = changed ? std::make_shared<const Meta>(meta_of(outputs, training)) : last;
   const Tensor words = changed ? encode(*meta) : Tensor();
-  header.data_ptr<int64_t>()[0] = changed ? words.numel() : 0;
-  p2p.send(header, next);
+  post(out, p2p.isend(full({1}, changed ? words.numel() : 0, kLong), next, kHeaderTag));
   if (!changed) return meta;
-  p2p.send(words, next);
+  post(out, p2p.isend(words, next, kMetaTag));
   const MetaPtr before = std::exchange(last, meta);
-  STRATA_CHECK(!before || dynamic_shapes, shape_change_message(grid.get_stage_id(), next, *before, *meta, micro_batch));
+  if (before && !dynamic_shapes) {
+    // The receiver posted receives shaped as before: fill them, then both sides throw (Note [activation metadata]).
+    for (const TensorMeta& m : *before)
+      post(out, p2p.isend(zeros(m.sizes, TensorOptions(m.dtype).device(device)), next, kDataTag));
+    P2P::wait_all(out);
+    STRATA_CHECK(false, shape_change_message(grid.get_stage_id(), next, *before, *meta, micro_batch));
+  }
   return meta;
 }
 
-MetaPtr PipelineEngine::State::recv_meta(int chunk, int micro_batch) {
+void PipelineEngine::State::post_recv_activation(Buffer& buf, int chunk) {
+  STRATA_INTERNAL_ASSERT(buf.incoming.empty());
+  const int prev = prev_stage(chunk);
+  const MetaPtr& last = received[mode].at(chunk);
+  buf.header = empty({1}, kLong);
+  post(buf.incoming, p2p.irecv(buf.header, prev, kHeaderTag));
+  buf.header_unread = last && !dynamic_shapes;
+  if (buf.header_unread) {
+    buf.in_meta = last;
+  } else {
+    await(buf.incoming, PipeInstruction::RecvActivation);
+    buf.in_meta = read_meta(buf.header.data_ptr<int64_t>()[0], chunk, buf.micro_batch);
+  }
+  const bool training = mode == kTrain;
+  buf.inputs.clear();
+  for (const TensorMeta& m : *buf.in_meta) {
+    Tensor t = empty(m.sizes, TensorOptions(m.dtype).device(device));
+    post(buf.incoming, p2p.irecv(t, prev, kDataTag));
+    buf.inputs.push_back(training && m.requires_grad ? t.requires_grad_(true) : t);
+  }
+}
+
+void PipelineEngine::State::finish_recv_activation(Buffer& buf, int chunk) {
+  await(buf.incoming, PipeInstruction::RecvActivation);
+  if (!std::exchange(buf.header_unread, false)) return;
+  // Without dynamic shapes any change is an error, which read_meta raises after receiving the new metadata.
+  if (const int64_t n = buf.header.data_ptr<int64_t>()[0]; n != 0) read_meta(n, chunk, buf.micro_batch);
+}
+
+MetaPtr PipelineEngine::State::read_meta(int64_t n, int chunk, int micro_batch) {
   MetaPtr& last = received[mode].at(chunk);
   const int stage = grid.get_stage_id(), prev = prev_stage(chunk);
-  p2p.recv(header, prev);
-  const int64_t n = header.data_ptr<int64_t>()[0];
   if (n == 0) {
     STRATA_CHECK(last != nullptr, "PipelineEngine RecvActivation (stage ", stage, "): stage ", prev,
                  " announced unchanged metadata before sending any");
@@ -589,11 +650,28 @@ MetaPtr PipelineEngine::State::recv_meta(int chunk, int micro_batch) {
   STRATA_CHECK(n > 0 && n < (1 << 20), "PipelineEngine RecvActivation (stage ", stage, "): bad metadata length ", n,
                " from stage ", prev);
   Tensor words = empty({n}, kLong);
-  p2p.recv(words, prev);
+  Works received_words{p2p.irecv(words, prev, kMetaTag)};
+  await(received_words, PipeInstruction::RecvActivation);
   auto meta = std::make_shared<const Meta>(decode(words, stage));
   const MetaPtr before = std::exchange(last, meta);
   STRATA_CHECK(!before || dynamic_shapes, shape_change_message(prev, stage, *before, *meta, micro_batch));
   return meta;
+}
+
+void PipelineEngine::State::post(Works& works, std::shared_ptr<dist::Work> work) {
+  std::erase_if(works, [](const std::shared_ptr<dist::Work>& w) {
+    if (!w->is_completed()) return false;
+    w->wait();  // returns at once, or throws the op's error
+    return true;
+  });
+  works.push_back(std::move(work));
+}
+
+void PipelineEngine::State::await(Works& works, PipeInstruction::Kind kind) {
+  if (works.empty()) return;
+  const auto start = std::chrono::steady_clock::now();
+  P2P::wait_all(works);
+  waited[kind] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 void PipelineEngine::write_trace(const std::string& path) const {

@@ -26,32 +26,40 @@ int P2P::peer_rank(const char* op, int peer_stage) const {
 }
 
 void P2P::send(const Tensor& tensor, int dest_stage, bool async_op) {
-  const int dst = peer_rank("P2P::send", dest_stage);
   if (async_op)
-    pending_.push_back(dist::isend(tensor, dst));
+    pending_.push_back(isend(tensor, dest_stage));
   else
-    dist::send(tensor, dst);
+    dist::send(tensor, peer_rank("P2P::send", dest_stage));
 }
 
 void P2P::recv(const Tensor& tensor, int src_stage, bool async_op) {
-  const int src = peer_rank("P2P::recv", src_stage);
   if (async_op)
-    pending_.push_back(dist::irecv(tensor, src));
+    pending_.push_back(irecv(tensor, src_stage));
   else
-    dist::recv(tensor, src);
+    dist::recv(tensor, peer_rank("P2P::recv", src_stage));
 }
 
-void P2P::wait() {
+std::shared_ptr<dist::Work> P2P::isend(const Tensor& tensor, int dest_stage, int tag) {
+  return dist::isend(tensor, peer_rank("P2P::send", dest_stage), {}, tag);
+}
+
+std::shared_ptr<dist::Work> P2P::irecv(const Tensor& tensor, int src_stage, int tag) {
+  return dist::irecv(tensor, peer_rank("P2P::recv", src_stage), {}, tag);
+}
+
+void P2P::wait() { wait_all(pending_); }
+
+void P2P::wait_all(std::vector<std::shared_ptr<dist::Work>>& works) {
   // Every op is waited for even when one fails, so no request is left posted; the first error is rethrown.
   std::exception_ptr first_error;
-  for (const auto& work : pending_) {
+  for (const auto& work : works) {
     try {
       work->wait();
     } catch (...) {
       if (!first_error) first_error = std::current_exception();
     }
   }
-  pending_.clear();
+  works.clear();
   if (first_error) std::rethrow_exception(first_error);
 }
 

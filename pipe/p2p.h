@@ -30,8 +30,14 @@ class P2P {
   void send(const Tensor& tensor, int dest_stage, bool async_op = false);
   /// Receives into `tensor` from src_stage; with async_op it returns at once and wait() finishes it.
   void recv(const Tensor& tensor, int src_stage, bool async_op = false);
+  /// Posts a send of `tensor` to dest_stage and returns its Work, which keeps `tensor` until it finishes.
+  std::shared_ptr<distributed::Work> isend(const Tensor& tensor, int dest_stage, int tag = 0);
+  /// Posts a receive into `tensor` from src_stage and returns its Work.
+  std::shared_ptr<distributed::Work> irecv(const Tensor& tensor, int src_stage, int tag = 0);
   /// Finishes every outstanding async send and receive, in the order they were posted.
   void wait();
+  /// Waits for every one of `works`, in order, even after one fails, clears them, then rethrows the first error.
+  static void wait_all(std::vector<std::shared_ptr<distributed::Work>>& works);
   /// Number of async ops not yet finished by wait().
   size_t num_pending() const { return pending_.size(); }
 

@@ -36,7 +36,8 @@ struct BufferState {
   int micro_batch = -1;  // whose inputs (loaded, received or handed over) it holds; -1 before the first
   int labels = -1;       // whose labels wait for the forward pass (the last virtual stage); -1 when none
   bool forwarded = false, output_sent = false, grad_received = false, backwarded = false, grad_sent = false;
-  bool weighted = false;  // its parameter gradients are done (BackwardPass or BackwardWeight)
+  bool weighted = false;             // its parameter gradients are done (BackwardPass or BackwardWeight)
+  double ready = 0, grad_ready = 0;  // when its received inputs, and its received output grads, arrive
 };
 
 // One chunk of a stage: where it is in the model and who its neighbours are.
@@ -58,7 +59,8 @@ struct StageState {
   int next_load = 0;     // the micro-batch the next LoadMicroBatch takes
   int forwards = 0, backwards = 0, weights = 0, live_buffers = 0, activations = 0;
   bool grads_reduced = false, optimizer_stepped = false;
-  double clock = 0, arrived = 0;  // the simulated time, and when it reached the p2p it waits in
+  double clock = 0;  // the simulated time
+  double sent = 0;   // when the last of its sends arrives: the batch ends no sooner
   StageReport report;
 };
 
@@ -80,9 +82,12 @@ std::ostream& operator<<(std::ostream& os, const At& at) {
 // instruction. If the peer is already waiting on the partner instruction, both complete (the micro-batch id
 // travels with the message) and the peer resumes; otherwise this stage waits. Each instruction is looked at
 // once, so a step costs O(stages), and a step after which a stage still waits is a deadlock. Only the
-// current step of each stage exists at any time. The simulated clock rides along: a stage's clock advances by
-// each compute instruction's cost, and a transfer ends costs.p2p after the later of its two sides arrived,
-// which does not depend on the order in which the lockstep loop visits the stages.
+// current step of each stage exists at any time. The simulated clock rides along and models the engine's
+// overlapped transfers (Note [overlapped transfers] in engine.cpp): a stage's clock advances by each compute
+// instruction's cost; a transfer occupies its link (one direction between two stages), not the stages: it starts
+// once both sides have posted it and the link is free, and takes costs.p2p; the compute that uses what it
+// carries waits for it, and a stage's batch ends once its sends have arrived. None of this depends on the order
+// in which the lockstep loop visits the stages.
 class Simulator {
  public:
   Simulator(const std::function<std::unique_ptr<PipeSchedule>(int)>& make_stage, int stages,
@@ -112,7 +117,7 @@ class Simulator {
   const char* why_needed(const ChunkState& c, const BufferState& b) const;
   void set_live(StageState& st, bool was_live, const ChunkState& c, const BufferState& b);
   bool is_live(const ChunkState& c, const BufferState& b) const { return why_needed(c, b) || b.labels >= 0; }
-  void emit(int s, const Instr& in, int micro_batch, double start);
+  void emit(int s, const Instr& in, int micro_batch, double start, double end);
   At at(int s, const Instr& in, int micro_batch) const { return {name_, s, step_id_, in, micro_batch}; }
   BufferState& holding(int s, const Instr& in);
 
@@ -122,7 +127,8 @@ class Simulator {
   int micro_batches_ = 0, num_steps_ = 0, step_id_ = 0, chunks_ = 1;
   StageLayout layout_;
   bool training_ = true, pipelined_ = true;
-  std::vector<int> ready_;  // stages that can run on
+  std::vector<int> ready_;         // stages that can run on
+  std::vector<double> link_free_;  // [from * stages + to]: when the link is free for the next transfer
 };
 
 Simulator::Simulator(const std::function<std::unique_ptr<PipeSchedule>(int)>& make_stage, int stages,
@@ -136,6 +142,7 @@ Simulator::Simulator(const std::function<std::unique_ptr<PipeSchedule>(int)>& ma
                " stages x ", first->num_steps(), " steps is ", stage_steps, " stage-steps, more than the ",
                options.max_stage_steps, " it simulates");
   stages_.resize(stages);
+  link_free_.assign(static_cast<size_t>(stages) * stages, 0.0);
   for (int s = 0; s < stages; ++s) {
     StageState& st = stages_[s];
     st.schedule = s == 0 ? std::move(first) : make_stage(s);
@@ -258,7 +265,7 @@ ScheduleReport Simulator::run() {
                    " never runs OptimizerStep");
     }
     report.per_stage.push_back(st.report);
-    report.time = std::max(report.time, st.clock);
+    report.time = std::max({report.time, st.clock, st.sent});
     busy += st.report.busy;
   }
   report.bubble_fraction = 1 - static_cast<double>(compute) / (static_cast<double>(stages) * num_steps_);
@@ -327,7 +334,6 @@ void Simulator::start_p2p(int s, const Instr& in) {
     STRATA_CHECK(!b.grad_sent, at(s, in, b.micro_batch), ": the grad of micro-batch ", b.micro_batch,
                  " was already sent");
   }
-  st.arrived = st.clock;
 }
 
 void Simulator::meet(int sender, int receiver) {
@@ -336,25 +342,29 @@ void Simulator::meet(int sender, int receiver) {
   ChunkState &out_chunk = from.chunks[send.chunk], &in_chunk = to.chunks[recv.chunk];
   BufferState &out = out_chunk.buffers[send.buffer_id], &in = in_chunk.buffers[recv.buffer_id];
   const int m = out.micro_batch;
-  const double done = std::max(from.arrived, to.arrived) + options_.costs.p2p;
-  from.clock = to.clock = done;
+  double& link = link_free_[static_cast<size_t>(sender) * stages_.size() + receiver];
+  const double start = std::max({from.clock, to.clock, link}), arrival = start + options_.costs.p2p;
+  link = arrival;
+  from.sent = std::max(from.sent, arrival);
   bool was_live = is_live(out_chunk, out);
   (send.kind == Instr::SendActivation ? out.output_sent : out.grad_sent) = true;
   set_live(from, was_live, out_chunk, out);
-  emit(sender, send, m, from.arrived);
+  emit(sender, send, m, start, arrival);
 
   was_live = is_live(in_chunk, in);
   if (recv.kind == Instr::RecvActivation) {
     const char* needed = why_needed(in_chunk, in);
     STRATA_CHECK(!needed, at(receiver, recv, m), ": overwrites micro-batch ", in.micro_batch, ", which is ", needed);
     in = BufferState{m, in.labels};
+    in.ready = arrival;
   } else {
     STRATA_CHECK(in.micro_batch == m, at(receiver, recv, m), ": buffer ", recv.buffer_id, " holds micro-batch ",
                  in.micro_batch);
     in.grad_received = true;
+    in.grad_ready = arrival;
   }
   set_live(to, was_live, in_chunk, in);
-  emit(receiver, recv, m, to.arrived);
+  emit(receiver, recv, m, start, arrival);
 }
 
 double Simulator::cost(Instr::Kind kind) const { return options_.costs.of(kind) / chunks_; }
@@ -377,7 +387,7 @@ void Simulator::run_local(int s, const Instr& in) {
       return;
     default:
       check_end_of_batch(s, in);
-      emit(s, in, -1, st.clock);
+      emit(s, in, -1, st.clock, st.clock);
   }
 }
 
@@ -414,6 +424,7 @@ void Simulator::forward(int s, const Instr& in) {
   set_live(st, was_live, c, held);
   ++st.forwards;
   if (training_) st.report.peak_activations = std::max(st.report.peak_activations, ++st.activations);
+  st.clock = std::max(st.clock, held.ready);  // received inputs arrive
   computed(s, in, held.micro_batch);
 }
 
@@ -449,6 +460,7 @@ void Simulator::backward(int s, const Instr& in) {
   }
   if (b.weighted) --st.activations;
   set_live(st, was_live, c, b);
+  if (in.kind != Instr::BackwardWeight) st.clock = std::max(st.clock, b.grad_ready);  // received grads arrive
   computed(s, in, b.micro_batch);
 }
 
@@ -458,7 +470,7 @@ void Simulator::computed(int s, const Instr& in, int micro_batch) {
   const double start = st.clock;
   st.clock += cost(in.kind);
   st.report.busy += cost(in.kind);
-  emit(s, in, micro_batch, start);
+  emit(s, in, micro_batch, start, st.clock);
 }
 
 void Simulator::check_end_of_batch(int s, const Instr& in) {
@@ -508,7 +520,7 @@ void Simulator::load(int s, const Instr& in) {
     set_live(st, was_live, lc, b);
   }
   ++st.next_load;
-  emit(s, in, m, st.clock);
+  emit(s, in, m, st.clock, st.clock);
 }
 
 // Why the buffer's micro-batch is still needed, or nullptr when it may be overwritten: a training stage keeps
@@ -538,9 +550,8 @@ BufferState& Simulator::holding(int s, const Instr& in) {
   return b;
 }
 
-void Simulator::emit(int s, const Instr& in, int micro_batch, double start) {
-  if (options_.on_event)
-    options_.on_event(TraceEvent{s, step_id_, stages_[s].position, in, micro_batch, start, stages_[s].clock});
+void Simulator::emit(int s, const Instr& in, int micro_batch, double start, double end) {
+  if (options_.on_event) options_.on_event(TraceEvent{s, step_id_, stages_[s].position, in, micro_batch, start, end});
 }
 
 }  // namespace

@@ -23,7 +23,9 @@ struct ScheduleCosts {
   double forward = 1;          ///< ForwardPass
   double backward_input = 1;   ///< BackwardInput (B)
   double backward_weight = 1;  ///< BackwardWeight (W); BackwardPass costs B + W
-  double p2p = 0;              ///< from the later of sender and receiver reaching a transfer to both going on
+  /// A transfer, from when both sides have posted it and its link (one direction between two stages) is free, to
+  /// its arrival; it occupies the link, not the stages, and only what uses the data waits for it
+  double p2p = 0;
 
   /// What one compute instruction of a whole stage costs (BackwardPass: B + W); 0 for the other kinds.
   double of(PipeInstruction::Kind kind) const;
@@ -59,7 +61,7 @@ struct ScheduleReport {
   /// dataparallel.
   double bubble_fraction = 0;
   /// The batch's time on the simulated clock: each stage runs its instructions in order, a compute
-  /// instruction takes its cost, a transfer starts when both sides have reached it and takes costs.p2p.
+  /// instruction takes its cost once what it uses has arrived, a transfer takes costs.p2p on its link.
   double time = 0;
   double idle_fraction = 0;  ///< 1 - (busy time summed over stages) / (S x time)
   /// lower_bound() for the schedule's layout where it trains a pipeline; 0 for the others
@@ -80,8 +82,8 @@ struct TraceEvent {
   int position;                 ///< its index in its step
   PipeInstruction instruction;  ///< what
   int micro_batch;              ///< the micro-batch it worked on, -1 for the end-of-batch instructions
-  double start = 0;             ///< when it started on the simulated clock (a transfer: when its side reached it)
-  double end = 0;               ///< when it ended
+  double start = 0;             ///< when it started on the simulated clock (a transfer: once both sides posted it)
+  double end = 0;               ///< when it ended (a transfer: when it arrived)
 };
 
 /// The most stage-steps (stages x steps per stage) validate_schedule simulates by default: some 10 s, 1 GB.
@@ -95,7 +97,8 @@ struct ValidateOptions {
   int64_t max_stage_steps = kMaxValidatedStageSteps;  ///< a larger run is refused before it allocates
 };
 
-/// Runs all stages' instruction streams in lockstep with blocking p2p, and proves: every send meets the
+/// Runs all stages' instruction streams in lockstep with blocking p2p, the strictest order transfers may keep
+/// (the engine's overlapped transfers relax it without reordering), and proves: every send meets the
 /// matching receive of the same micro-batch and the neighbouring chunk in the same step (no deadlock); every
 /// micro-batch is forwarded (and, when training, then backwarded, B before W when split) exactly once per
 /// stage and chunk; no buffer is overwritten while still needed; buffer and chunk ids are in range; the

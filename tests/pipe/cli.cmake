@@ -233,18 +233,18 @@ interleaved/2       28.5      +11.8%  0.158     5.5
 zb-h1                 27       +0.0%  0.111       4
 zb-interleaved/2    25.5       +0.0%  0.059       4
 zb-v                25.5       +0.0%  0.059       4
-dualpipe-v            27       +5.9%  0.111     4.5
+dualpipe-v          25.5       +0.0%  0.059     4.5
 recommended: zb-interleaved
 ]])
   expect(not_a_multiple EXIT 0 ARGS simulate --stages 4 --micro-batches 6 --p2p 0.25 --backward-weight 0.5
     STDOUT [[stages 4  micro-batches 6  forward 1  backward input 1  backward weight 0.5  p2p 0.25
 schedule              time  over bound   idle  peak activations (stages)
-train               28.5      +42.5%  0.474       4
-gpipe                 30      +50.0%  0.500       6
+train              26.25      +31.2%  0.429       4
+gpipe               26.5      +32.5%  0.434       6
 interleaved         not defined: micro-batches (6) must be a multiple of stages (4)
-zb-h1              27.25      +36.3%  0.450       4
-zb-interleaved/2    33.5      +94.2%  0.552       4
-zb-v               32.75      +89.9%  0.542       4
+zb-h1              22.75      +13.7%  0.341       4
+zb-interleaved/2   27.75      +60.9%  0.459       4
+zb-v               26.75      +55.1%  0.439       4
 dualpipe-v          not defined: micro-batches (6) must be at least twice the stages (4)
 recommended: zb-h1
 ]])
