@@ -155,8 +155,8 @@ double PipelineTimings::compute() const {
 }
 
 struct PipelineEngine::State {
-  State(const PipelineParallelGrid& grid, bool dynamic_shapes, Device device, StageLayout layout)
-      : grid(grid), dynamic_shapes(dynamic_shapes), device(device), p2p(grid), layout(layout) {
+  State(const PipelineParallelGrid& grid, bool dynamic_shapes, Device device, StageLayout layout, dist::Group p2p_group)
+      : grid(grid), dynamic_shapes(dynamic_shapes), device(device), p2p(grid, std::move(p2p_group)), layout(layout) {
     for (int mode : {kTrain, kEval}) {
       sent[mode].resize(layout.chunks);
       received[mode].resize(layout.chunks);
@@ -289,7 +289,8 @@ PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, const Pip
     grad_scaler_ = std::make_unique<optim::GradScaler>(
         optim::GradScalerOptions(*options_.grad_scaler).process_group(dist::get_world_group()));
   }
-  state_ = std::make_unique<State>(grid_, options_.dynamic_shapes, stage_device(*module_, grid_), module_->layout());
+  state_ = std::make_unique<State>(grid_, options_.dynamic_shapes, stage_device(*module_, grid_), module_->layout(),
+                                   options_.p2p_group);
 
   // Replicas start from data-parallel rank 0's values; then each tie group from its lowest stage.
   if (grid_.get_data_parallel_world_size() > 1) nn::broadcast_state(*module_, grid_.get_data_parallel_group());

@@ -51,8 +51,8 @@ using DataIterator = std::function<std::optional<MicroBatch>()>;
 /// How the engine runs.
 struct PipelineEngineOptions {
   int micro_batches = 1;  ///< micro-batches per train_batch (DeepSpeed's gradient_accumulation_steps)
-  /// "train" (1F1B), "gpipe", "interleaved" (a module of 2 or more chunks), "zb-h1", or "zb-v" (a module of 2
-  /// chunks in a V): a pipelined training schedule of schedule_registry(); see pipe/schedule.h
+  /// A pipelined training schedule of schedule_registry() (pipe/schedule.h): "train" (1F1B), "gpipe", "zb-h1",
+  /// "interleaved" or "zb-interleaved" (a module of 2 or more chunks), "zb-v" or "dualpipe-v" (2 chunks in a V)
   std::string schedule = "train";
   /// A schedule file in PyTorch's action notation (pipe/schedule_file.h) to run instead of `schedule`: every rank
   /// reads and validates it at construction, and its stages, micro-batches and layout must be the engine's.
@@ -63,6 +63,9 @@ struct PipelineEngineOptions {
   /// Let activation shapes and dtypes change between micro-batches (variable sequence lengths): the metadata
   /// then travels again whenever it changes. Off, it travels once, and a change is an error.
   bool dynamic_shapes = false;
+  /// The group stage-to-stage transfers travel in: every rank of WORLD in WORLD's order, WORLD when unset. A group
+  /// of its own gives them a communicator (with NCCL, a stream) apart from WORLD's collectives.
+  distributed::Group p2p_group = {};
   /// Keep when each instruction of the last batch ran on this rank (timings().executed), for write_trace.
   bool record_trace = false;
   /// Dynamic loss scaling (DeepSpeed's fp16 "loss_scale": 0): the loss's gradient is multiplied by the scale,

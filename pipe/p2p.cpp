@@ -10,7 +10,11 @@ namespace strata::pipe {
 
 namespace dist = strata::distributed;
 
-P2P::P2P(const PipelineParallelGrid& grid) : grid_(grid) {}
+P2P::P2P(const PipelineParallelGrid& grid, dist::Group group) : grid_(grid), group_(std::move(group)) {
+  const dist::Group& world = dist::get_world_group();
+  STRATA_CHECK(!group_ || group_->ranks() == world->ranks(), "P2P: the transfers' group ", group_->describe(),
+               " must hold every rank of WORLD in WORLD's order");
+}
 
 int P2P::peer_rank(const char* op, int peer_stage) const {
   const int stage = grid_.get_stage_id(), stages = grid_.get_pipe_parallel_world_size();
@@ -29,22 +33,22 @@ void P2P::send(const Tensor& tensor, int dest_stage, bool async_op) {
   if (async_op)
     pending_.push_back(isend(tensor, dest_stage));
   else
-    dist::send(tensor, peer_rank("P2P::send", dest_stage));
+    dist::send(tensor, peer_rank("P2P::send", dest_stage), group_);
 }
 
 void P2P::recv(const Tensor& tensor, int src_stage, bool async_op) {
   if (async_op)
     pending_.push_back(irecv(tensor, src_stage));
   else
-    dist::recv(tensor, peer_rank("P2P::recv", src_stage));
+    dist::recv(tensor, peer_rank("P2P::recv", src_stage), group_);
 }
 
 std::shared_ptr<dist::Work> P2P::isend(const Tensor& tensor, int dest_stage, int tag) {
-  return dist::isend(tensor, peer_rank("P2P::send", dest_stage), {}, tag);
+  return dist::isend(tensor, peer_rank("P2P::send", dest_stage), group_, tag);
 }
 
 std::shared_ptr<dist::Work> P2P::irecv(const Tensor& tensor, int src_stage, int tag) {
-  return dist::irecv(tensor, peer_rank("P2P::recv", src_stage), {}, tag);
+  return dist::irecv(tensor, peer_rank("P2P::recv", src_stage), group_, tag);
 }
 
 void P2P::wait() { wait_all(pending_); }

@@ -22,9 +22,10 @@ namespace strata::pipe {
 /// Sends and receives between this rank's stage and another stage of its pipeline.
 class P2P {
  public:
-  /// Transfers within `grid`, which must outlive this object.
-  explicit P2P(const PipelineParallelGrid& grid);
-  explicit P2P(PipelineParallelGrid&&) = delete;  ///< a temporary grid would dangle
+  /// Transfers within `grid`, which must outlive this object, through `group` (WORLD when unset): a group of every
+  /// rank of WORLD, in WORLD's order, with a communicator of its own (PipelineEngineOptions::p2p_group).
+  explicit P2P(const PipelineParallelGrid& grid, distributed::Group group = {});
+  explicit P2P(PipelineParallelGrid&&, distributed::Group = {}) = delete;  ///< a temporary grid would dangle
 
   /// Sends `tensor` to dest_stage; with async_op it returns at once and wait() finishes it.
   void send(const Tensor& tensor, int dest_stage, bool async_op = false);
@@ -45,6 +46,7 @@ class P2P {
   /// The global rank of `peer_stage`, after checking that this stage may talk to it.
   int peer_rank(const char* op, int peer_stage) const;
   const PipelineParallelGrid& grid_;
+  distributed::Group group_;
   std::vector<std::shared_ptr<distributed::Work>> pending_;
 };
 

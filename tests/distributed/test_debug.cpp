@@ -14,6 +14,7 @@
 #include <strata/strata.h>
 
 #include "../helpers.h"
+#include "forwarding_backend.h"
 
 namespace strata::distributed {
 namespace {
@@ -155,35 +156,13 @@ TEST_F(Detail, RefusalsOfSeveralRanksNameThemAll) {
 // WORLD's MPI backend behind a check_device that refuses every device on rank 1, as NCCL's refuses a tensor on
 // another GPU: the front end asks it (ProcessGroup::backend(Device)), strata's own exchanges do not
 // (ProcessGroup::backend(DeviceType)).
-class RefusingOnRankOne final : public Backend {
+class RefusingOnRankOne final : public testing::ForwardingBackend {
  public:
-  using Op = std::shared_ptr<Work>;
-  explicit RefusingOnRankOne(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
+  using ForwardingBackend::ForwardingBackend;
   const char* name() const override { return "refusing"; }
-  DeviceType device_type() const override { return kCPU; }
   void check_device(Device device, const char* op) const override {
     STRATA_CHECK(get_rank() != 1, op, ": rank 1 refuses tensors on ", device);
   }
-  Op all_reduce(const Tensor& t, ReduceOp op, bool a) override { return inner_->all_reduce(t, op, a); }
-  Op reduce(const Tensor& t, int root, ReduceOp op, bool a) override { return inner_->reduce(t, root, op, a); }
-  Op broadcast(const Tensor& t, int root, bool a) override { return inner_->broadcast(t, root, a); }
-  Op all_gather(const Tensor& o, const Tensor& i, bool a) override { return inner_->all_gather(o, i, a); }
-  Op reduce_scatter(const Tensor& o, const Tensor& i, ReduceOp op, bool a) override {
-    return inner_->reduce_scatter(o, i, op, a);
-  }
-  Op gather(const Tensor& o, const Tensor& i, int root, bool a) override { return inner_->gather(o, i, root, a); }
-  Op scatter(const Tensor& o, const Tensor& i, int root, bool a) override { return inner_->scatter(o, i, root, a); }
-  Op all_to_all(const Tensor& o, const Tensor& i, const std::vector<int64_t>& oc, const std::vector<int64_t>& ic,
-                bool a) override {
-    return inner_->all_to_all(o, i, oc, ic, a);
-  }
-  Op send(const Tensor& t, int dst, int tag, bool a) override { return inner_->send(t, dst, tag, a); }
-  Op recv(const Tensor& t, int src, int tag, bool a) override { return inner_->recv(t, src, tag, a); }
-  Op barrier(bool a) override { return inner_->barrier(a); }
-  std::unique_ptr<Backend> split(int index) override { return inner_->split(index); }
-
- private:
-  std::unique_ptr<Backend> inner_;
 };
 
 TEST_F(Detail, ABackendsDeviceCheckOnOneRankFailsEveryRank) {
