@@ -117,24 +117,26 @@ void PipelineEngine::save_checkpoint(const std::string& dir) {
 }
 
 void PipelineEngine::load_checkpoint(const std::string& dir, bool load_optimizer_states) {
-  // The scaler's state is checked first, so that a checkpoint without one changes nothing.
+  constexpr const char* kWhere = "PipelineEngine::load_checkpoint";
+  if (!load_optimizer_states) return module_->load_state_dir(dir);
+  // The files are read, and the scaler's state checked, first, so that a checkpoint without one changes nothing.
+  const nn::StateDict merged = read_optimizer_files(dir, kWhere);
   nn::StateDict scaler;
-  if (grad_scaler_ && load_optimizer_states) {
-    for (auto& [key, value] : read_optimizer_files(dir, "PipelineEngine::load_checkpoint"))
+  if (grad_scaler_) {
+    for (auto& [key, value] : merged)
       if (key.starts_with(kScalerPrefix)) scaler.emplace(key.substr(std::strlen(kScalerPrefix)), value);
-    STRATA_CHECK(!scaler.empty(), "PipelineEngine::load_checkpoint: '", dir,
+    STRATA_CHECK(!scaler.empty(), kWhere, ": '", dir,
                  "' was saved without a grad_scaler; load it with load_optimizer_states = false to start a new scale");
   }
   module_->load_state_dir(dir);
-  if (!load_optimizer_states) return;
-  pipe::load_optimizer_states(dir, *module_, *optimizer_);
+  optimizer_->load_state_dict(merged, parameter_names(*module_, *optimizer_, kWhere), /*strict=*/false);
   if (grad_scaler_) grad_scaler_->load_state_dict(scaler);
 }
 
 void load_optimizer_states(const std::string& dir, const nn::Module& module, optim::Optimizer& optimizer) {
   constexpr const char* kWhere = "load_optimizer_states";
-  const nn::StateDict merged = read_optimizer_files(dir, kWhere);
-  optimizer.load_state_dict(merged, parameter_names(module, optimizer, kWhere), /*strict=*/false);
+  optimizer.load_state_dict(read_optimizer_files(dir, kWhere), parameter_names(module, optimizer, kWhere),
+                            /*strict=*/false);
 }
 
 }  // namespace strata::pipe

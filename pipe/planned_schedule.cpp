@@ -3,8 +3,8 @@
 //
 // Note [planned schedules]: planning has two parts. First, time: in each step every stage runs the next group of
 // compute instructions it picks among those whose inputs were computed in an earlier step. How it picks (Pick):
-// - an order, followed as it is: a given one, DualPipeV's, or Megatron's interleaved order, with a forward and a backward pass
-//   together in each steady-state step as Megatron runs them between two exchanges;
+// - an order, followed as it is: a given one, DualPipeV's, or Megatron's interleaved order, with a forward and a
+//   backward pass together in each steady-state step as Megatron runs them between two exchanges;
 // - an order of F and B (ZB-H1's is 1F1B's), with the oldest W whenever the next of them waits or a forward would
 //   pass the cap of micro-batches between F and W;
 // - greedily: B, else F under the cap, else the oldest W.
@@ -15,9 +15,10 @@
 // other schedule.
 
 #include <algorithm>
+#include <array>
 #include <climits>
-#include <limits>
 #include <deque>
+#include <limits>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -495,13 +496,16 @@ SchedulePlan make_plan(Algorithm algorithm, int M, StageLayout layout) {
   // The greedy plan wins while micro-batches are few (M = S in the V: 1.5(S - 1) units fewer at S = 16), the
   // paper's order mostly once they outnumber the stages by half, and its F and B filled with W where M is not a
   // multiple of S on the loop. Keep the fewest steps, the first on a tie.
-  auto pattern = [&](int s) { return layout.v_shape ? v_pattern_order(M, S, s) : loop_pattern_order(M, S, v, s); };
+  std::vector<std::vector<Instr>> patterns;
+  for (int s = 0; s < S; ++s)
+    patterns.push_back(layout.v_shape ? v_pattern_order(M, S, s) : loop_pattern_order(M, S, v, s));
   SchedulePlan best = Planner(Pick::kGreedy, M, layout).plan();
-  for (SchedulePlan other :
-       {Planner(Pick::kOrder, M, layout, orders_of(S, [&](int s) { return singles(pattern(s)); })).plan(),
-        Planner(Pick::kFillWeights, M, layout, orders_of(S, [&](int s) { return without_weights(pattern(s)); }))
-            .plan()})
+  auto keep_shorter = [&](SchedulePlan other) {
     if (other.steps[0].size() < best.steps[0].size()) best = std::move(other);
+  };
+  keep_shorter(Planner(Pick::kOrder, M, layout, orders_of(S, [&](int s) { return singles(patterns[s]); })).plan());
+  keep_shorter(
+      Planner(Pick::kFillWeights, M, layout, orders_of(S, [&](int s) { return without_weights(patterns[s]); })).plan());
   return best;
 }
 

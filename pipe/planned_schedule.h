@@ -80,9 +80,10 @@ class ZeroBubbleH1Schedule : public PlannedSchedule {
 };
 
 /// Looped zero bubble (the ZB paper's ZB-1P on Megatron's loop layout, PyTorch's ScheduleInterleavedZeroBubble):
-/// `chunks` model chunks per stage, B and W split as in ZB-H1, in the greedy order of zb-v or the paper's fixed
-/// one (interleaved 1F1B's with each pair followed by a W), whichever finishes first at unit costs. Each stage keeps
-/// at most S stages' worth of activations, 1F1B's peak. Any number of micro-batches.
+/// `chunks` model chunks per stage, B and W split as in ZB-H1, in whichever of three orders finishes first at unit
+/// costs: the greedy one of zb-v, the paper's fixed one (interleaved 1F1B's with each pair followed by a W), and that
+/// order's F and B with W filling every wait. Each stage keeps at most S stages' worth of activations, 1F1B's peak.
+/// Any number of micro-batches.
 class ZeroBubbleInterleavedSchedule : public PlannedSchedule {
  public:
   /// Stage stage_id's steps for M micro_batches over S stages of `chunks` chunks each.
@@ -91,9 +92,9 @@ class ZeroBubbleInterleavedSchedule : public PlannedSchedule {
   std::string_view name() const override { return kName; }
 };
 
-/// Zero bubble ZB-V: two chunks per stage in a V (StageLayout::v_shape), B and W split as in ZB-H1, in the
-/// greedy order (chunk 1's work first when both chunks could go on) or the ZB-V paper's, whichever finishes
-/// first at unit costs. Each stage keeps at most 2S chunk activations (S stages' worth, 1F1B's peak) and
+/// Zero bubble ZB-V: two chunks per stage in a V (StageLayout::v_shape), B and W split as in ZB-H1, in whichever
+/// of three orders finishes first at unit costs: the greedy one (chunk 1's work first when both chunks could go
+/// on), the ZB-V paper's, and that order's F and B with W filling every wait. Each stage keeps at most 2S chunk activations (S stages' worth, 1F1B's peak) and
 /// idles (S - 1) / 2 once micro-batches outnumber stages twice over.
 class ZeroBubbleVSchedule : public PlannedSchedule {
  public:

@@ -124,8 +124,8 @@ class Simulator {
   std::vector<StageState> stages_;
   const ValidateOptions& options_;
   std::string name_;
-  int micro_batches_ = 0, num_steps_ = 0, step_id_ = 0, chunks_ = 1;
-  StageLayout layout_;
+  int micro_batches_ = 0, num_steps_ = 0, step_id_ = 0;
+  StageLayout layout_;  // stage 0's, which every stage's must match
   bool training_ = true, pipelined_ = true;
   std::vector<int> ready_;         // stages that can run on
   std::vector<double> link_free_;  // [from * stages + to]: when the link is free for the next transfer
@@ -157,7 +157,6 @@ Simulator::Simulator(const std::function<std::unique_ptr<PipeSchedule>(int)>& ma
       num_steps_ = sched.num_steps();
       training_ = sched.is_training();
       pipelined_ = sched.is_pipelined();
-      chunks_ = layout.chunks;
       layout_ = layout;
     }
     const PipeSchedule& first = *stages_[0].schedule;
@@ -247,13 +246,13 @@ ScheduleReport Simulator::run() {
   report.micro_batches = micro_batches_;
   report.stages = stages;
   report.steps = num_steps_;
-  report.chunks = chunks_;
+  report.chunks = layout_.chunks;
   report.costs = options_.costs;
-  const int expected = micro_batches_ * chunks_;
+  const int expected = micro_batches_ * layout_.chunks;
   double busy = 0;
   for (int s = 0; s < stages; ++s) {
     const StageState& st = stages_[s];
-    const char* of = chunks_ > 1 ? " (micro-batches x chunks)" : " micro-batches";
+    const char* of = layout_.chunks > 1 ? " (micro-batches x chunks)" : " micro-batches";
     STRATA_CHECK(st.forwards == expected, "validate_schedule: ", name_, " schedule, stage ", s, " forwarded ",
                  st.forwards, " of ", expected, of);
     if (training_) {
@@ -280,8 +279,9 @@ void Simulator::advance(int s) {
     const Instr& in = st.step[st.position];
     STRATA_CHECK(!in.has_buffer() || (0 <= in.buffer_id && in.buffer_id < st.report.num_pipe_buffers), at(s, in, -1),
                  ": buffer ", in.buffer_id, " is out of range for ", st.report.num_pipe_buffers, " pipe buffers");
-    STRATA_CHECK(0 <= in.chunk && in.chunk < chunks_ && (in.has_buffer() || in.chunk == 0), at(s, in, -1), ": chunk ",
-                 in.chunk, " is out of range for ", chunks_, " chunks", in.has_buffer() ? "" : " (or not 0)");
+    STRATA_CHECK(0 <= in.chunk && in.chunk < layout_.chunks && (in.has_buffer() || in.chunk == 0), at(s, in, -1),
+                 ": chunk ", in.chunk, " is out of range for ", layout_.chunks, " chunks",
+                 in.has_buffer() ? "" : " (or not 0)");
     if (!is_p2p(in.kind)) {
       run_local(s, in);
       ++st.position;
@@ -313,7 +313,7 @@ void Simulator::start_p2p(int s, const Instr& in) {
   const ChunkState& c = st.chunks[in.chunk];
   const bool next = to_next(in.kind);
   const int peer = next ? c.next : c.prev;
-  if (chunks_ == 1) {
+  if (layout_.chunks == 1) {
     STRATA_CHECK(peer >= 0, at(s, in, -1), ": stage ", s, " has no ", next ? "next" : "previous", " stage");
   } else {
     STRATA_CHECK(peer >= 0, at(s, in, -1), ": chunk ", in.chunk, " of stage ", s, " is the ", next ? "last" : "first",
@@ -367,7 +367,7 @@ void Simulator::meet(int sender, int receiver) {
   emit(receiver, recv, m, start, arrival);
 }
 
-double Simulator::cost(Instr::Kind kind) const { return options_.costs.of(kind) / chunks_; }
+double Simulator::cost(Instr::Kind kind) const { return options_.costs.of(kind) / layout_.chunks; }
 
 void Simulator::run_local(int s, const Instr& in) {
   StageState& st = stages_[s];
@@ -476,7 +476,7 @@ void Simulator::computed(int s, const Instr& in, int micro_batch) {
 void Simulator::check_end_of_batch(int s, const Instr& in) {
   StageState& st = stages_[s];
   STRATA_CHECK(training_, at(s, in, -1), ": end-of-batch instruction in a schedule that does not train");
-  const int expected = micro_batches_ * chunks_;
+  const int expected = micro_batches_ * layout_.chunks;
   STRATA_CHECK(st.backwards == expected, at(s, in, -1), ": comes before every micro-batch is backwarded (",
                st.backwards, " of ", expected, ")");
   STRATA_CHECK(st.weights == expected, at(s, in, -1), ": comes before every weight gradient is computed (", st.weights,
@@ -495,9 +495,10 @@ void Simulator::load(int s, const Instr& in) {
   StageState& st = stages_[s];
   ChunkState& c = st.chunks[in.chunk];
   STRATA_CHECK(c.first || c.last, at(s, in, -1),
-               chunks_ == 1 ? ": only the first and the last stage load micro-batches"
-                            : ": only the chunks holding the first and the last piece of the model load micro-batches");
-  STRATA_CHECK(c.first || !st.chunks[0].first || chunks_ == 1, at(s, in, -1),
+               layout_.chunks == 1
+                   ? ": only the first and the last stage load micro-batches"
+                   : ": only the chunks holding the first and the last piece of the model load micro-batches");
+  STRATA_CHECK(c.first || !st.chunks[0].first || layout_.chunks == 1, at(s, in, -1),
                ": this stage loads each micro-batch with its first chunk");
   const int m = st.next_load;
   const At where = at(s, in, m);

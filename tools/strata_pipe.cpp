@@ -275,7 +275,8 @@ void run_simulate(const Options& opt) {
       continue;
     }
     std::ostringstream over;
-    over << '+' << std::fixed << std::setprecision(1) << 100 * (p.report.time / p.report.lower_bound - 1) << '%';
+    const double bound = p.report.lower_bound;  // 0 only when every cost is
+    over << '+' << std::fixed << std::setprecision(1) << (bound > 0 ? 100 * (p.report.time / bound - 1) : 0.0) << '%';
     std::cout << std::right << std::setw(6) << std::setprecision(4) << p.report.time << std::setw(12) << over.str()
               << "  " << std::fixed << std::setprecision(3) << p.report.idle_fraction << std::defaultfloat << "  "
               << std::setw(6) << p.report.peak_activations() << "\n";

@@ -939,7 +939,9 @@ TEST(ScheduleValidator, TransfersDelayOnlyWhatUsesThem) {
     EXPECT_DOUBLE_EQ(sends[m].end - sends[m].start, 0.5);
     EXPECT_DOUBLE_EQ(sends[m].start, receives[m].start);
     EXPECT_DOUBLE_EQ(sends[m].end, receives[m].end);
-    if (m > 0) EXPECT_GE(sends[m].start, sends[m - 1].end);  // one link, one transfer at a time
+    if (m > 0) {
+      EXPECT_GE(sends[m].start, sends[m - 1].end);  // one link, one transfer at a time
+    }
   }
 }
 
