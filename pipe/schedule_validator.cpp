@@ -85,9 +85,11 @@ std::ostream& operator<<(std::ostream& os, const At& at) {
 // current step of each stage exists at any time. The simulated clock rides along and models the engine's
 // overlapped transfers (Note [overlapped transfers] in engine.cpp): a stage's clock advances by each compute
 // instruction's cost; a transfer occupies its link (one direction between two stages), not the stages: it starts
-// once both sides have posted it and the link is free, and takes costs.p2p; the compute that uses what it
-// carries waits for it, and a stage's batch ends once its sends have arrived. None of this depends on the order
-// in which the lockstep loop visits the stages.
+// once both sides have posted it and the link is free, holds the link while its bytes go out
+// (costs.link_time()) and arrives costs.p2p after that. The latency does not hold the link: a link sends one
+// message's bytes at a time, but the next may follow before the last arrives, as MPI and NCCL pipeline messages.
+// The compute that uses what a transfer carries waits for it, and a stage's batch ends once its sends have
+// arrived. None of this depends on the order in which the lockstep loop visits the stages.
 class Simulator {
  public:
   Simulator(const std::function<std::unique_ptr<PipeSchedule>(int)>& make_stage, int stages,
@@ -128,7 +130,7 @@ class Simulator {
   StageLayout layout_;  // stage 0's, which every stage's must match
   bool training_ = true, pipelined_ = true;
   std::vector<int> ready_;         // stages that can run on
-  std::vector<double> link_free_;  // [from * stages + to]: when the link is free for the next transfer
+  std::vector<double> link_free_;  // [from * stages + to]: when the link can send the next transfer's bytes
 };
 
 Simulator::Simulator(const std::function<std::unique_ptr<PipeSchedule>(int)>& make_stage, int stages,
@@ -343,8 +345,9 @@ void Simulator::meet(int sender, int receiver) {
   BufferState &out = out_chunk.buffers[send.buffer_id], &in = in_chunk.buffers[recv.buffer_id];
   const int m = out.micro_batch;
   double& link = link_free_[static_cast<size_t>(sender) * stages_.size() + receiver];
-  const double start = std::max({from.clock, to.clock, link}), arrival = start + options_.costs.p2p;
-  link = arrival;
+  const double start = std::max({from.clock, to.clock, link});
+  link = start + options_.costs.link_time();  // Note [lockstep simulation]
+  const double arrival = link + options_.costs.p2p;
   from.sent = std::max(from.sent, arrival);
   bool was_live = is_live(out_chunk, out);
   (send.kind == Instr::SendActivation ? out.output_sent : out.grad_sent) = true;
@@ -562,9 +565,11 @@ ScheduleReport validate_schedule(const std::function<std::unique_ptr<PipeSchedul
   STRATA_CHECK(stages >= 1, "validate_schedule: stages must be at least 1, got ", stages);
   STRATA_CHECK(make_stage, "validate_schedule: no schedule factory given");
   const ScheduleCosts& c = options.costs;
-  STRATA_CHECK(c.forward >= 0 && c.backward_input >= 0 && c.backward_weight >= 0 && c.p2p >= 0,
+  STRATA_CHECK(c.forward >= 0 && c.backward_input >= 0 && c.backward_weight >= 0 && c.p2p >= 0 && c.p2p_bytes >= 0 &&
+                   c.bandwidth >= 0,
                "validate_schedule: costs must be non-negative, got forward ", c.forward, ", backward_input ",
-               c.backward_input, ", backward_weight ", c.backward_weight, ", p2p ", c.p2p);
+               c.backward_input, ", backward_weight ", c.backward_weight, ", p2p ", c.p2p, ", p2p_bytes ", c.p2p_bytes,
+               ", bandwidth ", c.bandwidth);
   return Simulator(make_stage, stages, options).run();
 }
 
@@ -587,7 +592,15 @@ std::ostream& operator<<(std::ostream& os, const ScheduleReport& report) {
   line << "  steps " << report.steps << "  bubble " << report.bubble_fraction << '\n';
   line << std::defaultfloat << "time " << report.time << " (forward " << report.costs.forward << ", backward input "
        << report.costs.backward_input << ", backward weight " << report.costs.backward_weight << ", p2p "
-       << report.costs.p2p << ")";
+       << report.costs.p2p;
+  if (report.costs.p2p_bytes > 0 || report.costs.bandwidth > 0) {
+    line << ", bytes " << report.costs.p2p_bytes << ", bandwidth ";
+    if (report.costs.bandwidth > 0)
+      line << report.costs.bandwidth;
+    else
+      line << "unlimited";
+  }
+  line << ")";
   if (report.lower_bound > 0) line << "  lower bound " << report.lower_bound;
   line << "  idle " << std::fixed << report.idle_fraction << std::defaultfloat << "  peak activations "
        << report.peak_activations() << " stages\n";
@@ -605,11 +618,12 @@ double lower_bound(StageLayout layout, int micro_batches, const ScheduleCosts& c
   const double f = costs.forward / layout.chunks, b = costs.backward_input / layout.chunks;
   const double w = costs.backward_weight / layout.chunks, M = micro_batches;
   const double forward_backward = M * (costs.forward + costs.backward_input);
+  const double transfer = costs.transfer_time();  // no less, from when both sides post it to its arrival
   double bound = 0;
   for (int s = 0; s < layout.stages; ++s) {
-    const double head = s * (f + costs.p2p);
-    bound = std::max({bound, head + forward_backward + M * costs.backward_weight,
-                      head + forward_backward + s * (b + costs.p2p) + w});
+    const double head = s * (f + transfer);
+    bound = std::max(
+        {bound, head + forward_backward + M * costs.backward_weight, head + forward_backward + s * (b + transfer) + w});
   }
   return bound;
 }
@@ -628,5 +642,9 @@ double ScheduleCosts::of(Instr::Kind kind) const {
       return 0;
   }
 }
+
+double ScheduleCosts::link_time() const { return bandwidth > 0 ? p2p_bytes / bandwidth : 0; }
+
+double ScheduleCosts::transfer_time() const { return link_time() + p2p; }
 
 }  // namespace strata::pipe

@@ -18,17 +18,24 @@
 namespace strata::pipe {
 
 /// What each compute instruction costs on the validator's clock: times for one micro-batch through one
-/// stage's share of the model (a chunk's instruction takes 1/chunks of it), and what a transfer adds.
+/// stage's share of the model (a chunk's instruction takes 1/chunks of it), and what a transfer takes. A transfer
+/// occupies its link (one direction between two stages), not the stages: it starts once both sides have posted it
+/// and the link has sent the bytes before it, holds the link for link_time() and arrives p2p later, so messages
+/// in flight on one link overlap their latency, as MPI and NCCL pipeline them; only what uses the data waits.
 struct ScheduleCosts {
   double forward = 1;          ///< ForwardPass
   double backward_input = 1;   ///< BackwardInput (B)
   double backward_weight = 1;  ///< BackwardWeight (W); BackwardPass costs B + W
-  /// A transfer, from when both sides have posted it and its link (one direction between two stages) is free, to
-  /// its arrival; it occupies the link, not the stages, and only what uses the data waits for it
-  double p2p = 0;
+  double p2p = 0;              ///< a transfer's latency, beyond the time its bytes take on the link
+  double p2p_bytes = 0;        ///< the bytes of one transfer: a micro-batch's activations (or their gradients)
+  double bandwidth = 0;        ///< bytes per second of one link; 0 for unlimited
 
   /// What one compute instruction of a whole stage costs (BackwardPass: B + W); 0 for the other kinds.
   double of(PipeInstruction::Kind kind) const;
+  /// How long one transfer holds its link: p2p_bytes / bandwidth, 0 at unlimited bandwidth.
+  double link_time() const;
+  /// One transfer's time from its start to its arrival: link_time() + p2p.
+  double transfer_time() const;
 };
 
 /// The critical-path lower bound on a training batch's time for any schedule of this layout, at any memory: the
@@ -61,7 +68,7 @@ struct ScheduleReport {
   /// dataparallel.
   double bubble_fraction = 0;
   /// The batch's time on the simulated clock: each stage runs its instructions in order, a compute
-  /// instruction takes its cost once what it uses has arrived, a transfer takes costs.p2p on its link.
+  /// instruction takes its cost once what it uses has arrived, a transfer costs.transfer_time() (ScheduleCosts).
   double time = 0;
   double idle_fraction = 0;  ///< 1 - (busy time summed over stages) / (S x time)
   /// lower_bound() for the schedule's layout where it trains a pipeline; 0 for the others
@@ -82,8 +89,9 @@ struct TraceEvent {
   int position;                 ///< its index in its step
   PipeInstruction instruction;  ///< what
   int micro_batch;              ///< the micro-batch it worked on, -1 for the end-of-batch instructions
-  double start = 0;             ///< when it started on the simulated clock (a transfer: once both sides posted it)
-  double end = 0;               ///< when it ended (a transfer: when it arrived)
+  /// When it started on the simulated clock (a transfer: once both sides posted it and its link was free)
+  double start = 0;
+  double end = 0;  ///< when it ended (a transfer: when it arrived)
 };
 
 /// The most stage-steps (stages x steps per stage) validate_schedule simulates by default: some 10 s, 1 GB.

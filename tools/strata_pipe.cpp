@@ -62,11 +62,12 @@ const char* kUsage =
     "            or misordered actions, transfers without a partner, deadlock, more than A stages' worth of\n"
     "            activations on a stage)\n"
     "  simulate  --stages S --micro-batches M [--forward F --backward-input B --backward-weight W --p2p L]\n"
-    "            [--chunks v] [--file F]   predicts every training schedule's time for one batch, how far it\n"
-    "            is above the critical-path lower bound of its layout, idle fraction and peak activations from\n"
-    "            per-stage times (default 1 each, p2p 0), and recommends the fastest\n"
-    "            that stays within 1F1B's activation memory; --file adds the file's schedule (its stages and\n"
-    "            micro-batches then need not be given)\n"
+    "            [--bytes N --bandwidth BYTES_PER_S] [--chunks v] [--file F]   predicts every training\n"
+    "            schedule's time for one batch, how far it is above the critical-path lower bound of its\n"
+    "            layout, idle fraction and peak activations from per-stage times (default 1 each, p2p 0), and\n"
+    "            recommends the fastest that stays within 1F1B's activation memory. A transfer of N bytes takes\n"
+    "            N / BYTES_PER_S on its link, one at a time, then arrives L later (default: no bytes, latency\n"
+    "            only); --file adds the file's schedule (its stages and micro-batches then need not be given)\n"
     "  trace     --schedule NAME --stages S --micro-batches M [--chunks v] --out FILE  or  --file F --out FILE\n"
     "            writes the simulated schedule as a Chrome trace (open it in ui.perfetto.dev)\n"
     "  help      this message (also --help or -h)\n";
@@ -131,8 +132,8 @@ class Options {
   }
   int number(const std::string& name, int min) const { return parse_number("--" + name, required(name), min); }
   int chunks() const { return get("chunks") ? number("chunks", 1) : 0; }
-  // A non-negative time, `fallback` when not given.
-  double seconds(const std::string& name, double fallback) const {
+  // A finite non-negative number (a time, a size), `fallback` when not given.
+  double non_negative(const std::string& name, double fallback) const {
     const auto text = get(name);
     if (!text) return fallback;
     const std::optional<double> value = cli::parse_number<double>(*text);
@@ -202,7 +203,7 @@ std::optional<pipe::ScheduleTable> schedule_file(const Options& opt) {
   }
   for (const char* other : {"schedule", "chunks"})
     if (opt.get(other)) throw UsageError(std::string("--file and --") + other + " exclude each other");
-  const double cap = opt.seconds("max-activations", 0);
+  const double cap = opt.non_negative("max-activations", 0);
   return pipe::ScheduleTable::load(*path, {.max_activations = cap});
 }
 
@@ -250,8 +251,11 @@ void run_simulate(const Options& opt) {
                 (opt.get("micro-batches") && opt.number("micro-batches", 1) != micro_batches)))
     throw UsageError(*path + " schedules " + std::to_string(stages) + " stages x " + std::to_string(micro_batches) +
                      " micro-batches; leave out --stages and --micro-batches or give those");
-  const pipe::ScheduleCosts costs{opt.seconds("forward", 1), opt.seconds("backward-input", 1),
-                                  opt.seconds("backward-weight", 1), opt.seconds("p2p", 0)};
+  if (opt.get("bytes").has_value() != opt.get("bandwidth").has_value())
+    throw UsageError("--bytes and --bandwidth go together");
+  const pipe::ScheduleCosts costs{opt.non_negative("forward", 1),         opt.non_negative("backward-input", 1),
+                                  opt.non_negative("backward-weight", 1), opt.non_negative("p2p", 0),
+                                  opt.non_negative("bytes", 0),           opt.non_negative("bandwidth", 0)};
   std::vector<pipe::SchedulePrediction> predictions =
       pipe::simulate_schedules(micro_batches, stages, costs, opt.chunks());
   if (table) {
@@ -261,7 +265,9 @@ void run_simulate(const Options& opt) {
   }
   std::cout << "stages " << stages << "  micro-batches " << micro_batches << "  forward " << costs.forward
             << "  backward input " << costs.backward_input << "  backward weight " << costs.backward_weight << "  p2p "
-            << costs.p2p << "\n";
+            << costs.p2p;
+  if (opt.get("bytes")) std::cout << "  bytes " << costs.p2p_bytes << "  bandwidth " << costs.bandwidth;
+  std::cout << "\n";
   std::cout << "schedule              time  over bound   idle  peak activations (stages)\n";
   for (const pipe::SchedulePrediction& p : predictions) {
     std::ostringstream label;
@@ -323,7 +329,8 @@ const Command kCommands[] = {
     {"topology", {"axes", "dims"}, run_topology},
     {"validate", {"schedule", "stages", "micro-batches", "chunks", "file", "max-activations"}, run_validate},
     {"simulate",
-     {"stages", "micro-batches", "chunks", "forward", "backward-input", "backward-weight", "p2p", "file"},
+     {"stages", "micro-batches", "chunks", "forward", "backward-input", "backward-weight", "p2p", "bytes", "bandwidth",
+      "file"},
      run_simulate},
     {"trace", {"schedule", "stages", "micro-batches", "chunks", "out", "file"}, run_trace},
 };

@@ -248,6 +248,37 @@ zb-v               26.75      +55.1%  0.439       4
 dualpipe-v          not defined: micro-batches (6) must be at least twice the stages (4)
 recommended: zb-h1
 ]])
+  # A transfer's latency overlaps the messages in flight on its link, its bytes queue there: 2 s of latency and
+  # 2 s of bytes cost 1F1B, GPipe, ZB-H1 and the looped ZB the same (none waits for its link), but the
+  # interleaving, the V and DualPipeV, which send the next before the last has arrived, more for the bytes.
+  expect(latency EXIT 0 ARGS simulate --stages 2 --micro-batches 4 --p2p 2
+    STDOUT [[stages 2  micro-batches 4  forward 1  backward input 1  backward weight 1  p2p 2
+schedule              time  over bound   idle  peak activations (stages)
+train                 25      +66.7%  0.520       2
+gpipe                 31     +106.7%  0.613       4
+interleaved/2       35.5     +144.8%  0.662     2.5
+zb-h1                 23      +53.3%  0.478       2
+zb-interleaved/2      48     +231.0%  0.750       2
+zb-v                36.5     +151.7%  0.671       2
+dualpipe-v          27.5      +89.7%  0.564     2.5
+recommended: zb-h1
+]])
+  expect(bandwidth EXIT 0 ARGS simulate --stages 2 --micro-batches 4 --bytes 2e9 --bandwidth 1e9
+    STDOUT [[stages 2  micro-batches 4  forward 1  backward input 1  backward weight 1  p2p 0  bytes 2e+09  bandwidth 1e+09
+schedule              time  over bound   idle  peak activations (stages)
+train                 25      +66.7%  0.520       2
+gpipe                 31     +106.7%  0.613       4
+interleaved/2         40     +175.9%  0.700     2.5
+zb-h1                 23      +53.3%  0.478       2
+zb-interleaved/2      48     +231.0%  0.750       2
+zb-v                  37     +155.2%  0.676       2
+dualpipe-v            29     +100.0%  0.586     2.5
+recommended: zb-h1
+]])
+  expect_usage_error(bytes_alone "--bytes and --bandwidth go together"
+    simulate --stages 2 --micro-batches 4 --bytes 2e9)
+  expect_usage_error(negative_bandwidth "--bandwidth expects a finite non-negative number, got '-1'"
+    simulate --stages 2 --micro-batches 4 --bytes 1 --bandwidth -1)
   expect_usage_error(negative_time "--p2p expects a finite non-negative number, got '-1'"
     simulate --stages 2 --micro-batches 4 --p2p -1)
   expect_usage_error(nan_time "--forward expects a finite non-negative number, got 'nan'"

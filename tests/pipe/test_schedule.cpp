@@ -326,6 +326,18 @@ TEST(ScheduleValidator, ReportText) {
             "activations 2 stages\n"
             "stage 0: compute 24 steps, peak live buffers 6 of 8, busy 24\n"
             "stage 1: compute 24 steps, peak live buffers 5 of 8, busy 24\n");
+  // The bytes and the bandwidth appear once either is given; a bandwidth of 0 is unlimited. Each transfer takes
+  // 0.25 + 5e8 / 2e9 = 0.5, three of them on the critical path: 9 + 3 x 0.5.
+  options.costs = {1, 1, 1, 0.25, 5e8, 2e9};
+  EXPECT_EQ(text(validate_schedule("train", 2, 2, options)),
+            "schedule train  stages 2  micro-batches 2  steps 6  bubble 0.3333\n"
+            "time 10.5 (forward 1, backward input 1, backward weight 1, p2p 0.25, bytes 5e+08, bandwidth 2e+09)  lower "
+            "bound 8  idle 0.4286  peak activations 2 stages\n"
+            "stage 0: compute 4 steps, peak live buffers 2 of 2, busy 6\n"
+            "stage 1: compute 4 steps, peak live buffers 1 of 2, busy 6\n");
+  options.costs.bandwidth = 0;
+  EXPECT_NE(text(validate_schedule("train", 2, 2, options)).find("p2p 0.25, bytes 5e+08, bandwidth unlimited)"),
+            std::string::npos);
 }
 
 // ---- the validator on hand-broken schedules ----------------------------------------------------
@@ -910,23 +922,38 @@ TEST(PlannedSchedule, SimulateRecommendsTheFastestWithinOneFOneBMemory) {
   const std::vector<SchedulePrediction> gpipe_only_fast = simulate_schedules(2, 4, {});
   EXPECT_NE(gpipe_only_fast[recommend(gpipe_only_fast)].schedule, "gpipe");
   EXPECT_THROW_MSG(validate_schedule("zb-h1", 4, 2, {0, {1, -1, 1, 0}, {}}), "costs must be non-negative");
+  EXPECT_THROW_MSG(validate_schedule("zb-h1", 4, 2, {0, {1, 1, 1, 0, -1, 1}, {}}),
+                   "costs must be non-negative, got forward 1, backward_input 1, backward_weight 1, p2p 0, p2p_bytes "
+                   "-1, bandwidth 1");
+  EXPECT_THROW_MSG(validate_schedule("zb-h1", 4, 2, {0, {1, 1, 1, 0, 1, -1}, {}}), "p2p_bytes 1, bandwidth -1");
+  // recommend weighs the times with transfers: at 0.25 of bytes each, zb-h1, with fewer hops and W to hide them,
+  // beats the looped zero bubble that wins without transfers.
+  const std::vector<SchedulePrediction> narrow = simulate_schedules(8, 4, {1, 1, 1, 0, 1, 4});
+  EXPECT_EQ(narrow[recommend(narrow)].schedule, "zb-h1");
 }
 
 // The clock models the engine's overlapped transfers: a transfer delays only what uses its data. On two stages,
 // 1F1B's stage 0 has one forward to hide each gradient's round trip behind, so each micro-batch adds one transfer
-// to the compute (the first two), where blocking transfers added two. On one link, transfers queue.
+// to the compute (the first two), where blocking transfers added two. A link carries one transfer per F + B + L
+// there, so none queues behind another: latency or bytes, the time is the same.
 TEST(ScheduleValidator, TransfersDelayOnlyWhatUsesThem) {
   for (const double L : {0.25, 0.5, 1.0, 2.0})
     for (int M = 1; M <= 8; ++M) {
+      const double expected = 2 * (M + 1) + (M + 1) * L;
       ValidateOptions options;
       options.costs = {1, 1, 0, L};
       const ScheduleReport r = validate_schedule("train", M, 2, options);
-      EXPECT_DOUBLE_EQ(r.time, 2 * (M + 1) + (M + 1) * L) << "M " << M << " p2p " << L;
+      EXPECT_DOUBLE_EQ(r.time, expected) << "M " << M << " p2p " << L;
       for (const StageReport& stage : r.per_stage) EXPECT_DOUBLE_EQ(stage.busy, 2.0 * M);
+      options.costs = {1, 1, 0, 0, /*p2p_bytes=*/L * 1e9, /*bandwidth=*/1e9};
+      EXPECT_DOUBLE_EQ(validate_schedule("train", M, 2, options).time, expected) << "M " << M << " bytes " << L;
+      options.costs = {1, 1, 0, L / 4, 3 * L, /*bandwidth=*/4};
+      EXPECT_DOUBLE_EQ(validate_schedule("train", M, 2, options).time, expected) << "M " << M << " both " << L;
     }
-  // A transfer's slice spans the link, from when both sides posted it to its arrival; sends and receives agree.
+  // A transfer's slice spans the link, from when both sides posted it and the link was free to its arrival;
+  // sends and receives agree.
   ValidateOptions options;
-  options.costs = {1, 1, 0, 0.5};
+  options.costs = {1, 1, 0, 0.25, 1, 4};
   std::vector<TraceEvent> sends, receives;
   options.on_event = [&](const TraceEvent& e) {
     if (e.instruction.kind == Instr::SendActivation) sends.push_back(e);
@@ -940,24 +967,94 @@ TEST(ScheduleValidator, TransfersDelayOnlyWhatUsesThem) {
     EXPECT_DOUBLE_EQ(sends[m].start, receives[m].start);
     EXPECT_DOUBLE_EQ(sends[m].end, receives[m].end);
     if (m > 0) {
-      EXPECT_GE(sends[m].start, sends[m - 1].end);  // one link, one transfer at a time
+      EXPECT_GE(sends[m].start, sends[m - 1].start + 0.25);  // one link sends one transfer's bytes at a time
     }
   }
+}
+
+// Two stages, forward only: stage 0 forwards three micro-batches (1 each) and then sends them at once, to
+// stage 1, which has posted all three receives from the start; each transfer is ready at 3, and stage 1
+// forwards each (1 each) once it arrives.
+ScheduleReport burst(const ScheduleCosts& costs, std::vector<double>* arrivals) {
+  ValidateOptions options;
+  options.costs = costs;
+  options.on_event = [&](const TraceEvent& e) {
+    if (e.instruction.kind == Instr::RecvActivation) arrivals->push_back(e.end);
+  };
+  const Edit edit = [](int s, int t, PipeStep) {
+    PipeStep step;
+    auto add = [&](Instr::Kind kind) {
+      for (int b = 0; b < 3; ++b) step.push_back({kind, b});
+    };
+    if (s == 0 && t == 0) {
+      for (int b = 0; b < 3; ++b) {
+        step.push_back({Instr::LoadMicroBatch, b});
+        step.push_back({Instr::ForwardPass, b});
+      }
+    } else if (s == 0 && t == 1) {
+      add(Instr::SendActivation);
+    } else if (s == 1 && t == 1) {
+      add(Instr::LoadMicroBatch);
+      add(Instr::RecvActivation);
+      add(Instr::ForwardPass);
+    }
+    return step;
+  };
+  return validate_schedule(
+      [&](int s) { return std::make_unique<Edited<InferenceSchedule>>(3, 2, s, edit, /*buffers=*/3); }, 2, options);
+}
+
+// A transfer's latency does not hold its link, its bytes do (ScheduleCosts): the messages in flight on one link
+// each pay the latency at once, as MPI and NCCL pipeline them, and go out one after another at the bandwidth.
+TEST(ScheduleValidator, TransfersOverlapTheirLatencyAndQueueTheirBytes) {
+  std::vector<double> arrivals;
+  // Latency 2, unlimited bandwidth: all three arrive at 3 + 2, and stage 1 forwards them back to back.
+  EXPECT_DOUBLE_EQ(burst({1, 1, 1, 2}, &arrivals).time, 8);
+  EXPECT_EQ(arrivals, (std::vector<double>{5, 5, 5}));
+  // 2 seconds of bytes each, no latency: the link sends them over [3, 5], [5, 7] and [7, 9].
+  arrivals.clear();
+  EXPECT_DOUBLE_EQ(burst({1, 1, 1, 0, 4e9, 2e9}, &arrivals).time, 10);
+  EXPECT_EQ(arrivals, (std::vector<double>{5, 7, 9}));
+  // Both: each arrives 1 after its bytes are out.
+  arrivals.clear();
+  EXPECT_DOUBLE_EQ(burst({1, 1, 1, 1, 4e9, 2e9}, &arrivals).time, 11);
+  EXPECT_EQ(arrivals, (std::vector<double>{6, 8, 10}));
+  // Bytes without a bandwidth take no time.
+  arrivals.clear();
+  EXPECT_DOUBLE_EQ(burst({1, 1, 1, 2, 4e9, 0}, &arrivals).time, 8);
+  EXPECT_EQ(arrivals, (std::vector<double>{5, 5, 5}));
+}
+
+TEST(ScheduleCosts, TransferTimeIsLatencyPlusBytesOverBandwidth) {
+  const ScheduleCosts costs{1, 1, 1, 0.5, 3e9, 2e9};
+  EXPECT_DOUBLE_EQ(costs.link_time(), 1.5);
+  EXPECT_DOUBLE_EQ(costs.transfer_time(), 2.0);
+  EXPECT_DOUBLE_EQ((ScheduleCosts{1, 1, 1, 0.5, 3e9, 0}).link_time(), 0.0);  // unlimited bandwidth
+  EXPECT_DOUBLE_EQ((ScheduleCosts{1, 1, 1, 0.5, 3e9, 0}).transfer_time(), 0.5);
+  EXPECT_DOUBLE_EQ(ScheduleCosts{}.transfer_time(), 0.0);
+  EXPECT_DOUBLE_EQ(costs.of(Instr::BackwardPass), 2.0);
+  EXPECT_DOUBLE_EQ(costs.of(Instr::SendActivation), 0.0);  // a transfer costs the link, not the stage
 }
 
 // The lower bound holds for every training schedule at any costs: random ones, transfers included.
 TEST(PlannedSchedule, NoScheduleBeatsTheLowerBound) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<double> cost(0.0, 2.0);
-  for (int trial = 0; trial < 40; ++trial) {
-    const ScheduleCosts costs{cost(rng), cost(rng), cost(rng), trial % 2 ? cost(rng) : 0};
+  for (int trial = 0; trial < 80; ++trial) {
+    // Every other trial has transfers: a latency, bytes at a bandwidth (0: unlimited), or both.
+    ScheduleCosts costs{cost(rng), cost(rng), cost(rng)};
+    if (trial % 2) {
+      costs.p2p = trial % 3 ? cost(rng) : 0;
+      costs.p2p_bytes = trial % 5 ? cost(rng) * 1e9 : 0;
+      costs.bandwidth = trial % 7 ? 1e9 / (0.1 + cost(rng)) : 0;
+    }
     const int S = 1 + trial % 6, M = S + trial % 7 * S / 2;
     for (const SchedulePrediction& p : simulate_schedules(M, S, costs)) {
       if (!p.why_not.empty()) continue;
       EXPECT_GT(p.report.lower_bound, 0) << p.schedule;
       EXPECT_GE(p.report.time, p.report.lower_bound - 1e-9)
           << p.schedule << " M " << M << " S " << S << " costs " << costs.forward << " " << costs.backward_input << " "
-          << costs.backward_weight << " " << costs.p2p;
+          << costs.backward_weight << " " << costs.p2p << " " << costs.p2p_bytes << " " << costs.bandwidth;
     }
   }
   // Forward-only and replicated schedules have none.
