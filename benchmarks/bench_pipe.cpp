@@ -5,7 +5,7 @@
 //   strata_bench_pipe --part partition             # no processes
 //   mpirun -np 4 strata_bench_pipe --part engine [--reps R]   # S = world size stages; -np 1: no p2p
 //   mpirun -np 4 strata_bench_pipe --part bubble [--reps R]
-//   mpirun -np 4 strata_bench_pipe --part schedules [--reps R]
+//   mpirun -np 4 strata_bench_pipe --part schedules [--reps R] [--trace DIR]
 //
 // schedule: TrainSchedule (1F1B) generation alone (step(t) of every stage and step) and
 //   validate_schedule("train", M, S) (which generates and checks every stage in lockstep), at several S x M;
@@ -33,6 +33,8 @@
 //   zb-h1 calibration run's per-micro-batch forward, B and W times, and beside Note [bubble model] with the
 //   stages sharing the machine's cores; the ratios to 1F1B, predicted and measured.
 // --reps: batches timed per figure in engine, bubble and schedules (default 5), after warm-up batches.
+// --trace DIR: schedules writes DIR/<schedule>.json, the Chrome trace of each schedule's last timed batch
+//   (PipelineEngine::write_trace: every rank's instructions, and its transfers in flight beside them).
 
 #include <malloc.h>
 #include <time.h>
@@ -110,12 +112,14 @@ Cost median_cost(F&& f) {
 struct Options {
   std::string part;
   int reps = 5;
+  std::string trace;  // schedules: a folder for each schedule's measured Chrome trace
 };
 
 Options parse_options(int argc, char** argv) {
-  const std::string usage = "usage: strata_bench_pipe --part schedule|partition|engine|bubble|schedules [--reps R]";
+  const std::string usage =
+      "usage: strata_bench_pipe --part schedule|partition|engine|bubble|schedules [--reps R] [--trace DIR]";
   Options opt;
-  strata_bench::parse_flags(argc, argv, usage, {{"--part", &opt.part}, {"--reps", &opt.reps}});
+  strata_bench::parse_flags(argc, argv, usage, {{"--part", &opt.part}, {"--reps", &opt.reps}, {"--trace", &opt.trace}});
   if (opt.part != "schedule" && opt.part != "partition" && opt.part != "engine" && opt.part != "bubble" &&
       opt.part != "schedules")
     throw std::invalid_argument(usage + "; got --part '" + opt.part + "'");
@@ -566,7 +570,7 @@ void part_bubble(int reps) {
 // measured beside two predictions from one calibration (a zb-h1 run: forward, B and W seconds per micro-batch
 // from engine.timings(), the mean over stages): the validator's clock (what strata-pipe simulate prints, a
 // processor per stage) and Note [bubble model] with the stages sharing this machine's cores.
-void part_schedules(int reps) {
+void part_schedules(int reps, const std::string& trace_dir) {
   constexpr int64_t kWidth = 1024, kRows = 64;
   constexpr int kLayersPerStage = 2;
   const int S = dist::get_world_size(), M = 2 * S;
@@ -577,13 +581,15 @@ void part_schedules(int reps) {
   // Median batch seconds (the slowest rank's) and this rank's timings of the last batch.
   auto measure = [&](const std::string& schedule, int chunks, bool v_shape) {
     Pipeline p = make_pipeline(bubble_layers(S, kWidth, kLayersPerStage), chunks, v_shape);
-    pipe::PipelineEngine engine(p.module, *p.grid, p.sgd, {.micro_batches = M, .schedule = schedule});
+    pipe::PipelineEngine engine(p.module, *p.grid, p.sgd,
+                                {.micro_batches = M, .schedule = schedule, .record_trace = !trace_dir.empty()});
     engine.train_batch(data);  // warm-up
     std::vector<double> total;
     for (int rep = 0; rep < reps; ++rep) {
       engine.train_batch(data);
       total.push_back(engine.timings().total);
     }
+    if (!trace_dir.empty()) engine.write_trace(trace_dir + "/" + schedule + ".json");
     Tensor slowest = tensor({median(total)});
     dist::all_reduce(slowest, dist::ReduceOp::MAX);
     return std::make_pair(slowest.item<double>(), engine.timings());
@@ -649,7 +655,7 @@ int main(int argc, char** argv) {
       strata::distributed::init();
       if (opt.part == "engine") strata::part_engine(opt.reps);
       if (opt.part == "bubble") strata::part_bubble(opt.reps);
-      if (opt.part == "schedules") strata::part_schedules(opt.reps);
+      if (opt.part == "schedules") strata::part_schedules(opt.reps, opt.trace);
       strata::distributed::finalize();
     }
     return 0;

@@ -35,6 +35,7 @@
 #include "strata/pipe/p2p.h"
 #include "strata/pipe/schedule.h"
 #include "strata/pipe/schedule_file.h"
+#include "strata/pipe/trace.h"
 
 /// DeepSpeed-style pipeline parallelism: topologies, partitioning, schedules as data, PipelineModule, stage p2p
 /// and the PipelineEngine.
@@ -66,21 +67,13 @@ struct PipelineEngineOptions {
   /// The group stage-to-stage transfers travel in: every rank of WORLD in WORLD's order, WORLD when unset. A group
   /// of its own gives them a communicator (with NCCL, a stream) apart from WORLD's collectives.
   distributed::Group p2p_group = {};
-  /// Keep when each instruction of the last batch ran on this rank (timings().executed), for write_trace.
+  /// Keep when each instruction and transfer of the last batch ran on this rank (timings().executed and
+  /// .transfers), for write_trace.
   bool record_trace = false;
   /// Dynamic loss scaling (DeepSpeed's fp16 "loss_scale": 0): the loss's gradient is multiplied by the scale,
   /// every stage unscales its gradients, and a step with an inf or NaN on any stage or replica is skipped on all
   /// of them (the engine's scaler checks over WORLD: leave process_group unset). The scale is in checkpoints.
   std::optional<optim::GradScalerOptions> grad_scaler = std::nullopt;
-};
-
-/// One instruction as this rank executed it (PipelineEngineOptions::record_trace).
-struct ExecutedInstruction {
-  PipeInstruction instruction;  ///< what
-  int step;                     ///< the schedule step it belongs to
-  int micro_batch;              ///< its micro-batch, -1 for the end-of-batch instructions
-  double start;                 ///< seconds on the machine's monotonic clock (one clock for the ranks of a host)
-  double end;                   ///< when it ended, on the same clock
 };
 
 /// Seconds this rank spent in each instruction kind during the last train_batch or eval_batch.
@@ -90,6 +83,9 @@ struct PipelineTimings {
   int64_t instructions = 0;                                  ///< instructions executed
   double compute() const;                     ///< ForwardPass + BackwardPass + BackwardInput + BackwardWeight seconds
   std::vector<ExecutedInstruction> executed;  ///< with record_trace: every instruction of the batch, in order
+  /// With record_trace: each Send and Recv instruction's transfers, from posted until this rank first saw them
+  /// complete (it looks after every instruction and wait), in the order posted.
+  std::vector<ExecutedInstruction> transfers;
 };
 
 /// Loads the optimizer state of a universal checkpoint (PipelineEngine::save_checkpoint, any layout) into
@@ -129,9 +125,10 @@ class PipelineEngine {
   void load_checkpoint(const std::string& dir, bool load_optimizer_states = true);
 
   const PipelineTimings& timings() const { return timings_; }  ///< of the last batch on this rank
-  /// Writes what every rank executed in its last batch (record_trace) as one Chrome trace: a row per rank,
-  /// instructions labelled as write_chrome_trace labels them, times from the earliest instruction, so it
-  /// lies beside strata-pipe's simulated trace. Every rank calls it; rank 0 writes `path`.
+  /// Writes what every rank executed in its last batch (record_trace) as one Chrome trace: per rank a row of
+  /// instructions, labelled as write_chrome_trace labels them, and a row of its transfers in flight; times from
+  /// the earliest instruction, so it lies beside strata-pipe's simulated trace. Every rank calls it; rank 0
+  /// writes `path`.
   void write_trace(const std::string& path) const;
   PipelineModule& module() const { return *module_; }          ///< the model
   const PipelineParallelGrid& grid() const { return grid_; }   ///< the grid

@@ -83,7 +83,7 @@ std::ostream& operator<<(std::ostream& os, const At& at) {
 // travels with the message) and the peer resumes; otherwise this stage waits. Each instruction is looked at
 // once, so a step costs O(stages), and a step after which a stage still waits is a deadlock. Only the
 // current step of each stage exists at any time. The simulated clock rides along and models the engine's
-// overlapped transfers (Note [overlapped transfers] in engine.cpp): a stage's clock advances by each compute
+// overlapped transfers (Note [overlapped transfers] in stage.cpp): a stage's clock advances by each compute
 // instruction's cost; a transfer occupies its link (one direction between two stages), not the stages: it starts
 // once both sides have posted it and the link is free, holds the link while its bytes go out
 // (costs.link_time()) and arrives costs.p2p after that. The latency does not hold the link: a link sends one

@@ -20,6 +20,15 @@ namespace strata::pipe {
 /// The most stage-steps write_chrome_trace writes: some 800 MB of JSON, past what trace viewers open.
 inline constexpr int64_t kMaxTracedStageSteps = int64_t{1} << 22;
 
+/// One instruction as a rank executed it, or the transfers a Send or Recv posted, from posted to first seen
+/// complete (PipelineEngineOptions::record_trace).
+struct ExecutedInstruction {
+  PipeInstruction instruction;  ///< what
+  int step;                     ///< the schedule step it belongs to
+  int micro_batch;              ///< its micro-batch, -1 for the end-of-batch instructions
+  double start;                 ///< seconds on the machine's monotonic clock (one clock for the ranks of a host)
+  double end;                   ///< when it ended, on the same clock
+};
 /// One instruction as a slice of a Chrome trace (what write_chrome_trace and PipelineEngine::write_trace write).
 struct TraceSlice {
   int row;                      ///< the trace's row ("tid"): a stage, or a rank

@@ -35,6 +35,7 @@ INTERNAL = [
     ("/detail/", "glue of a layer's implementation"),
     ("distributed/mpi/", "the MPI backend"),
     ("distributed/nccl/", "the NCCL backend"),
+    ("pipe/stage.h", "the pipeline engine's stage"),
 ]
 
 EXAMPLE_PREFIX = "//   "

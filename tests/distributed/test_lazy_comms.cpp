@@ -118,7 +118,9 @@ TEST(LazyComms, EveryPairOfABatchAgreesOnItsIdWithoutDeadlock) {
       if (p == r) continue;
       EXPECT_EQ(id(r, p), id(p, r)) << "ranks " << r << " and " << p;
       for (int q = p + 1; q < world(); ++q)
-        if (q != r) EXPECT_NE(id(r, p), id(r, q)) << "rank " << r << "'s pairs share an id";
+        if (q != r) {
+          EXPECT_NE(id(r, p), id(r, q)) << "rank " << r << "'s pairs share an id";
+        }
     }
 }
 
