@@ -29,9 +29,9 @@
 //   measured outside the pipeline, once with a processor per stage and once with the stages sharing this
 //   machine's cores; both also predict the batch time.
 // schedules: the bubble model trained with every pipelined training schedule of the registry (its own chunks) at
-//   M = 2S; the batch time measured beside the validator's prediction (strata-pipe simulate's clock) from one
-//   zb-h1 calibration run's per-micro-batch forward, B and W times, and beside Note [bubble model] with the
-//   stages sharing the machine's cores; the ratios to 1F1B, predicted and measured.
+//   M = 2S; the batch time measured beside the validator's clock (strata-pipe simulate's) fed with that run's own
+//   compute times per stage, chunk and kind, and beside Note [bubble model] with the stages sharing the machine's
+//   cores; the ratios to 1F1B, predicted and measured, and measured over predicted.
 // --reps: batches timed per figure in engine, bubble and schedules (default 5), after warm-up batches.
 // --trace DIR: schedules writes DIR/<schedule>.json, the Chrome trace of each schedule's last timed batch
 //   (PipelineEngine::write_trace: every rank's instructions, and its transfers in flight beside them).
@@ -394,8 +394,10 @@ struct Simulated {
   double batch_seconds;        // the makespan
   std::vector<double> bubble;  // per stage: 1 - (wall seconds spent computing) / makespan
 };
-Simulated simulate(const std::function<std::unique_ptr<pipe::PipeSchedule>(int)>& make_stage, int S,
-                   const std::vector<pipe::ScheduleCosts>& costs, double cores) {
+// `cost(s, ins)`: what compute instruction `ins` of stage s takes.
+using CostOf = std::function<double(int, const pipe::PipeInstruction&)>;
+Simulated simulate(const std::function<std::unique_ptr<pipe::PipeSchedule>(int)>& make_stage, int S, const CostOf& cost,
+                   double cores) {
   struct Stream {
     std::vector<pipe::PipeInstruction> ins;
     size_t next = 0;
@@ -410,7 +412,6 @@ Simulated simulate(const std::function<std::unique_ptr<pipe::PipeSchedule>(int)>
   }
   auto done = [&](int s) { return st[s].next == st[s].ins.size(); };
   auto at = [&](int s) { return st[s].ins[st[s].next]; };
-  auto cost = [&](int s, Kind k) { return costs[s].of(k) / layout.chunks; };
   auto computing = [&](int s) { return !done(s) && pipe::is_compute(at(s).kind); };
   // The stage and instruction a p2p instruction of stage s meets.
   auto partner = [&](int s, const pipe::PipeInstruction& in) -> std::pair<int, pipe::PipeInstruction> {
@@ -446,7 +447,7 @@ Simulated simulate(const std::function<std::unique_ptr<pipe::PipeSchedule>(int)>
     const double rate = std::min(1.0, cores / static_cast<double>(active.size()));
     int first = active[0];
     for (int s : active) {
-      if (st[s].left < 0) st[s].left = cost(s, at(s).kind);
+      if (st[s].left < 0) st[s].left = cost(s, at(s));
       if (st[s].left < st[first].left) first = s;
     }
     const double dt = st[first].left / rate;
@@ -548,7 +549,8 @@ void part_bubble(int reps) {
     std::vector<pipe::ScheduleCosts> per_stage_costs;
     for (int s = 0; s < S; ++s) per_stage_costs.push_back({forward[s], backward[s], 0, 0});
     auto train = [&](int s) { return std::make_unique<pipe::TrainSchedule>(M, S, s); };
-    const Simulated own = simulate(train, S, per_stage_costs, S), shared = simulate(train, S, per_stage_costs, cores);
+    const CostOf cost = [&](int s, const pipe::PipeInstruction& ins) { return per_stage_costs[s].of(ins.kind); };
+    const Simulated own = simulate(train, S, cost, S), shared = simulate(train, S, cost, cores);
     std::printf("%3d | %10.3f %10.3f %11.3f | %7.3f  %-29s | %7.1f %7.1f %9.1f\n", M,
                 pipe::validate_schedule("train", M, S).bubble_fraction, mean(own.bubble), mean(shared.bubble),
                 mean(per_stage), cells.c_str(), own.batch_seconds * 1e3, shared.batch_seconds * 1e3, batch * 1e3);
@@ -567,74 +569,83 @@ void part_bubble(int reps) {
 }
 
 // schedules: the model of part_bubble trained with every schedule at M = 2S; per schedule the batch time
-// measured beside two predictions from one calibration (a zb-h1 run: forward, B and W seconds per micro-batch
-// from engine.timings(), the mean over stages): the validator's clock (what strata-pipe simulate prints, a
-// processor per stage) and Note [bubble model] with the stages sharing this machine's cores.
+// measured beside the validator's clock fed with that run's own compute times: each stage's mean time per chunk
+// and kind of compute instruction (from record_trace), so what is compared is the clock's model of the schedule
+// and its overlapped transfers, not a calibration. To that the prediction adds the slowest stage's end-of-batch
+// instructions (reductions, optimizer step). Also Note [bubble model] with the same times and the stages sharing
+// this machine's cores.
 void part_schedules(int reps, const std::string& trace_dir) {
   constexpr int64_t kWidth = 1024, kRows = 64;
   constexpr int kLayersPerStage = 2;
+  constexpr int kComputeKinds = 4;  // ForwardPass, BackwardPass, BackwardInput, BackwardWeight
   const int S = dist::get_world_size(), M = 2 * S;
   const std::vector<pipe::MicroBatch> batches = random_micro_batches(M, kRows, kWidth, kWidth);
   const pipe::DataIterator data = cycling(batches);
   const double cores = std::max(1u, std::thread::hardware_concurrency());
-
-  // Median batch seconds (the slowest rank's) and this rank's timings of the last batch.
-  auto measure = [&](const std::string& schedule, int chunks, bool v_shape) {
-    Pipeline p = make_pipeline(bubble_layers(S, kWidth, kLayersPerStage), chunks, v_shape);
-    pipe::PipelineEngine engine(p.module, *p.grid, p.sgd,
-                                {.micro_batches = M, .schedule = schedule, .record_trace = !trace_dir.empty()});
-    engine.train_batch(data);  // warm-up
-    std::vector<double> total;
-    for (int rep = 0; rep < reps; ++rep) {
-      engine.train_batch(data);
-      total.push_back(engine.timings().total);
-    }
-    if (!trace_dir.empty()) engine.write_trace(trace_dir + "/" + schedule + ".json");
-    Tensor slowest = tensor({median(total)});
-    dist::all_reduce(slowest, dist::ReduceOp::MAX);
-    return std::make_pair(slowest.item<double>(), engine.timings());
+  auto compute_index = [](Kind k) {
+    return k == Kind::ForwardPass ? 0 : k == Kind::BackwardPass ? 1 : k == Kind::BackwardInput ? 2 : 3;
   };
 
-  const auto [calibration_seconds, timings] = measure("zb-h1", 1, false);
-  const std::vector<double> mine = {timings.seconds[Kind::ForwardPass] / M, timings.seconds[Kind::BackwardInput] / M,
-                                    timings.seconds[Kind::BackwardWeight] / M};
-  const std::vector<double> all = gather(mine);
-  pipe::ScheduleCosts costs{0, 0, 0, 0};
-  for (int s = 0; s < S; ++s) {
-    costs.forward += all[s * 3] / S;
-    costs.backward_input += all[s * 3 + 1] / S;
-    costs.backward_weight += all[s * 3 + 2] / S;
-  }
   if (dist::get_rank() == 0) {
     std::printf(
         "schedules: %d stages of %d x (Linear(%lld, %lld), tanh), M = %d micro-batches of %lld rows; medians of %d "
-        "batches,\n%s\ncalibration (zb-h1 run, mean over stages): forward %.2f ms, B %.2f ms, W %.2f ms per "
-        "micro-batch\n",
+        "batches,\n%s\n",
         S, kLayersPerStage, static_cast<long long>(kWidth), static_cast<long long>(kWidth), M,
-        static_cast<long long>(kRows), reps, machine_load().c_str(), costs.forward * 1e3, costs.backward_input * 1e3,
-        costs.backward_weight * 1e3);
-    std::printf("%-14s | %12s %12s | %12s | %9s %9s\n", "schedule", "pred own ms", "pred shared", "measured ms",
-                "/1F1B pred", "/1F1B meas");
+        static_cast<long long>(kRows), reps, machine_load().c_str());
+    std::printf("%-14s | %10s %12s | %11s | %9s %9s | %10s\n", "schedule", "pred ms", "pred shared", "measured ms",
+                "/1F1B pred", "/1F1B meas", "meas/pred");
   }
   double train_predicted = 0, train_measured = 0;
   for (const pipe::ScheduleEntry& entry : pipe::schedule_registry()) {
     if (!entry.training || !entry.pipelined || !entry.why_not(M, S, entry.chunks).empty()) continue;
     const std::string name(entry.name);
-    const double measured = measure(name, entry.chunks, entry.v_shape).first;
-    const pipe::ScheduleReport own = pipe::validate_schedule(name, M, S, {0, costs, {}});
-    const Simulated shared = simulate([&](int s) { return pipe::make_schedule(name, M, S, s); }, S,
-                                      std::vector<pipe::ScheduleCosts>(S, costs), cores);
-    if (name == "train") train_predicted = own.time, train_measured = measured;
+    Pipeline p = make_pipeline(bubble_layers(S, kWidth, kLayersPerStage), entry.chunks, entry.v_shape);
+    pipe::PipelineEngine engine(p.module, *p.grid, p.sgd, {.micro_batches = M, .schedule = name, .record_trace = true});
+    engine.train_batch(data);  // warm-up
+    std::vector<double> total, tail;
+    std::vector<double> sum(entry.chunks * kComputeKinds), count(sum.size());
+    for (int rep = 0; rep < reps; ++rep) {
+      engine.train_batch(data);
+      const pipe::PipelineTimings& t = engine.timings();
+      total.push_back(t.total);
+      tail.push_back(t.seconds[Kind::ReduceTiedGrads] + t.seconds[Kind::ReduceGrads] + t.seconds[Kind::OptimizerStep]);
+      for (const pipe::ExecutedInstruction& e : t.executed) {
+        if (!pipe::is_compute(e.instruction.kind)) continue;
+        const size_t i = e.instruction.chunk * kComputeKinds + compute_index(e.instruction.kind);
+        sum[i] += e.end - e.start;
+        ++count[i];
+      }
+    }
+    if (!trace_dir.empty()) engine.write_trace(trace_dir + "/" + name + ".json");
+    std::vector<double> mine{median(total), median(tail)};
+    for (size_t i = 0; i < sum.size(); ++i) mine.push_back(count[i] > 0 ? sum[i] / count[i] : 0);
+    const std::vector<double> all = gather(mine);
+    const size_t fields = mine.size();
+    double measured = 0, end_of_batch = 0;
+    for (int s = 0; s < S; ++s) {
+      measured = std::max(measured, all[s * fields]);
+      end_of_batch = std::max(end_of_batch, all[s * fields + 1]);
+    }
+    const CostOf cost = [&](int s, const pipe::PipeInstruction& ins) {
+      return all[s * fields + 2 + ins.chunk * kComputeKinds + compute_index(ins.kind)];
+    };
+    pipe::ValidateOptions options;
+    options.compute_cost = cost;
+    const double predicted = pipe::validate_schedule(name, M, S, options).time + end_of_batch;
+    const Simulated shared = simulate([&](int s) { return pipe::make_schedule(name, M, S, s); }, S, cost, cores);
+    if (name == "train") train_predicted = predicted, train_measured = measured;
     if (dist::get_rank() == 0)
-      std::printf("%-14s | %12.1f %12.1f | %12.1f | %9.3f %9.3f\n", name.c_str(), own.time * 1e3,
-                  shared.batch_seconds * 1e3, measured * 1e3, own.time / train_predicted, measured / train_measured);
+      std::printf("%-14s | %10.1f %12.1f | %11.1f | %9.3f %9.3f | %10.3f\n", name.c_str(), predicted * 1e3,
+                  (shared.batch_seconds + end_of_batch) * 1e3, measured * 1e3, predicted / train_predicted,
+                  measured / train_measured, measured / predicted);
   }
   if (dist::get_rank() == 0)
     std::printf(
-        "pred own: the validator's clock with the calibrated costs, a processor per stage (strata-pipe simulate "
-        "--forward\n%.5f --backward-input %.5f --backward-weight %.5f). pred shared: Note [bubble model] with the "
-        "stages sharing\nthe %d cores. With more ranks than cores compare the measured time with pred shared.\n",
-        costs.forward, costs.backward_input, costs.backward_weight, static_cast<int>(cores));
+        "pred: the validator's clock (ValidateOptions::compute_cost) with each stage's mean time per chunk and kind of "
+        "compute\ninstruction in that schedule's timed batches and free transfers, plus the slowest stage's "
+        "reductions and optimizer\nstep. pred shared: Note [bubble model] with the same times and the stages "
+        "sharing the %d cores. With more\nranks than cores compare the measured time with pred shared.\n",
+        static_cast<int>(cores));
 }
 
 }  // namespace

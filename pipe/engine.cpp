@@ -1,6 +1,7 @@
 // The pipeline engine: runs a schedule's instructions on this rank over its stage (pipe/stage.cpp).
 #include "strata/pipe/engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -351,7 +352,7 @@ void PipelineEngine::reduce_grads() {
 
 void PipelineEngine::write_trace(const std::string& path) const {
   // Every rank's instructions and transfers as 8 numbers each, padded to the longest list, gathered everywhere;
-  // rank 0 writes a row of instructions and a row of transfers per rank.
+  // rank 0 writes a row of instructions and rows of transfers per rank.
   constexpr int64_t kFields = 8, kHeader = 3;
   const int world = dist::get_world_size();
   const int64_t n = static_cast<int64_t>(timings_.executed.size() + timings_.transfers.size());
@@ -380,18 +381,33 @@ void PipelineEngine::write_trace(const std::string& path) const {
     const double* rank = a + r * mine.numel();
     for (int64_t i = 0; i < static_cast<int64_t>(rank[0]); ++i) t0 = std::min(t0, rank[kHeader + i * kFields + 5]);
   }
+  // A row's slices must nest, and transfers in flight together do not: each goes to the first of the rank's
+  // transfer rows whose last transfer has ended (they come in the order posted), a new row when none has.
   std::vector<std::string> rows;
   std::vector<TraceSlice> slices;
   for (int r = 0; r < world; ++r) {
     const double* rank = a + r * mine.numel();
+    const int instructions = static_cast<int>(rows.size());
     rows.push_back(str("rank ", r, ": stage ", rank[1], ", replica ", rank[2]));
-    rows.push_back(str("rank ", r, ": transfers in flight"));
+    std::vector<double> lane_end;  // of the rank's transfer rows, rows instructions + 1, + 2, ...
     for (int64_t i = 0; i < static_cast<int64_t>(rank[0]); ++i) {
       const double* e = rank + kHeader + i * kFields;
+      int row = instructions;
+      if (e[7] != 0) {
+        const auto free = std::find_if(lane_end.begin(), lane_end.end(), [&](double end) { return end <= e[5]; });
+        const auto lane = free - lane_end.begin();
+        if (free == lane_end.end()) {
+          lane_end.push_back(e[6]);
+          rows.push_back(str("rank ", r, ": transfers in flight", lane ? str(" (", lane + 1, ")") : ""));
+        } else {
+          *free = e[6];
+        }
+        row = instructions + 1 + static_cast<int>(lane);
+      }
       const PipeInstruction ins{static_cast<PipeInstruction::Kind>(e[0]), static_cast<int32_t>(e[1]),
                                 static_cast<int16_t>(e[2])};
-      slices.push_back({2 * r + static_cast<int>(e[7]), (e[5] - t0) * 1e6, (e[6] - e[5]) * 1e6, ins,
-                        static_cast<int>(e[4]), static_cast<int>(e[3])});
+      slices.push_back(
+          {row, (e[5] - t0) * 1e6, (e[6] - e[5]) * 1e6, ins, static_cast<int>(e[4]), static_cast<int>(e[3])});
     }
   }
   std::ofstream file(path);

@@ -126,9 +126,9 @@ class PipelineEngine {
 
   const PipelineTimings& timings() const { return timings_; }  ///< of the last batch on this rank
   /// Writes what every rank executed in its last batch (record_trace) as one Chrome trace: per rank a row of
-  /// instructions, labelled as write_chrome_trace labels them, and a row of its transfers in flight; times from
-  /// the earliest instruction, so it lies beside strata-pipe's simulated trace. Every rank calls it; rank 0
-  /// writes `path`.
+  /// instructions, labelled as write_chrome_trace labels them, and rows of its transfers in flight (as many as
+  /// were in flight at once); times from the earliest instruction or transfer, so it lies beside strata-pipe's
+  /// simulated trace. Every rank calls it; rank 0 writes `path`.
   void write_trace(const std::string& path) const;
   PipelineModule& module() const { return *module_; }          ///< the model
   const PipelineParallelGrid& grid() const { return grid_; }   ///< the grid

@@ -1,6 +1,7 @@
 // The schedule validator (a lockstep simulation of every stage), its report and the lower bound beside it.
 
 #include <algorithm>
+#include <cmath>
 #include <iomanip>
 #include <limits>
 #include <sstream>
@@ -114,7 +115,7 @@ class Simulator {
   void backward(int s, const Instr& in);
   void check_end_of_batch(int s, const Instr& in);
   void load(int s, const Instr& in);
-  double cost(Instr::Kind kind) const;
+  double cost(int stage, const Instr& in) const;
   void computed(int s, const Instr& in, int micro_batch);
   const char* why_needed(const ChunkState& c, const BufferState& b) const;
   void set_live(StageState& st, bool was_live, const ChunkState& c, const BufferState& b);
@@ -271,7 +272,8 @@ ScheduleReport Simulator::run() {
   }
   report.bubble_fraction = 1 - static_cast<double>(compute) / (static_cast<double>(stages) * num_steps_);
   report.idle_fraction = report.time > 0 ? 1 - busy / (stages * report.time) : 0;
-  if (training_ && pipelined_) report.lower_bound = lower_bound(layout_, micro_batches_, options_.costs);
+  if (training_ && pipelined_ && !options_.compute_cost)
+    report.lower_bound = lower_bound(layout_, micro_batches_, options_.costs);
   return report;
 }
 
@@ -370,7 +372,13 @@ void Simulator::meet(int sender, int receiver) {
   emit(receiver, recv, m, start, arrival);
 }
 
-double Simulator::cost(Instr::Kind kind) const { return options_.costs.of(kind) / layout_.chunks; }
+double Simulator::cost(int stage, const Instr& in) const {
+  if (!options_.compute_cost) return options_.costs.of(in.kind) / layout_.chunks;
+  const double c = options_.compute_cost(stage, in);
+  STRATA_CHECK(c >= 0 && std::isfinite(c), "validate_schedule: compute_cost of stage ", stage, "'s ", in,
+               " must be finite and non-negative, got ", c);
+  return c;
+}
 
 void Simulator::run_local(int s, const Instr& in) {
   StageState& st = stages_[s];
@@ -471,8 +479,9 @@ void Simulator::backward(int s, const Instr& in) {
 void Simulator::computed(int s, const Instr& in, int micro_batch) {
   StageState& st = stages_[s];
   const double start = st.clock;
-  st.clock += cost(in.kind);
-  st.report.busy += cost(in.kind);
+  const double c = cost(s, in);
+  st.clock += c;
+  st.report.busy += c;
   emit(s, in, micro_batch, start, st.clock);
 }
 

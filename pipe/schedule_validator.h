@@ -71,7 +71,8 @@ struct ScheduleReport {
   /// instruction takes its cost once what it uses has arrived, a transfer costs.transfer_time() (ScheduleCosts).
   double time = 0;
   double idle_fraction = 0;  ///< 1 - (busy time summed over stages) / (S x time)
-  /// lower_bound() for the schedule's layout where it trains a pipeline; 0 for the others
+  /// lower_bound() for the schedule's layout where it trains a pipeline (without ValidateOptions::compute_cost);
+  /// 0 for the others
   double lower_bound = 0;
   ScheduleCosts costs;                 ///< the costs the clock used
   std::vector<StageReport> per_stage;  ///< indexed by stage
@@ -103,6 +104,9 @@ struct ValidateOptions {
   ScheduleCosts costs;  ///< the simulated clock's costs
   std::function<void(const TraceEvent&)> on_event;    ///< sees every instruction as it runs, when given
   int64_t max_stage_steps = kMaxValidatedStageSteps;  ///< a larger run is refused before it allocates
+  /// When given, what compute instruction `ins` of `stage` takes, in place of costs' compute times (stages that
+  /// differ, a measured run's times); costs still times the transfers, and the report then has no lower_bound
+  std::function<double(int stage, const PipeInstruction& ins)> compute_cost = {};
 };
 
 /// Runs all stages' instruction streams in lockstep with blocking p2p, the strictest order transfers may keep

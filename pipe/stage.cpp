@@ -160,6 +160,7 @@ void PipelineStage::end_batch() {
   buffers_.clear();
   if (transfers_) poll_transfers();
   transfers_ = nullptr;
+  in_flight_.clear();
 }
 
 void PipelineStage::load(const PipeInstruction& ins, tensor_list inputs, tensor_list labels) {

@@ -933,6 +933,33 @@ TEST(PlannedSchedule, SimulateRecommendsTheFastestWithinOneFOneBMemory) {
 }
 
 // The clock models the engine's overlapped transfers: a transfer delays only what uses its data. On two stages,
+// ValidateOptions::compute_cost times each compute instruction as given: the same as costs when it returns what
+// costs would, and stages that differ where it does not.
+TEST(ScheduleValidator, ComputeCostTimesEachInstructionAsGiven) {
+  const ScheduleCosts costs{2, 3, 1, 0.5};
+  for (const char* name : {"train", "gpipe", "interleaved", "zb-h1", "zb-interleaved", "zb-v", "dualpipe-v"})
+    for (const auto& [M, S] : {std::pair{8, 4}, std::pair{12, 3}}) {
+      ValidateOptions uniform;
+      uniform.costs = costs;
+      const ScheduleReport expected = validate_schedule(name, M, S, uniform);
+      ValidateOptions given = uniform;
+      given.compute_cost = [&](int, const PipeInstruction& ins) { return costs.of(ins.kind) / expected.chunks; };
+      const ScheduleReport report = validate_schedule(name, M, S, given);
+      EXPECT_DOUBLE_EQ(report.time, expected.time) << name << " M " << M << " S " << S;
+      EXPECT_EQ(report.lower_bound, 0) << "the bound assumes equal stages";
+    }
+  // GPipe, 2 stages, free transfers, stage 1 three times as slow: stage 0's first forward (1), stage 1's M
+  // forwards and M backwards (3 each), then stage 0's last backward (1).
+  for (int M = 1; M <= 6; ++M) {
+    ValidateOptions options;
+    options.compute_cost = [](int stage, const PipeInstruction&) { return stage == 0 ? 1.0 : 3.0; };
+    EXPECT_DOUBLE_EQ(validate_schedule("gpipe", M, 2, options).time, 6.0 * M + 2) << "M " << M;
+  }
+  ValidateOptions negative;
+  negative.compute_cost = [](int stage, const PipeInstruction&) { return stage == 1 ? -1.0 : 1.0; };
+  EXPECT_THROW_MSG(validate_schedule("train", 4, 2, negative), "compute_cost of stage 1's");
+}
+
 // 1F1B's stage 0 has one forward to hide each gradient's round trip behind, so each micro-batch adds one transfer
 // to the compute (the first two), where blocking transfers added two. A link carries one transfer per F + B + L
 // there, so none queues behind another: latency or bytes, the time is the same.
