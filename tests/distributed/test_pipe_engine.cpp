@@ -312,6 +312,15 @@ class SlowLink final : public strata::testing::ForwardingBackend {
   static constexpr int kStampTag = 100;  // above the engine's tags
   double delay_;
 };
+
+// A group of WORLD's ranks, with its own id, whose transfers travel over a SlowLink of `delay`.
+dist::Group slow_link_group(int id, double delay) {
+  const dist::Group& world = dist::get_world_group();
+  dist::Backends backends;
+  backends[static_cast<size_t>(kCPU)] =
+      std::make_unique<SlowLink>(world->backend(kCPU, "test").split(world->rank()), delay);
+  return std::make_shared<dist::ProcessGroup>(id, world->ranks(), world->rank(), std::move(backends));
+}
 }  // namespace
 
 // A Chrome trace as write_trace wrote it: its rows, its slices, and whether every row's slices nest (trace viewers
@@ -350,11 +359,7 @@ TEST(PipeEngine, TransfersOverlapCompute) {
   if (dist::get_world_size() != 2) GTEST_SKIP() << "two stages on two ranks";
   constexpr double kDelay = 0.02;
   constexpr int M = 8;
-  const dist::Group& world = dist::get_world_group();
-  dist::Backends backends;
-  backends[static_cast<size_t>(kCPU)] =
-      std::make_unique<SlowLink>(world->backend(kCPU, "test").split(world->rank()), kDelay);
-  auto slow = std::make_shared<dist::ProcessGroup>(1001, world->ranks(), world->rank(), std::move(backends));
+  const dist::Group slow = slow_link_group(1001, kDelay);
   pipe::PipelineParallelGrid grid(2);
   auto model = std::make_shared<pipe::PipelineModule>(mlp_layers(), grid, module_options());
   model->to(kDouble);
@@ -382,11 +387,7 @@ TEST(PipeEngine, TraceShowsTransfersInFlightDuringCompute) {
   if (dist::get_world_size() != 2) GTEST_SKIP() << "two stages on two ranks";
   constexpr double kDelay = 0.01, kCompute = 0.005;
   constexpr int M = 8;
-  const dist::Group& world = dist::get_world_group();
-  dist::Backends backends;
-  backends[static_cast<size_t>(kCPU)] =
-      std::make_unique<SlowLink>(world->backend(kCPU, "test").split(world->rank()), kDelay);
-  auto slow = std::make_shared<dist::ProcessGroup>(1002, world->ranks(), world->rank(), std::move(backends));
+  const dist::Group slow = slow_link_group(1002, kDelay);
   const pipe::Layer busy = [](const Tensor& x) {
     for (const double until = now() + kCompute; now() < until;) {
     }
