@@ -82,6 +82,10 @@ class Backend {
   virtual std::shared_ptr<Work> recv(const Tensor& t, int src, int tag, bool async_op) = 0;
   /// Returns when every rank has entered it.
   virtual std::shared_ptr<Work> barrier(bool async_op) = 0;
+  /// Whether a receive may be posted long before its message without holding up other ops: true where every
+  /// op progresses on its own (MPI), false where a peer's ops run in posting order (NCCL's one stream per
+  /// communicator), where a waiting receive would stall the sends posted after it.
+  virtual bool receives_post_ahead() const { return false; }
   /// The backend of a subgroup (MPI_Comm_split, ncclCommSplit): every rank of this group calls it with
   /// its index in the new group, or -1 outside it (then it returns null).
   virtual std::unique_ptr<Backend> split(int index) = 0;

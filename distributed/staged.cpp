@@ -83,6 +83,7 @@ class StagedBackend final : public Backend {
 
   const char* name() const override { return name_.c_str(); }
   DeviceType device_type() const override { return device_type_; }
+  bool receives_post_ahead() const override { return host_->receives_post_ahead(); }
 
   std::shared_ptr<Work> all_reduce(const Tensor& t, ReduceOp op, bool async_op) override {
     Tensor h = stage_in(t, true);

@@ -189,36 +189,35 @@ double PipelineEngine::run(const PipeSchedule& schedule, const DataIterator& dat
   st.eval_outputs = outputs;
   st.loss_sum = 0;
   timings_ = {};
-  stage.begin_batch(st.training, schedule.num_pipe_buffers(), options_.record_trace ? &timings_.transfers : nullptr);
+  stage.begin_batch(schedule, options_.record_trace ? &timings_.transfers : nullptr);
   using Clock = std::chrono::steady_clock;
   const auto batch_start = Clock::now();
   auto seconds = [](Clock::time_point t) { return std::chrono::duration<double>(t.time_since_epoch()).count(); };
-  for (int t = 0; t < schedule.num_steps(); ++t) {
-    stage.set_step(t);
-    for (const PipeInstruction& ins : schedule.step(t)) {
-      // The flight recorder labels the instruction's communication (a receive learns its micro-batch).
-      const bool known = ins.has_buffer() && ins.kind != PipeInstruction::LoadMicroBatch &&
-                         ins.kind != PipeInstruction::RecvActivation;
-      const dist::FlightContext label(str("stage ", grid_.get_stage_id(), ", step ", t, ": ", ins,
-                                          known ? str(", micro-batch ", stage.buffer(ins).micro_batch) : ""));
-      const auto start = Clock::now();
-      execute(ins);
-      const auto end = Clock::now();
-      double waited = 0;  // what the instruction spent waiting for transfers counts toward their kinds
-      const auto by_kind = stage.take_waited();
-      for (size_t k = 0; k < by_kind.size(); ++k) {
-        timings_.seconds[k] += by_kind[k];
-        waited += by_kind[k];
-      }
-      timings_.seconds[ins.kind] += std::chrono::duration<double>(end - start).count() - waited;
-      ++timings_.instructions;
-      if (!options_.record_trace) continue;
-      stage.poll_transfers();
-      const int micro_batch = ins.kind == PipeInstruction::LoadMicroBatch ? stage.loaded() - 1
-                              : ins.has_buffer()                          ? stage.buffer(ins).micro_batch
-                                                                          : -1;
-      timings_.executed.push_back({ins, t, micro_batch, seconds(start) + waited, seconds(end)});
+  for (size_t i = 0; i < stage.stream().size(); ++i) {
+    stage.start(i);
+    const auto& [t, ins] = stage.stream()[i];
+    // The flight recorder labels the instruction's communication (a receive learns its micro-batch).
+    const bool known =
+        ins.has_buffer() && ins.kind != PipeInstruction::LoadMicroBatch && ins.kind != PipeInstruction::RecvActivation;
+    const dist::FlightContext label(str("stage ", grid_.get_stage_id(), ", step ", t, ": ", ins,
+                                        known ? str(", micro-batch ", stage.buffer(ins).micro_batch) : ""));
+    const auto start = Clock::now();
+    execute(ins);
+    const auto end = Clock::now();
+    double waited = 0;  // what the instruction spent waiting for transfers counts toward their kinds
+    const auto by_kind = stage.take_waited();
+    for (size_t k = 0; k < by_kind.size(); ++k) {
+      timings_.seconds[k] += by_kind[k];
+      waited += by_kind[k];
     }
+    timings_.seconds[ins.kind] += std::chrono::duration<double>(end - start).count() - waited;
+    ++timings_.instructions;
+    if (!options_.record_trace) continue;
+    stage.poll_transfers();
+    const int micro_batch = ins.kind == PipeInstruction::LoadMicroBatch ? stage.loaded() - 1
+                            : ins.has_buffer()                          ? stage.buffer(ins).micro_batch
+                                                                        : -1;
+    timings_.executed.push_back({ins, t, micro_batch, seconds(start) + waited, seconds(end)});
   }
   stage.end_batch();
 

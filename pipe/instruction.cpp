@@ -22,10 +22,11 @@ bool is_compute(PipeInstruction::Kind kind) {
          kind == Instr::BackwardWeight;
 }
 
-bool is_p2p(PipeInstruction::Kind kind) {
-  return kind == Instr::SendActivation || kind == Instr::RecvActivation || kind == Instr::SendGrad ||
-         kind == Instr::RecvGrad;
-}
+bool is_p2p(PipeInstruction::Kind kind) { return is_send(kind) || is_receive(kind); }
+
+bool is_send(PipeInstruction::Kind kind) { return kind == Instr::SendActivation || kind == Instr::SendGrad; }
+
+bool is_receive(PipeInstruction::Kind kind) { return kind == Instr::RecvActivation || kind == Instr::RecvGrad; }
 
 bool PipeInstruction::has_buffer() const {
 #define STRATA_PIPE_KIND_HAS_BUFFER(kind, names_a_buffer) names_a_buffer,

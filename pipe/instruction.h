@@ -9,8 +9,11 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <ostream>
 #include <string_view>
+#include <utility>
 
 namespace strata::pipe {
 
@@ -55,6 +58,10 @@ std::string_view name(PipeInstruction::Kind kind);
 bool is_compute(PipeInstruction::Kind kind);
 /// Whether the kind moves data between stages: SendActivation, RecvActivation, SendGrad or RecvGrad.
 bool is_p2p(PipeInstruction::Kind kind);
+/// Whether the kind sends: SendActivation or SendGrad.
+bool is_send(PipeInstruction::Kind kind);
+/// Whether the kind receives: RecvActivation or RecvGrad.
+bool is_receive(PipeInstruction::Kind kind);
 /// "RecvGrad(0)" for buffer ops, "OptimizerStep()" for the others; "RecvGrad(0, chunk 1)" past chunk 0.
 std::ostream& operator<<(std::ostream& os, const PipeInstruction& instruction);
 
@@ -76,5 +83,35 @@ class PipeStep {
 };
 /// The instructions separated by single spaces: "RecvGrad(0) SendActivation(2) BackwardPass(0)"; empty when none.
 std::ostream& operator<<(std::ostream& os, const PipeStep& step);
+
+/// How early one stage may post its receives (Note [early receives] in pipe/stage.cpp), for the engine and the
+/// validator's clock alike: a RecvGrad once its buffer's SendActivation ran, a RecvActivation once its chunk's
+/// previous one ran (with static shapes). Fed the stage's instructions in order, each with what its end is to the
+/// caller (the engine: the index of the next instruction; the validator: the clock), it keeps those ends.
+template <class End>
+class ReceiveGates {
+ public:
+  /// With dynamic shapes a RecvActivation reads its shapes first, so none goes early.
+  explicit ReceiveGates(bool static_shapes = true) : static_shapes_(static_shapes) {}
+  /// For the stream's next instruction `ins`, ending at `end`: the end of the instruction it may be posted after
+  /// when it is a receive that may go early, else nullopt (posted at its turn).
+  std::optional<End> next(const PipeInstruction& ins, End end) {
+    std::optional<End> gate;
+    if (ins.kind == PipeInstruction::RecvGrad) {
+      if (auto s = sent_.find({ins.chunk, ins.buffer_id}); s != sent_.end()) gate = s->second;
+    } else if (ins.kind == PipeInstruction::RecvActivation) {
+      if (auto r = received_.find(ins.chunk); r != received_.end() && static_shapes_) gate = r->second;
+      received_.insert_or_assign(ins.chunk, end);
+    } else if (ins.kind == PipeInstruction::SendActivation) {
+      sent_.insert_or_assign({ins.chunk, ins.buffer_id}, end);
+    }
+    return gate;
+  }
+
+ private:
+  bool static_shapes_;
+  std::map<std::pair<int, int>, End> sent_;  // (chunk, buffer): the end of its latest SendActivation
+  std::map<int, End> received_;              // chunk: the end of its latest RecvActivation
+};
 
 }  // namespace strata::pipe

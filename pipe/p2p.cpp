@@ -51,6 +51,11 @@ std::shared_ptr<dist::Work> P2P::irecv(const Tensor& tensor, int src_stage, int 
   return dist::irecv(tensor, peer_rank("P2P::recv", src_stage), group_, tag);
 }
 
+bool P2P::receives_post_ahead(Device device) const {
+  const dist::Group& group = group_ ? group_ : dist::get_world_group();
+  return group->backend(device, "P2P").receives_post_ahead();
+}
+
 void P2P::wait() { wait_all(pending_); }
 
 void P2P::wait_all(std::vector<std::shared_ptr<dist::Work>>& works) {

@@ -35,6 +35,8 @@ class P2P {
   std::shared_ptr<distributed::Work> isend(const Tensor& tensor, int dest_stage, int tag = 0);
   /// Posts a receive into `tensor` from src_stage and returns its Work.
   std::shared_ptr<distributed::Work> irecv(const Tensor& tensor, int src_stage, int tag = 0);
+  /// Whether receives of tensors on `device` may be posted long before their messages (Backend::receives_post_ahead).
+  bool receives_post_ahead(Device device) const;
   /// Finishes every outstanding async send and receive, in the order they were posted.
   void wait();
   /// Waits for every one of `works`, in order, even after one fails, clears them, then rethrows the first error.

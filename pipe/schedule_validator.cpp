@@ -15,7 +15,6 @@ using Instr = PipeInstruction;
 
 namespace {
 
-bool is_send(Instr::Kind kind) { return kind == Instr::SendActivation || kind == Instr::SendGrad; }
 // SendActivation and RecvGrad talk to the chunk after this one in the model, RecvActivation and SendGrad to
 // the one before.
 bool to_next(Instr::Kind kind) { return kind == Instr::SendActivation || kind == Instr::RecvGrad; }
@@ -60,8 +59,11 @@ struct StageState {
   int next_load = 0;     // the micro-batch the next LoadMicroBatch takes
   int forwards = 0, backwards = 0, weights = 0, live_buffers = 0, activations = 0;
   bool grads_reduced = false, optimizer_stepped = false;
-  double clock = 0;  // the simulated time
-  double sent = 0;   // when the last of its sends arrives: the batch ends no sooner
+  double clock = 0;            // the simulated time
+  double sent = 0;             // when the last of its sends arrives: the batch ends no sooner
+  ReceiveGates<double> gates;  // Note [early receives] in stage.cpp
+  double posted = 0;           // when the p2p instruction at `position` was posted
+  double received = 0;         // when its last receive was posted
   StageReport report;
 };
 
@@ -86,7 +88,9 @@ std::ostream& operator<<(std::ostream& os, const At& at) {
 // current step of each stage exists at any time. The simulated clock rides along and models the engine's
 // overlapped transfers (Note [overlapped transfers] in stage.cpp): a stage's clock advances by each compute
 // instruction's cost; a transfer occupies its link (one direction between two stages), not the stages: it starts
-// once both sides have posted it and the link is free, holds the link while its bytes go out
+// once both sides have posted it (a send at its instruction, a receive as early as ReceiveGates allows, Note
+// [early receives] in stage.cpp, unless options.early_receives is off) and the link is free, holds the link
+// while its bytes go out
 // (costs.link_time()) and arrives costs.p2p after that. The latency does not hold the link: a link sends one
 // message's bytes at a time, but the next may follow before the last arrives, as MPI and NCCL pipeline messages.
 // The compute that uses what a transfer carries waits for it, and a stage's batch ends once its sends have
@@ -286,11 +290,16 @@ void Simulator::advance(int s) {
     STRATA_CHECK(0 <= in.chunk && in.chunk < layout_.chunks && (in.has_buffer() || in.chunk == 0), at(s, in, -1),
                  ": chunk ", in.chunk, " is out of range for ", layout_.chunks, " chunks",
                  in.has_buffer() ? "" : " (or not 0)");
+    const std::optional<double> gate = st.gates.next(in, st.clock);  // nothing that passes on moves the clock
     if (!is_p2p(in.kind)) {
       run_local(s, in);
       ++st.position;
       continue;
     }
+    // Receives are posted in the stream's order, each as early as its gate allows (ValidateOptions::early_receives).
+    st.posted = st.clock;
+    if (is_receive(in.kind))
+      st.posted = st.received = std::max(st.received, gate && options_.early_receives ? *gate : st.clock);
     start_p2p(s, in);
     const int p = peer_of(s, in);
     StageState& peer = stages_[p];
@@ -347,7 +356,7 @@ void Simulator::meet(int sender, int receiver) {
   BufferState &out = out_chunk.buffers[send.buffer_id], &in = in_chunk.buffers[recv.buffer_id];
   const int m = out.micro_batch;
   double& link = link_free_[static_cast<size_t>(sender) * stages_.size() + receiver];
-  const double start = std::max({from.clock, to.clock, link});
+  const double start = std::max({from.posted, to.posted, link});
   link = start + options_.costs.link_time();  // Note [lockstep simulation]
   const double arrival = link + options_.costs.p2p;
   from.sent = std::max(from.sent, arrival);

@@ -107,6 +107,9 @@ struct ValidateOptions {
   /// When given, what compute instruction `ins` of `stage` takes, in place of costs' compute times (stages that
   /// differ, a measured run's times); costs still times the transfers, and the report then has no lower_bound
   std::function<double(int stage, const PipeInstruction& ins)> compute_cost = {};
+  /// Receives posted as early as the schedule allows, as the engine posts them over MPI (Note [early receives] in
+  /// pipe/stage.cpp); false: each at its instruction, as over NCCL
+  bool early_receives = true;
 };
 
 /// Runs all stages' instruction streams in lockstep with blocking p2p, the strictest order transfers may keep

@@ -1,6 +1,7 @@
 // A pipeline stage's buffers, activation metadata and transfers.
 #include "strata/pipe/stage.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <sstream>
@@ -32,6 +33,16 @@ namespace dist = strata::distributed;
 // order as the blocking lockstep the validator proves deadlock-free, and a wait only comes later in the
 // stream than the blocking transfer it replaces, so nothing can wait in a cycle. Time spent waiting counts
 // toward the transfer's kind in timings(), not the compute that waited.
+//
+// Note [early receives]: where the backend lets a receive wait for its message without holding up other ops
+// (Backend::receives_post_ahead: MPI, not NCCL's one stream per peer), a receive is posted as early as the
+// schedule allows, so that its message moves (Note [progress thread]) while the stage computes: a RecvGrad
+// once its micro-batch's outputs were sent (the gradients take their shapes), a RecvActivation once its
+// chunk's previous RecvActivation was reached and its shapes are static and known, one micro-batch ahead (the
+// memory of one more input per chunk). An early RecvActivation waits in ahead_ for its instruction, since its
+// buffer may still hold an earlier micro-batch. Receives are still posted in the stream's order, and MPI
+// matches a source's messages of one tag in posting order, so each receive gets the message it got before;
+// posting never blocks, and the waits stay where they were, so early receives can add no wait to a cycle.
 
 namespace {
 
@@ -125,7 +136,12 @@ Device agree_stage_device(const PipelineModule& module, const PipelineParallelGr
 
 PipelineStage::PipelineStage(const PipelineParallelGrid& grid, StageLayout layout, Device device, bool dynamic_shapes,
                              dist::Group p2p_group)
-    : grid_(grid), dynamic_shapes_(dynamic_shapes), device_(device), p2p_(grid, std::move(p2p_group)), layout_(layout) {
+    : grid_(grid),
+      dynamic_shapes_(dynamic_shapes),
+      device_(device),
+      p2p_(grid, std::move(p2p_group)),
+      layout_(layout),
+      receives_ahead_(p2p_.receives_post_ahead(device)) {
   for (int mode : {kTrain, kEval}) {
     sent_[mode].resize(layout.chunks);
     received_[mode].resize(layout.chunks);
@@ -138,17 +154,53 @@ int PipelineStage::local_prev(int c) const {
   return !first(c) && prev_stage(c) == grid_.get_stage_id() ? layout_.chunk_of(virtual_stage(c) - 1) : -1;
 }
 
-void PipelineStage::begin_batch(bool training, int buffers, std::vector<ExecutedInstruction>* transfers) {
-  mode_ = training ? kTrain : kEval;
-  step_ = 0;
+void PipelineStage::begin_batch(const PipeSchedule& schedule, std::vector<ExecutedInstruction>* transfers) {
+  mode_ = schedule.is_training() ? kTrain : kEval;
   loaded_ = 0;
   received_count_.assign(layout_.chunks, 0);
   buffers_.clear();
   buffers_.resize(layout_.chunks);
-  for (auto& chunk : buffers_) chunk.resize(buffers);
+  for (auto& chunk : buffers_) chunk.resize(schedule.num_pipe_buffers());
+  ahead_.clear();
+  ahead_.resize(layout_.chunks);
   waited_ = {};
   transfers_ = transfers;
   in_flight_.clear();
+  stream_.clear();
+  for (int t = 0; t < schedule.num_steps(); ++t)
+    for (const PipeInstruction& ins : schedule.step(t)) stream_.push_back({t, ins});
+  // Note [early receives]: the instruction before which each may be posted, most often itself.
+  earliest_.resize(stream_.size());
+  ReceiveGates<size_t> gates(!dynamic_shapes_);
+  next_recv_ = std::find_if(stream_.begin(), stream_.end(), [](const Streamed& s) { return is_receive(s.ins.kind); }) -
+               stream_.begin();
+  for (size_t j = 0; j < stream_.size(); ++j) {
+    const std::optional<size_t> gate = gates.next(stream_[j].ins, j + 1);
+    earliest_[j] = receives_ahead_ && gate ? *gate : j;
+  }
+}
+
+void PipelineStage::start(size_t i) {
+  at_ = i;
+  while (next_recv_ > i && next_recv_ < stream_.size() && earliest_[next_recv_] <= i) {
+    const PipeInstruction& ins = stream_[next_recv_].ins;
+    // Its chunk's RecvActivation before it learnt the shapes.
+    STRATA_INTERNAL_ASSERT(ins.kind != PipeInstruction::RecvActivation || received_[mode_].at(ins.chunk));
+    post_receive(next_recv_);
+  }
+}
+
+void PipelineStage::post_receive(size_t j) {
+  const Streamed& s = stream_[j];
+  if (s.ins.kind == PipeInstruction::RecvActivation) {
+    std::optional<Buffer>& early = ahead_.at(s.ins.chunk);
+    STRATA_INTERNAL_ASSERT(!early);
+    post_recv_activation(j == at_ ? buffer(s.ins) : early.emplace(), s);
+  } else {
+    post_recv_grad(s);
+  }
+  do ++next_recv_;
+  while (next_recv_ < stream_.size() && !is_receive(stream_[next_recv_].ins.kind));
 }
 
 void PipelineStage::end_batch() {
@@ -157,6 +209,7 @@ void PipelineStage::end_batch() {
       STRATA_INTERNAL_ASSERT(buf.incoming.empty());  // every receive was used
       P2P::wait_all(buf.outgoing);
     }
+  for (const std::optional<Buffer>& early : ahead_) STRATA_INTERNAL_ASSERT(!early);
   buffers_.clear();
   if (transfers_) poll_transfers();
   transfers_ = nullptr;
@@ -238,15 +291,27 @@ void PipelineStage::send_activation(const PipeInstruction& ins) {
   const double posted = now();
   buf.out_meta = send_meta(buf.outputs, ins.chunk, buf.micro_batch, buf.outgoing);
   for (const Tensor& t : buf.outputs) post(buf.outgoing, p2p_.isend(t.detach(), next, kDataTag));
-  record(ins, buf.micro_batch, posted, buf.outgoing);
+  record(ins, stream_[at_].step, buf.micro_batch, posted, buf.outgoing);
   if (mode_ == kEval) buf.outputs.clear();  // the sends keep what they send
 }
 
 void PipelineStage::recv_activation(const PipeInstruction& ins) {
-  const double posted = now();
-  const int c = ins.chunk, prev = prev_stage(c);
   Buffer& buf = buffer(ins);
   STRATA_INTERNAL_ASSERT(buf.incoming.empty());
+  if (next_recv_ == at_) return post_receive(at_);
+  Buffer& early = *ahead_.at(ins.chunk);  // Note [early receives]
+  buf.inputs = std::move(early.inputs);
+  buf.in_meta = std::move(early.in_meta);
+  buf.incoming = std::move(early.incoming);
+  buf.header = std::move(early.header);
+  buf.header_unread = early.header_unread;
+  buf.micro_batch = early.micro_batch;
+  ahead_[ins.chunk].reset();
+}
+
+void PipelineStage::post_recv_activation(Buffer& buf, const Streamed& s) {
+  const double posted = now();
+  const int c = s.ins.chunk, prev = prev_stage(c);
   buf.micro_batch = received_count_.at(c)++;
   const MetaPtr& last = received_[mode_].at(c);
   buf.header = empty({1}, kLong);
@@ -265,7 +330,7 @@ void PipelineStage::recv_activation(const PipeInstruction& ins) {
     post(buf.incoming, p2p_.irecv(t, prev, kDataTag));
     buf.inputs.push_back(training && m.requires_grad ? t.requires_grad_(true) : t);
   }
-  record(ins, buf.micro_batch, posted, buf.incoming);
+  record(s.ins, s.step, buf.micro_batch, posted, buf.incoming);
 }
 
 void PipelineStage::send_grad(const PipeInstruction& ins) {
@@ -279,14 +344,18 @@ void PipelineStage::send_grad(const PipeInstruction& ins) {
     Tensor g = buf.inputs[i].grad();
     post(buf.outgoing, p2p_.isend(g.defined() ? g : zeros_like(buf.inputs[i]), prev, kDataTag));
   }
-  record(ins, buf.micro_batch, posted, buf.outgoing);
+  record(ins, stream_[at_].step, buf.micro_batch, posted, buf.outgoing);
   buf.inputs.clear();
 }
 
 void PipelineStage::recv_grad(const PipeInstruction& ins) {
+  if (next_recv_ == at_) post_receive(at_);  // else posted early (Note [early receives])
+}
+
+void PipelineStage::post_recv_grad(const Streamed& s) {
   const double posted = now();
-  Buffer& buf = buffer(ins);
-  const int next = next_stage(ins.chunk);
+  Buffer& buf = buffer(s.ins);
+  const int next = next_stage(s.ins.chunk);
   const Meta& out_meta = *buf.out_meta;
   STRATA_INTERNAL_ASSERT(buf.incoming.empty());
   buf.output_grads.assign(out_meta.size(), Tensor());
@@ -296,7 +365,7 @@ void PipelineStage::recv_grad(const PipeInstruction& ins) {
     buf.output_grads[i] = empty(out_meta[i].sizes, options);
     post(buf.incoming, p2p_.irecv(buf.output_grads[i], next, kDataTag));
   }
-  record(ins, buf.micro_batch, posted, buf.incoming);
+  record(s.ins, s.step, buf.micro_batch, posted, buf.incoming);
 }
 
 MetaPtr PipelineStage::send_meta(const tensor_list& outputs, int chunk, int micro_batch, Works& out) {
@@ -363,9 +432,9 @@ void PipelineStage::await(Works& works, PipeInstruction::Kind kind) {
   if (transfers_) poll_transfers();
 }
 
-void PipelineStage::record(const PipeInstruction& ins, int micro_batch, double posted, const Works& works) {
+void PipelineStage::record(const PipeInstruction& ins, int step, int micro_batch, double posted, const Works& works) {
   if (!transfers_) return;
-  transfers_->push_back({ins, step_, micro_batch, posted, posted});
+  transfers_->push_back({ins, step, micro_batch, posted, posted});
   in_flight_.emplace_back(transfers_->size() - 1, works);
   poll_transfers();  // nothing posted (no gradient to send) is complete at once
 }

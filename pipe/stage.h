@@ -5,6 +5,7 @@
 
 #include <array>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "strata/pipe/layout.h"
 #include "strata/pipe/module.h"
 #include "strata/pipe/p2p.h"
+#include "strata/pipe/schedule.h"
 #include "strata/pipe/trace.h"
 
 namespace strata::pipe {
@@ -20,9 +22,15 @@ namespace strata::pipe {
 /// The device a stage's transfers use, agreed over WORLD at construction (Note [stage devices]).
 Device agree_stage_device(const PipelineModule& module, const PipelineParallelGrid& grid);
 
-/// A stage's buffers, activation metadata and transfers (Note [activation metadata], Note [overlapped transfers]).
+/// A stage's buffers, activation metadata and transfers (Note [activation metadata], Note [overlapped transfers],
+/// Note [early receives]).
 class PipelineStage {
  public:
+  /// One instruction of the batch's stream, with the schedule step it belongs to.
+  struct Streamed {
+    int step;
+    PipeInstruction ins;
+  };
   using Meta = std::vector<distributed::TensorMeta>;
   using MetaPtr = std::shared_ptr<const Meta>;  ///< shared by the buffers that moved tensors of that description
   using Works = std::vector<std::shared_ptr<distributed::Work>>;
@@ -43,13 +51,15 @@ class PipelineStage {
   PipelineStage(const PipelineParallelGrid& grid, StageLayout layout, Device device, bool dynamic_shapes,
                 distributed::Group p2p_group);
 
-  /// Starts a batch: `buffers` fresh buffers per chunk; training or evaluation keep their own metadata. With
-  /// `transfers`, every transfer posted is recorded there (ExecutedInstruction: posted, first seen complete).
-  void begin_batch(bool training, int buffers, std::vector<ExecutedInstruction>* transfers);
+  /// Starts a batch of `schedule`, with its fresh buffers; training and evaluation keep their own metadata.
+  /// With `transfers`, every transfer posted is recorded there (ExecutedInstruction: posted, first seen complete).
+  void begin_batch(const PipeSchedule& schedule, std::vector<ExecutedInstruction>* transfers);
+  /// The batch's instructions, in the order the engine runs them.
+  const std::vector<Streamed>& stream() const { return stream_; }
+  /// The engine runs stream()[i] next: posts the receives after it that may go early (Note [early receives]).
+  void start(size_t i);
   /// Ends it: finishes every send (every receive was used) and drops the buffers.
   void end_batch();
-  /// The schedule step the engine is at, for recorded transfers.
-  void set_step(int step) { step_ = step; }
 
   Buffer& buffer(const PipeInstruction& ins) { return buffers_.at(ins.chunk).at(ins.buffer_id); }  ///< its buffer
   Device device() const { return device_; }                  ///< where activations and labels live
@@ -69,9 +79,9 @@ class PipelineStage {
   /// After a backward: hands the input gradients to the chunk before on this stage and drops what is done.
   void after_backward(const PipeInstruction& ins);
   void send_activation(const PipeInstruction& ins);  ///< SendActivation: posts header, metadata and outputs
-  void recv_activation(const PipeInstruction& ins);  ///< RecvActivation: posts the receives of the inputs
+  void recv_activation(const PipeInstruction& ins);  ///< RecvActivation: the inputs' receives, unless posted early
   void send_grad(const PipeInstruction& ins);        ///< SendGrad: posts the input gradients
-  void recv_grad(const PipeInstruction& ins);        ///< RecvGrad: posts the receives of the output gradients
+  void recv_grad(const PipeInstruction& ins);        ///< RecvGrad: the output gradients' receives, unless posted early
   /// Stamps the recorded transfers seen complete (the engine polls after every instruction while recording).
   void poll_transfers();
   /// The seconds spent waiting for each transfer kind since the last call.
@@ -83,6 +93,13 @@ class PipelineStage {
   int next_stage(int c) const { return layout_.stage_of(virtual_stage(c) + 1); }
   // The chunk of this stage holding the neighbouring piece, or -1 when another stage holds it (or none).
   int local_prev(int c) const;
+  // Posts the receives of stream_[j], a RecvActivation into ahead_ or a RecvGrad into its buffer, and moves
+  // next_recv_ on to the next receive.
+  void post_receive(size_t j);
+  // Posts the receives of RecvActivation `s` into `buf`.
+  void post_recv_activation(Buffer& buf, const Streamed& s);
+  // Posts the receives of RecvGrad `s` into its buffer.
+  void post_recv_grad(const Streamed& s);
   // Posts the header (and metadata when it changed) for chunk c's `outputs`; returns their description.
   MetaPtr send_meta(const tensor_list& outputs, int chunk, int micro_batch, Works& out);
   // Waits for the inputs' receives and checks a header that was not read yet.
@@ -92,9 +109,9 @@ class PipelineStage {
   MetaPtr read_meta(int64_t n, int chunk, int micro_batch);
   // Posts `work` into `works`, first finishing those already complete (which rethrows their errors).
   static void post(Works& works, std::shared_ptr<distributed::Work> work);
-  // While recording: `ins` on `micro_batch` posted `works` at `posted` (a buffer's Works: all of the
-  // instruction's, since it waited for the buffer's earlier ones first).
-  void record(const PipeInstruction& ins, int micro_batch, double posted, const Works& works);
+  // While recording: `ins` of schedule step `step` on `micro_batch` posted `works` at `posted` (a buffer's Works:
+  // all of the instruction's, since it waited for the buffer's earlier ones first).
+  void record(const PipeInstruction& ins, int step, int micro_batch, double posted, const Works& works);
   // Waits for every one of `works`; the time counts toward `kind`.
   void await(Works& works, PipeInstruction::Kind kind);
 
@@ -103,12 +120,17 @@ class PipelineStage {
   const Device device_;
   P2P p2p_;
   const StageLayout layout_;
+  const bool receives_ahead_;  // Backend::receives_post_ahead() of the transfers' backend
   int label_chunk_ = -1;
   std::vector<MetaPtr> sent_[2], received_[2];  // the last description each way, per mode and chunk
   // Per batch:
   int mode_ = 0;  // 0 training, 1 evaluation
-  int step_ = 0;
   int loaded_ = 0;
+  std::vector<Streamed> stream_;
+  std::vector<size_t> earliest_;  // per receive in stream_: the first instruction before which it may be posted
+  size_t at_ = 0;                 // the instruction the engine runs
+  size_t next_recv_ = 0;          // the first receive in stream_ not yet posted
+  std::vector<std::optional<Buffer>> ahead_;  // per chunk: a RecvActivation posted before its instruction
   std::vector<int> received_count_;           // per chunk
   std::vector<std::vector<Buffer>> buffers_;  // [chunk][buffer id]
   std::array<double, PipeInstruction::kNumKinds> waited_{};

@@ -206,14 +206,17 @@ class MpiWork final : public Work {
   std::exception_ptr error_;
 };
 
-// Note [progress thread]: Open MPI moves a non-blocking collective on only inside MPI calls, so an
+// Note [progress thread]: Open MPI moves a non-blocking op on only inside MPI calls, so an
 // all_reduce started early (data parallel starts one per bucket during backward, which makes no
-// MPI call) would mostly wait for its wait(). While async collectives are in flight this thread
-// tests the oldest one every kPollInterval (any MPI_Test drives all of them; the job runs under
-// MPI_THREAD_MULTIPLE), so transfers proceed while the caller computes; c10d's ProcessGroupMPI
-// likewise runs its own loop. It holds works weakly: a Work its owner dropped leaves the list (the
-// communicator finishes it, Note [communicator lifetime]). Point-to-point ops are not polled: a
-// receive may be posted long before its message, and polling it would take a core the whole time.
+// MPI call) would mostly wait for its wait(), and a pipeline stage's activation would sit in the
+// sender's memory until both stages next call MPI (a message beyond the eager limit goes in
+// fragments, each side moving them in its own calls). While async ops are in flight, collectives
+// and point-to-point alike, this thread tests the oldest one every kPollInterval (any MPI_Test
+// drives all of them; the job runs under MPI_THREAD_MULTIPLE), so transfers proceed while the
+// caller computes; c10d's ProcessGroupMPI likewise runs its own loop. It holds works weakly: a Work
+// its owner dropped leaves the list (the communicator finishes it, Note [communicator lifetime]).
+// A receive posted long before its message (Note [early receives] in pipe/stage.cpp) keeps the
+// thread testing it meanwhile, once per interval.
 // 100 us: as short a final wait as 20 us in benchmarks/bench_ddp.cpp, with a fifth of the wake-ups.
 class Progress {
  public:
@@ -291,6 +294,7 @@ class MpiBackend final : public Backend {
 
   const char* name() const override { return "mpi"; }
   DeviceType device_type() const override { return kCPU; }
+  bool receives_post_ahead() const override { return true; }  // matched by source and tag, in posting order
 
   std::shared_ptr<Work> all_reduce(const Tensor& t, ReduceOp op, bool async_op) override {
     check_reducible(t.dtype(), "all_reduce");
@@ -478,7 +482,7 @@ class MpiBackend final : public Backend {
     auto work = std::make_shared<MpiWork>(op, shared_, std::vector<Tensor>{keep...}, point_to_point);
     work->on_complete = [finish = std::forward<Finish>(finish)](const MPI_Status&) { finish(); };
     STRATA_MPI_CHECK(call(&work->request), op);
-    if (!point_to_point) progress().add(work);
+    progress().add(work);
     return work;
   }
 

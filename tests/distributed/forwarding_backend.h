@@ -31,6 +31,7 @@ class ForwardingBackend : public distributed::Backend {
   Op send(const Tensor& t, int dst, int tag, bool a) override { return inner_->send(t, dst, tag, a); }
   Op recv(const Tensor& t, int src, int tag, bool a) override { return inner_->recv(t, src, tag, a); }
   Op barrier(bool a) override { return inner_->barrier(a); }
+  bool receives_post_ahead() const override { return inner_->receives_post_ahead(); }
   std::unique_ptr<distributed::Backend> split(int index) override { return inner_->split(index); }
 
  protected:

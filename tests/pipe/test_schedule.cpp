@@ -322,17 +322,18 @@ TEST(ScheduleValidator, ReportText) {
   options.costs = {2, 3, 1, 0.5};
   EXPECT_EQ(text(validate_schedule("zb-v", 4, 2, options)),
             "schedule zb-v  stages 2  micro-batches 4  chunks 2  steps 25  bubble 0.0400\n"
-            "time 37.5 (forward 2, backward input 3, backward weight 1, p2p 0.5)  lower bound 25.5  idle 0.3600  peak "
+            "time 36.5 (forward 2, backward input 3, backward weight 1, p2p 0.5)  lower bound 25.5  idle 0.3425  peak "
             "activations 2 stages\n"
             "stage 0: compute 24 steps, peak live buffers 6 of 8, busy 24\n"
             "stage 1: compute 24 steps, peak live buffers 5 of 8, busy 24\n");
   // The bytes and the bandwidth appear once either is given; a bandwidth of 0 is unlimited. Each transfer takes
-  // 0.25 + 5e8 / 2e9 = 0.5, three of them on the critical path: 9 + 3 x 0.5.
+  // 0.25 + 5e8 / 2e9 = 0.5, two of them on the critical path: 9 + 2 x 0.5 (stage 1 receives the second
+  // activation early, Note [early receives]).
   options.costs = {1, 1, 1, 0.25, 5e8, 2e9};
   EXPECT_EQ(text(validate_schedule("train", 2, 2, options)),
             "schedule train  stages 2  micro-batches 2  steps 6  bubble 0.3333\n"
-            "time 10.5 (forward 1, backward input 1, backward weight 1, p2p 0.25, bytes 5e+08, bandwidth 2e+09)  lower "
-            "bound 8  idle 0.4286  peak activations 2 stages\n"
+            "time 10 (forward 1, backward input 1, backward weight 1, p2p 0.25, bytes 5e+08, bandwidth 2e+09)  lower "
+            "bound 8  idle 0.4000  peak activations 2 stages\n"
             "stage 0: compute 4 steps, peak live buffers 2 of 2, busy 6\n"
             "stage 1: compute 4 steps, peak live buffers 1 of 2, busy 6\n");
   options.costs.bandwidth = 0;
@@ -926,9 +927,9 @@ TEST(PlannedSchedule, SimulateRecommendsTheFastestWithinOneFOneBMemory) {
                    "costs must be non-negative, got forward 1, backward_input 1, backward_weight 1, p2p 0, p2p_bytes "
                    "-1, bandwidth 1");
   EXPECT_THROW_MSG(validate_schedule("zb-h1", 4, 2, {0, {1, 1, 1, 0, 1, -1}, {}}), "p2p_bytes 1, bandwidth -1");
-  // recommend weighs the times with transfers: at 0.25 of bytes each, zb-h1, with fewer hops and W to hide them,
+  // recommend weighs the times with transfers: at 0.5 of bytes each, zb-h1, with fewer hops and W to hide them,
   // beats the looped zero bubble that wins without transfers.
-  const std::vector<SchedulePrediction> narrow = simulate_schedules(8, 4, {1, 1, 1, 0, 1, 4});
+  const std::vector<SchedulePrediction> narrow = simulate_schedules(8, 4, {1, 1, 1, 0, 1, 2});
   EXPECT_EQ(narrow[recommend(narrow)].schedule, "zb-h1");
 }
 
@@ -960,14 +961,16 @@ TEST(ScheduleValidator, ComputeCostTimesEachInstructionAsGiven) {
   EXPECT_THROW_MSG(validate_schedule("train", 4, 2, negative), "compute_cost of stage 1's");
 }
 
-// 1F1B's stage 0 has one forward to hide each gradient's round trip behind, so each micro-batch adds one transfer
-// to the compute (the first two), where blocking transfers added two. A link carries one transfer per F + B + L
-// there, so none queues behind another: latency or bytes, the time is the same.
+// With receives posted at their instructions (early_receives off, as over NCCL), 1F1B's stage 0 has one forward
+// to hide each gradient's round trip behind, so each micro-batch adds one transfer to the compute (the first two),
+// where blocking transfers added two. A link carries one transfer per F + B + L there, so none queues behind
+// another: latency or bytes, the time is the same.
 TEST(ScheduleValidator, TransfersDelayOnlyWhatUsesThem) {
   for (const double L : {0.25, 0.5, 1.0, 2.0})
     for (int M = 1; M <= 8; ++M) {
       const double expected = 2 * (M + 1) + (M + 1) * L;
       ValidateOptions options;
+      options.early_receives = false;
       options.costs = {1, 1, 0, L};
       const ScheduleReport r = validate_schedule("train", M, 2, options);
       EXPECT_DOUBLE_EQ(r.time, expected) << "M " << M << " p2p " << L;
@@ -980,6 +983,7 @@ TEST(ScheduleValidator, TransfersDelayOnlyWhatUsesThem) {
   // A transfer's slice spans the link, from when both sides posted it and the link was free to its arrival;
   // sends and receives agree.
   ValidateOptions options;
+  options.early_receives = false;
   options.costs = {1, 1, 0, 0.25, 1, 4};
   std::vector<TraceEvent> sends, receives;
   options.on_event = [&](const TraceEvent& e) {
@@ -997,6 +1001,24 @@ TEST(ScheduleValidator, TransfersDelayOnlyWhatUsesThem) {
       EXPECT_GE(sends[m].start, sends[m - 1].start + 0.25);  // one link sends one transfer's bytes at a time
     }
   }
+}
+
+// Note [early receives]: stage 1 posts each activation's receive once the last was reached, and stage 0 each
+// gradient's once its activation was sent, so every transfer starts when it is sent. Worked by hand on 2-stage
+// 1F1B (F = B = 1, W = 0, latency L): F0 reaches stage 1 at 1 + L, its gradient returns to stage 0 at 3 + 2L; from
+// then on stage 0 alternates F, B and stage 1 B, F, and two micro-batches share each round trip: stage 1's next
+// forward finds its activation there (sent a step before), stage 0's second backward finds its gradient there. So
+// M micro-batches pay ceil(M / 2) round trips, where receives posted in their turn pay M + 1 transfers.
+TEST(ScheduleValidator, EarlyReceivesLetTwoMicroBatchesShareARoundTrip) {
+  for (const double L : {0.25, 0.5, 1.0, 2.0})
+    for (int M = 1; M <= 8; ++M) {
+      ValidateOptions options;
+      options.costs = {1, 1, 0, L};
+      const double expected = 2 * (M + 1) + 2 * ((M + 1) / 2) * L;
+      EXPECT_DOUBLE_EQ(validate_schedule("train", M, 2, options).time, expected) << "M " << M << " p2p " << L;
+      options.early_receives = false;
+      EXPECT_GE(validate_schedule("train", M, 2, options).time, expected) << "M " << M << " p2p " << L;
+    }
 }
 
 // Two stages, forward only: stage 0 forwards three micro-batches (1 each) and then sends them at once, to
