@@ -258,7 +258,8 @@ std::vector<Finding> check_p2p(const Records& r) {
         os << "rank " << c.peer << " left no record";
       } else {
         const auto& calls = peer->second.calls;
-        const bool partner = std::any_of(calls.begin(), calls.end(), [&](const Call& p) {
+        // rank = rank: clang before 16 cannot capture a structured binding.
+        const bool partner = std::any_of(calls.begin(), calls.end(), [&, rank = rank](const Call& p) {
           return p.p2p() && !p.done() && p.peer == rank && p.tag == c.tag && p.sends() != c.sends();
         });
         os << "rank " << c.peer

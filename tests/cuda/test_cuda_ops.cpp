@@ -274,8 +274,10 @@ TEST(CudaElementwise, TypePromotionMatchesCpu) {
         SCOPED_TRACE(::testing::Message() << name << " " << da << " with " << db);
         const Tensor a = input({6, 7}, da, -3, 3, ++seed), b = input({7}, db, -3, 3, ++seed);
         const Tensor b0 = input({}, db, -3, 3, ++seed);  // a 0-dim operand promotes by category only
-        EXPECT_TRUE(cuda_matches_cpu([&](const tensor_list& in) { return tensor_list{fn(in[0], in[1])}; }, {a, b}));
-        EXPECT_TRUE(cuda_matches_cpu([&](const tensor_list& in) { return tensor_list{fn(in[0], in[1])}; }, {a, b0}));
+        // fn = fn: clang before 16 cannot capture a structured binding.
+        auto run = [&, fn = fn](const tensor_list& in) { return tensor_list{fn(in[0], in[1])}; };
+        EXPECT_TRUE(cuda_matches_cpu(run, {a, b}));
+        EXPECT_TRUE(cuda_matches_cpu(run, {a, b0}));
       }
 }
 
@@ -361,7 +363,7 @@ TEST(CudaElementwise, InPlaceOpsIntoViewsMatchCpuAndLeaveTheRestAlone) {
         const Tensor base = uniform({40, 131}, -3, 3, dt, ++seed);
         const Tensor other_base = uniform({40, 131}, -3, 3, kDouble, ++seed);  // copy_ converts it
         EXPECT_TRUE(cuda_matches_cpu(
-            [&](const tensor_list& in) {
+            [&, name = name, op = op, view = view](const tensor_list& in) {  // clang < 16: no structured bindings
               Tensor b = in[0].clone();
               Tensor target = view(b);
               const Tensor other = view(in[1]);

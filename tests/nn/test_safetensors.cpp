@@ -576,7 +576,10 @@ TEST_F(SafetensorsLibrary, RejectsWhatStrataRejects) {
     const size_t colon = line.find(": ");
     if (colon != std::string::npos) verdicts[line.substr(0, colon)] = line.substr(colon + 2);
   }
-  auto verdict = [&](size_t arg) { return verdicts.count(args[arg]) ? verdicts[args[arg]] : "none in:\n" + output; };
+  // output = output: clang before 16 cannot capture a structured binding.
+  auto verdict = [&, output = output](size_t arg) {
+    return verdicts.count(args[arg]) ? verdicts[args[arg]] : "none in:\n" + output;
+  };
 
   for (size_t i = 0; i < refused.size(); ++i) {
     const std::string got = verdict(1 + i);
