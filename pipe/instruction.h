@@ -9,11 +9,11 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <optional>
 #include <ostream>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace strata::pipe {
 
@@ -91,27 +91,34 @@ std::ostream& operator<<(std::ostream& os, const PipeStep& step);
 template <class End>
 class ReceiveGates {
  public:
-  /// With dynamic shapes a RecvActivation reads its shapes first, so none goes early.
-  explicit ReceiveGates(bool static_shapes = true) : static_shapes_(static_shapes) {}
+  /// For a stage of `chunks` chunks of `buffers` buffers each (the instructions' ids are in range). With dynamic
+  /// shapes a RecvActivation reads its shapes first, so none goes early.
+  ReceiveGates(int chunks, int buffers, bool static_shapes = true)
+      : buffers_(buffers), static_shapes_(static_shapes), sent_(size_t(chunks) * buffers), received_(chunks) {}
   /// For the stream's next instruction `ins`, ending at `end`: the end of the instruction it may be posted after
   /// when it is a receive that may go early, else nullopt (posted at its turn).
   std::optional<End> next(const PipeInstruction& ins, End end) {
-    std::optional<End> gate;
-    if (ins.kind == PipeInstruction::RecvGrad) {
-      if (auto s = sent_.find({ins.chunk, ins.buffer_id}); s != sent_.end()) gate = s->second;
-    } else if (ins.kind == PipeInstruction::RecvActivation) {
-      if (auto r = received_.find(ins.chunk); r != received_.end() && static_shapes_) gate = r->second;
-      received_.insert_or_assign(ins.chunk, end);
-    } else if (ins.kind == PipeInstruction::SendActivation) {
-      sent_.insert_or_assign({ins.chunk, ins.buffer_id}, end);
+    switch (ins.kind) {
+      case PipeInstruction::RecvGrad:
+        return sent_.at(slot(ins));
+      case PipeInstruction::RecvActivation: {
+        std::optional<End> last = std::exchange(received_.at(ins.chunk), end);
+        return static_shapes_ ? last : std::nullopt;
+      }
+      case PipeInstruction::SendActivation:
+        sent_.at(slot(ins)) = end;
+        return std::nullopt;
+      default:
+        return std::nullopt;
     }
-    return gate;
   }
 
  private:
+  size_t slot(const PipeInstruction& ins) const { return size_t(ins.chunk) * buffers_ + ins.buffer_id; }
+  int buffers_;
   bool static_shapes_;
-  std::map<std::pair<int, int>, End> sent_;  // (chunk, buffer): the end of its latest SendActivation
-  std::map<int, End> received_;              // chunk: the end of its latest RecvActivation
+  std::vector<std::optional<End>> sent_;      // per chunk and buffer: the end of its latest SendActivation
+  std::vector<std::optional<End>> received_;  // per chunk: the end of its latest RecvActivation
 };
 
 }  // namespace strata::pipe

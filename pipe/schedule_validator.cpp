@@ -59,11 +59,11 @@ struct StageState {
   int next_load = 0;     // the micro-batch the next LoadMicroBatch takes
   int forwards = 0, backwards = 0, weights = 0, live_buffers = 0, activations = 0;
   bool grads_reduced = false, optimizer_stepped = false;
-  double clock = 0;            // the simulated time
-  double sent = 0;             // when the last of its sends arrives: the batch ends no sooner
-  ReceiveGates<double> gates;  // Note [early receives] in stage.cpp
-  double posted = 0;           // when the p2p instruction at `position` was posted
-  double received = 0;         // when its last receive was posted
+  double clock = 0;                  // the simulated time
+  double sent = 0;                   // when the last of its sends arrives: the batch ends no sooner
+  ReceiveGates<double> gates{0, 0};  // Note [early receives] in stage.cpp; sized with the schedule
+  double posted = 0;                 // when the p2p instruction at `position` was posted
+  double received = 0;               // when its last receive was posted
   StageReport report;
 };
 
@@ -185,6 +185,7 @@ Simulator::Simulator(const std::function<std::unique_ptr<PipeSchedule>(int)>& ma
     STRATA_CHECK(sched.num_pipe_buffers() >= 1, "validate_schedule: stage ", s, " declares ", sched.num_pipe_buffers(),
                  " pipe buffers");
     st.report.num_pipe_buffers = sched.num_pipe_buffers();
+    st.gates = ReceiveGates<double>(layout.chunks, sched.num_pipe_buffers());
     st.chunks.resize(layout.chunks);
     const int last = layout.num_virtual_stages() - 1;
     for (int c = 0; c < layout.chunks; ++c) {

@@ -171,7 +171,7 @@ void PipelineStage::begin_batch(const PipeSchedule& schedule, std::vector<Execut
     for (const PipeInstruction& ins : schedule.step(t)) stream_.push_back({t, ins});
   // Note [early receives]: the instruction before which each may be posted, most often itself.
   earliest_.resize(stream_.size());
-  ReceiveGates<size_t> gates(!dynamic_shapes_);
+  ReceiveGates<size_t> gates(layout_.chunks, schedule.num_pipe_buffers(), !dynamic_shapes_);
   next_recv_ = std::find_if(stream_.begin(), stream_.end(), [](const Streamed& s) { return is_receive(s.ins.kind); }) -
                stream_.begin();
   for (size_t j = 0; j < stream_.size(); ++j) {
