@@ -205,17 +205,22 @@ void compare_with_pytorchs(
 }
 }  // namespace
 
-// zb-v is never slower than PyTorch's ZBV and never holds more, and is faster at some shapes.
+// zb-v is never slower than PyTorch's ZBV and never holds more, and is faster at some shapes, among them M = S.
+// The test run's sweep is S <= 16 and a few shapes of 24 and 32 stages; a directory written with
+// torch_schedules.py --zbv-stages 32 holds every shape up to 32 stages, and this test checks it the same way.
 TEST(PipeSchedules, ZeroBubbleVIsAtOrBelowPyTorchs) {
   int shapes = 0, ahead = 0;
   compare_with_pytorchs("zbv", "zb-v", [&](const pipe::ScheduleReport& mine, const pipe::ScheduleReport& pytorch) {
     EXPECT_LE(mine.time, pytorch.time);
     EXPECT_LE(mine.peak_activations(), pytorch.peak_activations());
+    if (mine.micro_batches == mine.stages) {
+      EXPECT_LT(mine.time, pytorch.time);
+    }
     ++shapes;
     ahead += mine.time < pytorch.time;
   });
   if (dist::get_rank() != 0 || IsSkipped()) return;
-  EXPECT_EQ(shapes, 420 + 12);
+  EXPECT_GE(shapes, 420 + 12);
   EXPECT_GE(ahead, 68);
 }
 
