@@ -24,6 +24,7 @@
 #include "strata/distributed/functional.h"
 #include "strata/distributed/gradcheck.h"
 #include "strata/distributed/process_group.h"
+#include "strata/distributed/tensor_parallel.h"
 #include "strata/nn/activation.h"
 #include "strata/nn/clip_grad.h"
 #include "strata/nn/container.h"

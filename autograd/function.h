@@ -144,6 +144,11 @@ struct CppNode final : Node {
     static const std::string n = detail::demangle(typeid(T).name()) + "Backward";
     return n.c_str();
   }
+  /// T declares `static constexpr bool spans_processes = true` when its backward runs a collective.
+  bool spans_processes() const override {
+    if constexpr (requires { T::spans_processes; }) return T::spans_processes;
+    return false;
+  }
   void release_variables() override {
     ctx.saved_.clear();
     ctx.released_ = true;

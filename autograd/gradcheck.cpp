@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <unordered_set>
 
 #include "strata/autograd/engine.h"
 #include "strata/autograd/grad_mode.h"
@@ -44,10 +45,29 @@ struct Names {
 };
 
 // Note [gradcheck within one process]: a collective's gradient is a sum over ranks, and gradcheck perturbs only
-// this rank's inputs (on every rank at once), so its numbers mean nothing there while the check still passes. Such
-// ops register their node with run_in_next_backward (they must run on every rank), so a function that registered
-// one is refused. What it registered is dropped: every rank throws here alike, and the nodes must not run in the
+// this rank's inputs (on every rank at once), so its numbers mean nothing there while the check may still pass.
+// functional.h's collectives register their node with run_in_next_backward (they must run on every rank), and
+// tensor_parallel.h's mark theirs spans_processes(); a function that registered one, or whose outputs' graph holds
+// one, is refused. What it registered is dropped: every rank throws here alike, and the nodes must not run in the
 // caller's next backward. Registrations made before gradcheck are kept.
+
+/// The first node of the outputs' graph that spans processes, or null.
+std::shared_ptr<Node> spanning_node(const tensor_list& outputs) {
+  std::vector<std::shared_ptr<Node>> stack;
+  std::unordered_set<const Node*> seen;
+  for (const Tensor& out : outputs)
+    if (out.defined() && out.grad_fn()) stack.push_back(out.grad_fn());
+  while (!stack.empty()) {
+    std::shared_ptr<Node> node = std::move(stack.back());
+    stack.pop_back();
+    if (!seen.insert(node.get()).second) continue;
+    if (node->spans_processes()) return node;
+    for (const Edge& e : node->next_edges)
+      if (e.fn) stack.push_back(e.fn);
+  }
+  return nullptr;
+}
+
 tensor_list spans_no_processes(const GradcheckFn& fn, const tensor_list& inputs) {
   std::vector<std::shared_ptr<Node>> before = take_next_backward_nodes();
   tensor_list outputs;
@@ -62,9 +82,10 @@ tensor_list spans_no_processes(const GradcheckFn& fn, const tensor_list& inputs)
     throw;
   }
   for (auto& node : before) run_in_next_backward(std::move(node));
-  STRATA_CHECK(registered.empty(), "gradcheck: the function runs ", registered.front()->name(),
-               ", an op that spans processes (it registers with run_in_next_backward); its gradient sums over ranks, "
-               "which gradcheck on one process cannot check: use distributed::gradcheck");
+  const std::shared_ptr<Node> spanning = registered.empty() ? spanning_node(outputs) : registered.front();
+  STRATA_CHECK(!spanning, "gradcheck: the function runs ", spanning->name(),
+               ", an op that spans processes; its gradient sums over ranks, which gradcheck on one process cannot "
+               "check: use distributed::gradcheck");
   return outputs;
 }
 

@@ -46,6 +46,8 @@ struct Node : std::enable_shared_from_this<Node> {
   virtual void release_variables() {}                  ///< drops saved tensors after a backward without retain_graph
   /// Whether apply_some() computes only the gradients asked for (a split backward then defers the rest).
   virtual bool splits() const { return false; }
+  /// Whether apply() communicates with other processes (a collective), which gradcheck on one process cannot check.
+  virtual bool spans_processes() const { return false; }
   /// For a split backward (autograd::backward_input): the gradients of the edges `wanted` marks, the others
   /// undefined; grads stays the caller's, who asks for the rest later. The default computes all of them.
   virtual tensor_list apply_some(const tensor_list& grads, const std::vector<bool>& wanted);

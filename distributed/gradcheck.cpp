@@ -1,6 +1,7 @@
 // gradcheck across ranks: the checked scalar is global (the sum over ranks of each rank's
-// weighted outputs), the analytical gradient is one functional::backward on every rank, and the
-// numerical one perturbs one element of one rank at a time while every rank evaluates fn.
+// weighted outputs, replicated outputs counted once), the analytical gradient is one
+// functional::backward on every rank, and the numerical one perturbs one element of a replicated
+// input on every rank at once, or of one rank's own input, while every rank evaluates fn.
 //
 // Every step that can fail on one rank only (bad inputs, a mismatch) ends in an agreement, so
 // all ranks throw the same message (or all return false) and nobody is left in a collective.
@@ -9,6 +10,7 @@
 
 #include "strata/distributed/gradcheck.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "strata/autograd/grad_mode.h"
@@ -58,16 +60,37 @@ Tensor weighted_sum(const tensor_list& outputs, const tensor_list& weights) {
   return sum;
 }
 
+bool contains(const std::vector<size_t>& list, size_t i) {
+  return std::find(list.begin(), list.end(), i) != list.end();
+}
+
+/// Whether t has the same size and values on every rank of the group (the same answer on every rank).
+bool same_on_every_rank(const Tensor& t, const Group& group) {
+  Tensor numel = tensor({t.defined() ? t.numel() : int64_t{-1}});
+  Tensor low = numel.clone();
+  detail::all_reduce_unswitched(numel, ReduceOp::MAX, group, false);
+  detail::all_reduce_unswitched(low, ReduceOp::MIN, group, false);
+  const int64_t most = numel.item<int64_t>(), least = low.item<int64_t>();
+  if (most != least || least <= 0) return most == least && least == 0;  // -1: undefined
+  Tensor high = t.detach().to(kDouble).cpu().contiguous().reshape({-1}).clone();
+  low = high.clone();
+  detail::all_reduce_unswitched(high, ReduceOp::MAX, group, false);
+  detail::all_reduce_unswitched(low, ReduceOp::MIN, group, false);
+  return high.eq(low).all().item<bool>();
+}
+
 }  // namespace
 
 bool gradcheck(const autograd::GradcheckFn& fn, const tensor_list& inputs, const autograd::GradcheckOptions& o,
-               const Group& group) {
+               const Group& group, const Replicated& replicated) {
   const ProcessGroup& pg = detail::resolve(group, "distributed::gradcheck");
   const int rank = pg.rank(), size = pg.size();
 
   std::vector<size_t> checked;  // this rank's inputs that require grad
   on_every_rank(
       [&] {
+        for (size_t i : replicated.inputs)
+          STRATA_CHECK(i < inputs.size(), "replicated input ", i, " is not an input (", inputs.size(), " given)");
         for (size_t i = 0; i < inputs.size(); ++i) {
           if (!inputs[i].defined() || !inputs[i].requires_grad()) continue;
           autograd::detail::check_input(inputs[i], i);
@@ -75,71 +98,94 @@ bool gradcheck(const autograd::GradcheckFn& fn, const tensor_list& inputs, const
         }
       },
       group);
-  std::vector<std::pair<size_t, int64_t>> elements;  // the (input, element) pairs this rank perturbs, in order
+  for (size_t i : replicated.inputs)
+    STRATA_CHECK(same_on_every_rank(inputs[i], group), "distributed::gradcheck: replicated input ", i,
+                 " differs between the ranks of ", pg.describe());
+  // The (input, element) pairs perturbed, in order: `shared` by every rank at once (replicated inputs), then
+  // `elements` by this rank alone.
+  std::vector<std::pair<size_t, int64_t>> shared, elements;
   for (size_t i : checked)
-    for (int64_t e = 0; e < inputs[i].numel(); ++e) elements.emplace_back(i, e);
+    for (int64_t e = 0; e < inputs[i].numel(); ++e)
+      (contains(replicated.inputs, i) ? shared : elements).emplace_back(i, e);
   // Every rank's element count: each rank writes its own into zeros, and the sum gathers them.
   Tensor counts = zeros({size}, kLong);
   counts.data_ptr<int64_t>()[rank] = static_cast<int64_t>(elements.size());
   detail::all_reduce_unswitched(counts, ReduceOp::SUM, group, false);
   const int64_t* count = counts.data_ptr<int64_t>();
-  int64_t total = 0;
+  int64_t total = static_cast<int64_t>(shared.size());
   for (int r = 0; r < size; ++r) total += count[r];
+  STRATA_CHECK(same_on_every_rank(tensor({total}), group),
+               "distributed::gradcheck: the replicated inputs require "
+               "grad on some ranks of ",
+               pg.describe(), " only");
   STRATA_CHECK(total > 0, "distributed::gradcheck: no input requires grad on any rank of ", pg.describe());
 
   // Analytical: backward from the weighted sum into fresh leaves that share the inputs' memory, so the inputs'
-  // own grad() is left alone.
-  tensor_list leaves = inputs, weights;
+  // own grad() is left alone. Replicated outputs get the same weights on every rank and count on group rank 0 only.
+  tensor_list leaves = inputs, weights, counted;
+  tensor_list outputs;
   {
     AutoGradMode enable_grad(true);
     for (size_t i : checked) leaves[i] = inputs[i].detach().requires_grad_(true);
-    const tensor_list outputs = fn(leaves);
-    // A private generator per rank, so that the caller's random stream is untouched and ranks weigh differently.
-    Generator gen(1 + rank);
-    for (const Tensor& out : outputs)
-      weights.push_back(out.defined() && out.is_floating_point() ? randn(out.sizes(), kDouble, &gen).to(out.device())
-                                                                 : Tensor());
+    outputs = fn(leaves);
+    // Private generators, so that the caller's random stream is untouched; ranks weigh their own outputs differently.
+    Generator gen(1 + rank), common(0);
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      const Tensor& out = outputs[k];
+      const bool rep = contains(replicated.outputs, k);
+      weights.push_back(out.defined() && out.is_floating_point()
+                            ? randn(out.sizes(), kDouble, rep ? &common : &gen).to(out.device())
+                            : Tensor());
+      counted.push_back(rep && rank != 0 ? Tensor() : weights.back());
+    }
     const Tensor sum = weighted_sum(outputs, weights);
     functional::backward(sum.requires_grad() ? tensor_list{sum} : tensor_list{});
   }
+  for (size_t k : replicated.outputs)
+    STRATA_CHECK(same_on_every_rank(k < outputs.size() ? outputs[k] : Tensor(), group),
+                 "distributed::gradcheck: replicated output ", k, " differs between the ranks of ", pg.describe());
 
-  // Numerical: rank by rank, each element of that rank's inputs moved by +-eps while every rank runs fn.
+  // Numerical: each replicated element moved by +-eps on every rank at once, then rank by rank each element of that
+  // rank's own inputs, while every rank runs fn.
   std::vector<double> numerical;
   {
     NoGradGuard no_grad;
     auto global_sum = [&] {
-      Tensor sum = weighted_sum(fn(inputs), weights).reshape({1});
+      Tensor sum = weighted_sum(fn(inputs), counted).reshape({1});
       detail::all_reduce_unswitched(sum, ReduceOp::SUM, group, false);
       return sum.item<double>();
     };
+    auto difference = [&](const Tensor& input, int64_t e) {
+      const double orig = input.defined() ? autograd::detail::read(input, e) : 0.0;
+      if (input.defined()) autograd::detail::write(input, e, orig + o.eps);
+      const double plus = global_sum();
+      if (input.defined()) autograd::detail::write(input, e, orig - o.eps);
+      const double minus = global_sum();
+      if (input.defined()) autograd::detail::write(input, e, orig);
+      return (plus - minus) / (2 * o.eps);
+    };
+    for (const auto& [i, e] : shared) numerical.push_back(difference(inputs[i], e));
     for (int r = 0; r < size; ++r) {
       for (int64_t j = 0; j < count[r]; ++j) {
         const bool mine = r == rank;
-        const Tensor& input = mine ? inputs[elements[j].first] : Tensor();
-        const int64_t e = mine ? elements[j].second : 0;
-        const double orig = mine ? autograd::detail::read(input, e) : 0.0;
-        if (mine) autograd::detail::write(input, e, orig + o.eps);
-        const double plus = global_sum();
-        if (mine) autograd::detail::write(input, e, orig - o.eps);
-        const double minus = global_sum();
-        if (mine) {
-          autograd::detail::write(input, e, orig);
-          numerical.push_back((plus - minus) / (2 * o.eps));
-        }
+        const double d = difference(mine ? inputs[elements[j].first] : Tensor(), mine ? elements[j].second : 0);
+        if (mine) numerical.push_back(d);
       }
     }
   }
 
   return on_every_rank(
       [&] {
-        for (size_t j = 0; j < elements.size(); ++j) {
-          const auto [i, e] = elements[j];
+        shared.insert(shared.end(), elements.begin(), elements.end());
+        for (size_t j = 0; j < shared.size(); ++j) {
+          const auto [i, e] = shared[j];
           const Tensor& grad = leaves[i].grad();
           const double an = grad.defined() ? autograd::detail::read(grad, e) : 0.0;
           const double nu = numerical[j];
-          STRATA_CHECK(std::abs(an - nu) <= o.atol + o.rtol * std::abs(nu), "gradient mismatch for input ", i,
-                       " at element ", autograd::detail::index_string(inputs[i], e), ": analytical ", an,
-                       " vs numerical ", nu, " (eps ", o.eps, ", atol ", o.atol, ", rtol ", o.rtol, ")");
+          STRATA_CHECK(std::abs(an - nu) <= o.atol + o.rtol * std::abs(nu), "gradient mismatch for ",
+                       contains(replicated.inputs, i) ? "replicated input " : "input ", i, " at element ",
+                       autograd::detail::index_string(inputs[i], e), ": analytical ", an, " vs numerical ", nu,
+                       " (eps ", o.eps, ", atol ", o.atol, ", rtol ", o.rtol, ")");
         }
       },
       group, o.raise_exception);
