@@ -43,6 +43,7 @@
 #include "strata/nn/safetensors.h"
 #include "strata/nn/serialize.h"
 #include "strata/nn/sync_batch_norm.h"
+#include "strata/nn/tensor_parallel.h"
 #include "strata/nn/transformer.h"
 #include "strata/optim/adam.h"
 #include "strata/optim/grad_scaler.h"

@@ -1,0 +1,115 @@
+#pragma once
+// Tensor-parallel layers, as Megatron's: each rank of a tensor-parallel group holds a slice of the weights, and the
+// slices meet in the region mappings of distributed/tensor_parallel.h. They follow its replicated-loss convention:
+// every rank of the group runs the same model on the same batch and computes the same loss.
+//
+//   namespace dist = strata::distributed;
+//   dist::Group group = dist::get_world_group();                     // the tensor-parallel group
+//   nn::VocabParallelEmbedding wte(nn::VocabParallelEmbeddingOptions(64, 8).group(group));  // 64 / n rows here
+//   nn::ColumnParallelLinear up(nn::ColumnParallelLinearOptions(8, 32).group(group));       // 32 / n outputs here
+//   nn::RowParallelLinear down(nn::RowParallelLinearOptions(32, 8).group(group));           // input_is_parallel
+//   nn::ColumnParallelLinear head(nn::ColumnParallelLinearOptions(8, 64).bias(false).group(group));
+//   Tensor ids = strata::randint(0, 64, {4, 5});
+//   Tensor h = down(up(wte(ids)).relu());                              // [4, 5, 8], the same on every rank
+//   Tensor loss = nn::vocab_parallel_cross_entropy(head(h), ids, group).mean();  // logits stay split by vocabulary
+//   loss.backward();
+//
+// With the same seed on every rank, each rank's weights are exactly its slice of what the layer without parallelism
+// (nn::Linear, nn::Embedding) draws, so a tensor-parallel model equals the one-process model from its first step.
+// Slices are in group-rank order.
+
+#include <ostream>
+
+#include "strata/distributed/process_group.h"
+#include "strata/nn/module.h"
+#include "strata/tensor/arg.h"
+
+namespace strata::nn {
+
+/// ColumnParallelLinear's sizes and group: ColumnParallelLinearOptions(8, 32).gather_output(true).group(g).
+class ColumnParallelLinearOptions {
+ public:
+  ColumnParallelLinearOptions(int64_t in_features, int64_t out_features)
+      : in_features_(in_features), out_features_(out_features) {}  ///< the whole layer's sizes
+  STRATA_ARG(int64_t, in_features);                                ///< size of each input's last dim
+  STRATA_ARG(int64_t, out_features);                               ///< the whole layer's outputs, split over ranks
+  STRATA_ARG(bool, bias) = true;                                   ///< whether to add a learned bias (split too)
+  STRATA_ARG(bool, gather_output) = false;     ///< all-gather the outputs, else each rank keeps its out_features / n
+  STRATA_ARG(distributed::Group, group) = {};  ///< the tensor-parallel group (required)
+};
+
+/// y = x @ weight^T + bias with weight's rows (the outputs) split over the group: Megatron's ColumnParallelLinear.
+class ColumnParallelLinearImpl : public Module {
+ public:
+  explicit ColumnParallelLinearImpl(const ColumnParallelLinearOptions& options);  ///< from options
+  /// Replicated [..., in_features] -> [..., out_features / n], or [..., out_features] with gather_output.
+  Tensor forward(const Tensor& input);
+  /// "ColumnParallelLinear(in_features=8, out_features=32, bias=true, gather_output=false, tensor_parallel=2)"
+  void pretty_print(std::ostream& os) const override;
+
+  ColumnParallelLinearOptions options;  ///< the sizes it was made with
+  Tensor weight;                        ///< [out_features / n, in_features]: this rank's rows
+  Tensor bias;                          ///< [out_features / n], undefined without bias
+};
+STRATA_MODULE(ColumnParallelLinear);
+
+/// RowParallelLinear's sizes and group: RowParallelLinearOptions(32, 8).input_is_parallel(false).group(g).
+class RowParallelLinearOptions {
+ public:
+  RowParallelLinearOptions(int64_t in_features, int64_t out_features)
+      : in_features_(in_features), out_features_(out_features) {}  ///< the whole layer's sizes
+  STRATA_ARG(int64_t, in_features);                                ///< the whole layer's inputs, split over ranks
+  STRATA_ARG(int64_t, out_features);                               ///< size of each output's last dim
+  STRATA_ARG(bool, bias) = true;  ///< whether to add a learned bias (replicated, added after the sum)
+  /// The input is already split (a ColumnParallelLinear's output), else this layer splits it
+  STRATA_ARG(bool, input_is_parallel) = true;
+  STRATA_ARG(distributed::Group, group) = {};  ///< the tensor-parallel group (required)
+};
+
+/// y = x @ weight^T + bias with weight's columns (the inputs) split over the group, the partial products summed:
+/// Megatron's RowParallelLinear.
+class RowParallelLinearImpl : public Module {
+ public:
+  explicit RowParallelLinearImpl(const RowParallelLinearOptions& options);  ///< from options
+  /// [..., in_features / n] (or replicated [..., in_features] without input_is_parallel) -> replicated
+  /// [..., out_features]
+  Tensor forward(const Tensor& input);
+  /// "RowParallelLinear(in_features=32, out_features=8, bias=true, input_is_parallel=true, tensor_parallel=2)"
+  void pretty_print(std::ostream& os) const override;
+
+  RowParallelLinearOptions options;  ///< the sizes it was made with
+  Tensor weight;                     ///< [out_features, in_features / n]: this rank's columns
+  Tensor bias;                       ///< [out_features], the same on every rank; undefined without bias
+};
+STRATA_MODULE(RowParallelLinear);
+
+/// VocabParallelEmbedding's sizes and group: VocabParallelEmbeddingOptions(50304, 768).group(g).
+class VocabParallelEmbeddingOptions {
+ public:
+  VocabParallelEmbeddingOptions(int64_t num_embeddings, int64_t embedding_dim)
+      : num_embeddings_(num_embeddings), embedding_dim_(embedding_dim) {}  ///< the whole table's size
+  STRATA_ARG(int64_t, num_embeddings);                                     ///< rows of the table, split over ranks
+  STRATA_ARG(int64_t, embedding_dim);                                      ///< size of each vector
+  STRATA_ARG(distributed::Group, group) = {};                              ///< the tensor-parallel group (required)
+};
+
+/// An embedding table whose rows (the vocabulary) are split over the group: Megatron's VocabParallelEmbedding.
+class VocabParallelEmbeddingImpl : public Module {
+ public:
+  explicit VocabParallelEmbeddingImpl(const VocabParallelEmbeddingOptions& options);  ///< from options
+  /// Replicated int64 indices [...] in [0, num_embeddings) -> replicated [..., embedding_dim]
+  Tensor forward(const Tensor& indices);
+  /// "VocabParallelEmbedding(num_embeddings=64, embedding_dim=8, tensor_parallel=2)"
+  void pretty_print(std::ostream& os) const override;
+
+  VocabParallelEmbeddingOptions options;  ///< the sizes it was made with
+  Tensor weight;                          ///< [num_embeddings / n, embedding_dim]: this rank's rows
+};
+STRATA_MODULE(VocabParallelEmbedding);
+
+/// Cross entropy of logits split by vocabulary over `group` (a ColumnParallelLinear's output without gather_output):
+/// [..., V / n] and replicated int64 targets [...] in [0, V) -> the replicated loss per target [...], unreduced, as
+/// Megatron's. The maximum and the sum of exponentials meet across ranks; the logits are never gathered.
+Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& target, const distributed::Group& group);
+
+}  // namespace strata::nn

@@ -1,0 +1,196 @@
+// Megatron's tensor-parallel layers (nn/tensor_parallel.h) under mpirun -np 1, 2 and 4: each rank's weights are
+// its slice of the unsplit layer's; a small tensor-parallel language model equals the same model in one process
+// (losses, gradients and three AdamW steps, in float64); the vocab-parallel cross entropy equals cross_entropy on
+// the gathered logits; bad input names the layer and the sizes.
+
+#include <strata/distributed/collectives.h>
+#include <strata/distributed/tensor_parallel.h>
+#include <strata/nn/embedding.h>
+#include <strata/nn/linear.h>
+#include <strata/nn/tensor_parallel.h>
+#include <strata/optim/adam.h>
+
+#include "../helpers.h"
+
+namespace dist = strata::distributed;
+namespace tp = strata::distributed::tensor_parallel;
+using namespace strata;
+
+namespace {
+
+dist::Group world() { return dist::get_world_group(); }
+int ranks() { return dist::get_world_size(); }
+int rank() { return dist::get_rank(); }
+
+/// This rank's part of `whole` along dim, as the layers split their parameters.
+Tensor part(const Tensor& whole, int64_t dim) {
+  const int64_t n = whole.size(dim) / ranks();
+  return whole.narrow(dim, rank() * n, n);
+}
+
+/// Equal bit for bit.
+::testing::AssertionResult exact(const Tensor& a, const Tensor& b) { return strata::testing::allclose(a, b, 0, 0); }
+
+/// Equal to 1e-12 relative.
+::testing::AssertionResult same(const Tensor& a, const Tensor& b) {
+  return strata::testing::allclose(a, b, 1e-12, 1e-14);
+}
+
+constexpr int64_t kVocab = 16, kWidth = 8, kHidden = 12;
+
+/// embedding -> linear -> tanh -> linear -> vocabulary head, the language model both tests train.
+struct Serial {
+  nn::Embedding wte{kVocab, kWidth};
+  nn::Linear up{kWidth, kHidden}, down{kHidden, kWidth};
+  nn::Linear head{nn::LinearOptions(kWidth, kVocab).bias(false)};
+  std::vector<nn::Module*> modules() { return {wte.get(), up.get(), down.get(), head.get()}; }
+  Tensor loss(const Tensor& ids, const Tensor& targets) {
+    return cross_entropy(head(down(up(wte(ids)).tanh())).reshape({-1, kVocab}), targets.reshape({-1}));
+  }
+};
+
+/// The same model split over WORLD, drawn in the same order.
+struct Split {
+  nn::VocabParallelEmbedding wte{nn::VocabParallelEmbeddingOptions(kVocab, kWidth).group(world())};
+  nn::ColumnParallelLinear up{nn::ColumnParallelLinearOptions(kWidth, kHidden).group(world())};
+  nn::RowParallelLinear down{nn::RowParallelLinearOptions(kHidden, kWidth).group(world())};
+  nn::ColumnParallelLinear head{nn::ColumnParallelLinearOptions(kWidth, kVocab).bias(false).group(world())};
+  std::vector<nn::Module*> modules() { return {wte.get(), up.get(), down.get(), head.get()}; }
+  Tensor loss(const Tensor& ids, const Tensor& targets) {
+    return nn::vocab_parallel_cross_entropy(head(down(up(wte(ids)).tanh())), targets, world()).mean();
+  }
+};
+
+template <class Model>
+std::vector<Tensor> parameters_of(Model& m) {
+  std::vector<Tensor> all;
+  for (nn::Module* module : m.modules()) {
+    module->to(kDouble);
+    for (const Tensor& p : module->parameters()) all.push_back(p);
+  }
+  return all;
+}
+
+}  // namespace
+
+TEST(TensorParallel, WeightsAreSlicesOfTheUnsplitLayers) {
+  manual_seed(3);
+  Serial serial;
+  manual_seed(3);
+  Split split;
+  EXPECT_TRUE(exact(split.wte->weight, part(serial.wte->weight, 0)));
+  EXPECT_TRUE(exact(split.up->weight, part(serial.up->weight, 0)));
+  EXPECT_TRUE(exact(split.up->bias, part(serial.up->bias, 0)));
+  EXPECT_TRUE(exact(split.down->weight, part(serial.down->weight, 1)));
+  EXPECT_TRUE(exact(split.down->bias, serial.down->bias));
+  EXPECT_TRUE(exact(split.head->weight, part(serial.head->weight, 0)));
+  EXPECT_FALSE(split.head->bias.defined());
+  std::ostringstream os;
+  os << *split.up << " " << *split.down << " " << *split.wte;
+  const std::string n = std::to_string(ranks());
+  EXPECT_EQ(os.str(),
+            "ColumnParallelLinear(in_features=8, out_features=12, bias=true, gather_output=false, "
+            "tensor_parallel=" +
+                n +
+                ") RowParallelLinear(in_features=12, out_features=8, bias=true, "
+                "input_is_parallel=true, tensor_parallel=" +
+                n +
+                ") VocabParallelEmbedding(num_embeddings=16, "
+                "embedding_dim=8, tensor_parallel=" +
+                n + ")");
+}
+
+// Parallel equals serial: the same losses, each rank's gradients the slices of the serial ones, and after three
+// AdamW steps the same parameters.
+TEST(TensorParallel, LanguageModelTrainsAsOneProcess) {
+  manual_seed(5);
+  Serial serial;
+  manual_seed(5);
+  Split split;
+  const std::vector<Tensor> sp = parameters_of(serial), tpp = parameters_of(split);
+  // Which dim each split parameter is cut along (-1: replicated), in parameters() order.
+  const std::vector<int64_t> cut{0, 0, 0, 1, -1, 0};
+  ASSERT_EQ(sp.size(), cut.size());
+  ASSERT_EQ(tpp.size(), cut.size());
+  optim::AdamW serial_opt(sp, optim::AdamWOptions(0.05)), split_opt(tpp, optim::AdamWOptions(0.05));
+  Generator gen(11);
+  for (int step = 0; step < 3; ++step) {
+    SCOPED_TRACE(step);
+    const Tensor ids = randint(0, kVocab, {3, 5}, kLong, &gen), targets = randint(0, kVocab, {3, 5}, kLong, &gen);
+    serial_opt.zero_grad();
+    split_opt.zero_grad();
+    const Tensor a = serial.loss(ids, targets), b = split.loss(ids, targets);
+    EXPECT_TRUE(same(b, a));
+    a.backward();
+    b.backward();
+    for (size_t i = 0; i < cut.size(); ++i) {
+      SCOPED_TRACE(i);
+      EXPECT_TRUE(same(tpp[i].grad(), cut[i] < 0 ? sp[i].grad() : part(sp[i].grad(), cut[i])));
+    }
+    serial_opt.step();
+    split_opt.step();
+  }
+  for (size_t i = 0; i < cut.size(); ++i) EXPECT_TRUE(same(tpp[i], cut[i] < 0 ? sp[i] : part(sp[i], cut[i])));
+}
+
+// gather_output and input_is_parallel(false): whole activations between the layers, each split inside them.
+TEST(TensorParallel, GatheredOutputsAndSplitInputs) {
+  manual_seed(9);
+  nn::Linear up(kWidth, kHidden), down(kHidden, kWidth);
+  manual_seed(9);
+  nn::ColumnParallelLinear split_up(
+      nn::ColumnParallelLinearOptions(kWidth, kHidden).gather_output(true).group(world()));
+  nn::RowParallelLinear split_down(
+      nn::RowParallelLinearOptions(kHidden, kWidth).input_is_parallel(false).group(world()));
+  for (nn::Module* m : std::vector<nn::Module*>{up.get(), down.get(), split_up.get(), split_down.get()}) m->to(kDouble);
+  Generator gen(13);
+  const Tensor x = randn({4, kWidth}, kDouble, &gen), w = randn({4, kWidth}, kDouble, &gen);
+  const Tensor hidden = split_up(x);
+  EXPECT_EQ(hidden.size(1), kHidden);
+  const Tensor a = down(up(x).tanh()), b = split_down(hidden.tanh());
+  EXPECT_TRUE(same(b, a));
+  (a * w).sum().backward();
+  (b * w).sum().backward();
+  EXPECT_TRUE(same(split_up->weight.grad(), part(up->weight.grad(), 0)));
+  EXPECT_TRUE(same(split_down->weight.grad(), part(down->weight.grad(), 1)));
+  EXPECT_TRUE(same(split_down->bias.grad(), down->bias.grad()));
+}
+
+TEST(TensorParallel, VocabParallelCrossEntropyIsCrossEntropyOfTheGatheredLogits) {
+  Generator gen(21);  // the same on every rank: replicated logits and targets
+  Tensor whole = (randn({2, 3, 4 * ranks()}, kDouble, &gen) * 30.0).requires_grad_(true);  // large: needs the max
+  const Tensor targets = randint(0, 4 * ranks(), {2, 3}, kLong, &gen);
+  const Tensor mine = part(whole.detach(), 2).clone().requires_grad_(true);
+  const Tensor loss = nn::vocab_parallel_cross_entropy(mine, targets, world());
+  const Tensor expected = cross_entropy(whole.reshape({6, -1}), targets.reshape({6}), {.reduction = kNone});
+  EXPECT_TRUE(same(loss.reshape({6}), expected));
+  Generator weights(22);
+  const Tensor w = randn({2, 3}, kDouble, &weights);
+  (loss * w).sum().backward();
+  (expected * w.reshape({6})).sum().backward();
+  EXPECT_TRUE(same(mine.grad(), part(whole.grad(), 2)));
+}
+
+TEST(TensorParallel, LayersNameWhatIsWrong) {
+  EXPECT_THROW_MSG(nn::ColumnParallelLinear(nn::ColumnParallelLinearOptions(4, 8)),
+                   "ColumnParallelLinear: no tensor-parallel group: set .group(...) in its options");
+  EXPECT_THROW_MSG(nn::vocab_parallel_cross_entropy(ones({2, 4}), zeros({2}, kLong), nullptr),
+                   "vocab_parallel_cross_entropy: no tensor-parallel group");
+  nn::VocabParallelEmbedding wte(nn::VocabParallelEmbeddingOptions(4 * ranks(), 2).group(world()));
+  EXPECT_THROW_MSG(wte(tensor({int64_t{0}, 4 * ranks()})),
+                   "VocabParallelEmbedding: index out of range [0, " + std::to_string(4 * ranks()) +
+                       "): got indices from 0 to " + std::to_string(4 * ranks()));
+  if (ranks() == 1) return;  // one rank holds whole layers
+  nn::RowParallelLinear down(nn::RowParallelLinearOptions(4 * ranks(), 3).group(world()));
+  EXPECT_THROW_MSG(down(ones({2, 4 * ranks()})),
+                   "RowParallelLinear: expected input with last dim 4 (its part of "
+                   "in_features, input_is_parallel), got shape [2, " +
+                       std::to_string(4 * ranks()) + "]");
+  EXPECT_THROW_MSG(nn::ColumnParallelLinear(nn::ColumnParallelLinearOptions(4, ranks() + 1).group(world())),
+                   "ColumnParallelLinear: out_features " + std::to_string(ranks() + 1) +
+                       " is not divisible by the tensor-parallel size " + std::to_string(ranks()));
+  EXPECT_THROW_MSG(nn::RowParallelLinear(nn::RowParallelLinearOptions(ranks() + 1, 4).group(world())),
+                   "RowParallelLinear: in_features");
+  EXPECT_THROW_MSG(nn::VocabParallelEmbedding(nn::VocabParallelEmbeddingOptions(ranks() + 1, 4).group(world())),
+                   "VocabParallelEmbedding: num_embeddings");
+}
