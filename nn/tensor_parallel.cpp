@@ -5,7 +5,7 @@
 #include "strata/distributed/collectives.h"
 #include "strata/distributed/tensor_parallel.h"
 #include "strata/nn/embedding.h"
-#include "strata/nn/linear.h"
+#include "strata/nn/transformer.h"
 
 namespace strata::nn {
 
@@ -41,20 +41,42 @@ Tensor slice(const Tensor& whole, int64_t dim, const distributed::Group& group) 
 
 }  // namespace
 
+/// The whole layer a tensor-parallel linear layer of these sizes splits, drawn as nn::Linear draws it.
+template <class Options>
+Linear whole_linear(const Options& o) {
+  return Linear(LinearOptions(o.in_features(), o.out_features()).bias(o.bias()));
+}
+
+/// Checks that `whole` has the sizes `o` says.
+template <class Options>
+void check_whole(const Options& o, const LinearImpl& whole, const char* layer) {
+  STRATA_CHECK(whole.options.in_features() == o.in_features() && whole.options.out_features() == o.out_features() &&
+                   whole.options.bias() == o.bias(),
+               layer, ": the whole layer is a ", whole.options.in_features(), " -> ", whole.options.out_features(),
+               " Linear (bias ", whole.options.bias(), "), its options say ", o.in_features(), " -> ", o.out_features(),
+               " (bias ", o.bias(), ")");
+}
+
 ColumnParallelLinearImpl::ColumnParallelLinearImpl(const ColumnParallelLinearOptions& opts)
+    : ColumnParallelLinearImpl(opts, *whole_linear(opts)) {}
+
+ColumnParallelLinearImpl::ColumnParallelLinearImpl(const ColumnParallelLinearOptions& opts, const LinearImpl& whole)
     : Module("ColumnParallelLinear"), options(opts) {
   const distributed::Group& group = checked_group(options.group(), "ColumnParallelLinear");
   part_of(options.out_features(), group, "ColumnParallelLinear", "out_features");
-  Linear whole(LinearOptions(options.in_features(), options.out_features()).bias(options.bias()));
-  weight = register_parameter("weight", slice(whole->weight, 0, group));
-  if (options.bias()) bias = register_parameter("bias", slice(whole->bias, 0, group));
+  check_whole(options, whole, "ColumnParallelLinear");
+  weight = register_parameter("weight", slice(whole.weight, 0, group));
+  if (options.bias()) bias = register_parameter("bias", slice(whole.bias, 0, group));
 }
 
 Tensor ColumnParallelLinearImpl::forward(const Tensor& input) {
   STRATA_CHECK(input.dim() >= 1 && input.size(-1) == options.in_features(),
                "ColumnParallelLinear: expected input with last dim ", options.in_features(), ", got shape ",
                input.sizes());
-  const Tensor out = linear(tp::copy_to_region(input, options.group()), weight, bias);
+  const Tensor x = options.sequence_parallel()
+                       ? tp::gather_from_sequence_region(input, options.group(), options.sequence_dim())
+                       : tp::copy_to_region(input, options.group());
+  const Tensor out = linear(x, weight, bias);
   return options.gather_output() ? tp::gather_from_region(out, options.group()) : out;
 }
 
@@ -65,12 +87,15 @@ void ColumnParallelLinearImpl::pretty_print(std::ostream& os) const {
 }
 
 RowParallelLinearImpl::RowParallelLinearImpl(const RowParallelLinearOptions& opts)
+    : RowParallelLinearImpl(opts, *whole_linear(opts)) {}
+
+RowParallelLinearImpl::RowParallelLinearImpl(const RowParallelLinearOptions& opts, const LinearImpl& whole)
     : Module("RowParallelLinear"), options(opts) {
   const distributed::Group& group = checked_group(options.group(), "RowParallelLinear");
   part_of(options.in_features(), group, "RowParallelLinear", "in_features");
-  Linear whole(LinearOptions(options.in_features(), options.out_features()).bias(options.bias()));
-  weight = register_parameter("weight", slice(whole->weight, 1, group));
-  if (options.bias()) bias = register_parameter("bias", whole->bias.detach().clone());
+  check_whole(options, whole, "RowParallelLinear");
+  weight = register_parameter("weight", slice(whole.weight, 1, group));
+  if (options.bias()) bias = register_parameter("bias", whole.bias.detach().clone());
 }
 
 Tensor RowParallelLinearImpl::forward(const Tensor& input) {
@@ -80,9 +105,15 @@ Tensor RowParallelLinearImpl::forward(const Tensor& input) {
                expected, options.input_is_parallel() ? " (its part of in_features, input_is_parallel)" : "",
                ", got shape ", input.sizes());
   const Tensor x = options.input_is_parallel() ? input : tp::scatter_to_region(input, options.group());
-  // The bias is added once, after the partial products are summed.
-  const Tensor out = tp::reduce_from_region(linear(x, weight), options.group());
-  return bias.defined() ? out + bias : out;
+  // The bias is added once, after the partial products are summed. On a split sequence each rank adds it to its
+  // positions only, so its gradient is summed over the group.
+  const distributed::Group& group = options.group();
+  if (!options.sequence_parallel()) {
+    const Tensor out = tp::reduce_from_region(linear(x, weight), group);
+    return bias.defined() ? out + bias : out;
+  }
+  const Tensor out = tp::reduce_scatter_to_sequence_region(linear(x, weight), group, options.sequence_dim());
+  return bias.defined() ? out + tp::copy_to_region(bias, group) : out;
 }
 
 void RowParallelLinearImpl::pretty_print(std::ostream& os) const {
@@ -127,6 +158,62 @@ Tensor VocabParallelEmbeddingImpl::forward(const Tensor& indices) {
 void VocabParallelEmbeddingImpl::pretty_print(std::ostream& os) const {
   os << "VocabParallelEmbedding(num_embeddings=" << options.num_embeddings()
      << ", embedding_dim=" << options.embedding_dim() << ", tensor_parallel=" << options.group()->size() << ")";
+}
+
+ParallelTransformerBlockImpl::ParallelTransformerBlockImpl(const ParallelTransformerBlockOptions& opts)
+    : Module("ParallelTransformerBlock"), options(opts) {
+  const char* layer = "ParallelTransformerBlock";
+  const distributed::Group& group = checked_group(options.group(), layer);
+  const int64_t C = options.embed_dim(), n = group->size();
+  // The block without parallelism, drawn as one process draws it, then split (it checks the sizes first).
+  TransformerBlock whole(C, options.num_heads(), options.mlp_ratio());
+  part_of(options.num_heads(), group, layer, "num_heads");
+  // c_attn's rows are q, k, v of every head; rank r keeps q, k and v of its heads, side by side: [3, n, C / n] rows
+  // become [n, 3, C / n], so that its contiguous slice of rows is what it needs.
+  LinearImpl& qkv = *whole->attn->c_attn;
+  qkv.weight.set_data(qkv.weight.detach().reshape({3, n, C / n, C}).transpose(0, 1).reshape({3 * C, C}));
+  qkv.bias.set_data(qkv.bias.detach().reshape({3, n, C / n}).transpose(0, 1).reshape({3 * C}));
+  const bool sp = options.sequence_parallel();
+  ln_1 = register_module("ln_1", LayerNorm(C));
+  auto attn = register_module("attn", std::make_shared<Module>("ParallelCausalSelfAttention"));
+  c_attn = attn->register_module(
+      "c_attn", ColumnParallelLinear(ColumnParallelLinearOptions(C, 3 * C).sequence_parallel(sp).group(group), qkv));
+  c_proj = attn->register_module(
+      "c_proj",
+      RowParallelLinear(RowParallelLinearOptions(C, C).sequence_parallel(sp).group(group), *whole->attn->c_proj));
+  ln_2 = register_module("ln_2", LayerNorm(C));
+  const int64_t hidden = options.mlp_ratio() * C;
+  auto mlp = register_module("mlp", std::make_shared<Module>("ParallelMLP"));
+  auto linears = whole->mlp->children();  // c_fc, gelu, c_proj, dropout
+  c_fc = mlp->register_module(
+      "c_fc", ColumnParallelLinear(ColumnParallelLinearOptions(C, hidden).sequence_parallel(sp).group(group),
+                                   *std::dynamic_pointer_cast<LinearImpl>(linears[0])));
+  mlp_proj = mlp->register_module(
+      "c_proj", RowParallelLinear(RowParallelLinearOptions(hidden, C).sequence_parallel(sp).group(group),
+                                  *std::dynamic_pointer_cast<LinearImpl>(linears[2])));
+}
+
+Tensor ParallelTransformerBlockImpl::forward(const Tensor& x) {
+  const int64_t C = options.embed_dim(), n = options.group()->size();
+  STRATA_CHECK(x.dim() == 3 && x.size(2) == C, "ParallelTransformerBlock: expected input of shape [B, T",
+               options.sequence_parallel() ? " / n" : "", ", ", C, "], got shape ", x.sizes());
+  // On a split sequence LayerNorm's parameters get partial gradients: copy_to_region sums them over the group.
+  auto norm = [&](const LayerNorm& ln, const Tensor& t) {
+    if (!options.sequence_parallel()) return ln(t);
+    return layer_norm(t, {C}, tp::copy_to_region(ln->weight, options.group()),
+                      tp::copy_to_region(ln->bias, options.group()), ln->options.eps());
+  };
+  auto attention = [&](const Tensor& t) {
+    const Tensor qkv = c_attn(t);  // [B, T, 3C / n], T whole also under sequence parallelism
+    const int64_t B = qkv.size(0), T = qkv.size(1), H = options.num_heads() / n, D = C / options.num_heads();
+    const tensor_list parts = qkv.split(C / n, 2);
+    auto heads = [&](const Tensor& p) { return p.reshape({B, T, H, D}).transpose(1, 2); };  // [B, H, T, D]
+    const Tensor y = scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), std::nullopt, 0.0,
+                                                  /*is_causal=*/true);
+    return c_proj(y.transpose(1, 2).reshape({B, T, C / n}));
+  };
+  const Tensor h = x + attention(norm(ln_1, x));
+  return h + mlp_proj(gelu(c_fc(norm(ln_2, h))));
 }
 
 Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& target, const distributed::Group& group) {

@@ -14,14 +14,27 @@
 //   Tensor loss = nn::vocab_parallel_cross_entropy(head(h), ids, group).mean();  // logits stay split by vocabulary
 //   loss.backward();
 //
+//   nn::ParallelTransformerBlock block(nn::ParallelTransformerBlockOptions(8, 4).sequence_parallel(true).group(group));
+//   Tensor x = strata::randn({2, 6 * group->size(), 8}).narrow(1, 6 * group->rank(), 6);  // this rank's 6 positions
+//   Tensor y = block(x);                                                 // [2, 6, 8]: still split along T
+//
 // With the same seed on every rank, each rank's weights are exactly its slice of what the layer without parallelism
-// (nn::Linear, nn::Embedding) draws, so a tensor-parallel model equals the one-process model from its first step.
-// Slices are in group-rank order.
+// (nn::Linear, nn::Embedding, nn::TransformerBlock) draws, so a tensor-parallel model equals the one-process model
+// from its first step. Slices are in group-rank order.
+//
+// Sequence parallelism (Megatron's): the activations between blocks are split along the sequence dimension
+// (`sequence_dim`, 1 in strata's [B, T, C]) instead of replicated, so LayerNorm and the residual stream cost 1 / n of
+// their memory. A ColumnParallelLinear then all-gathers its input along T (reduce-scatter in backward) and a
+// RowParallelLinear reduce-scatters its sum along T instead of all-reducing it: the same volume as the all-reduce.
+// Parameters used on a split sequence (LayerNorm's, a RowParallelLinear's bias) get partial gradients on each rank;
+// they pass through copy_to_region, whose backward sums them over the group, so every rank holds the whole gradient.
 
 #include <ostream>
 
 #include "strata/distributed/process_group.h"
+#include "strata/nn/linear.h"
 #include "strata/nn/module.h"
+#include "strata/nn/normalization.h"
 #include "strata/tensor/arg.h"
 
 namespace strata::nn {
@@ -34,7 +47,10 @@ class ColumnParallelLinearOptions {
   STRATA_ARG(int64_t, in_features);                                ///< size of each input's last dim
   STRATA_ARG(int64_t, out_features);                               ///< the whole layer's outputs, split over ranks
   STRATA_ARG(bool, bias) = true;                                   ///< whether to add a learned bias (split too)
-  STRATA_ARG(bool, gather_output) = false;     ///< all-gather the outputs, else each rank keeps its out_features / n
+  STRATA_ARG(bool, gather_output) = false;  ///< all-gather the outputs, else each rank keeps its out_features / n
+  /// The input is split along sequence_dim (sequence parallelism): all-gather it first
+  STRATA_ARG(bool, sequence_parallel) = false;
+  STRATA_ARG(int64_t, sequence_dim) = 1;       ///< the sequence dimension, T of [B, T, C]
   STRATA_ARG(distributed::Group, group) = {};  ///< the tensor-parallel group (required)
 };
 
@@ -42,7 +58,10 @@ class ColumnParallelLinearOptions {
 class ColumnParallelLinearImpl : public Module {
  public:
   explicit ColumnParallelLinearImpl(const ColumnParallelLinearOptions& options);  ///< from options
-  /// Replicated [..., in_features] -> [..., out_features / n], or [..., out_features] with gather_output.
+  /// This rank's rows of `whole`, a Linear of the options' sizes (a block that splits a layer it drew itself).
+  ColumnParallelLinearImpl(const ColumnParallelLinearOptions& options, const LinearImpl& whole);
+  /// Replicated [..., in_features] (split along sequence_dim under sequence_parallel) -> [..., out_features / n],
+  /// or [..., out_features] with gather_output.
   Tensor forward(const Tensor& input);
   /// "ColumnParallelLinear(in_features=8, out_features=32, bias=true, gather_output=false, tensor_parallel=2)"
   void pretty_print(std::ostream& os) const override;
@@ -63,6 +82,9 @@ class RowParallelLinearOptions {
   STRATA_ARG(bool, bias) = true;  ///< whether to add a learned bias (replicated, added after the sum)
   /// The input is already split (a ColumnParallelLinear's output), else this layer splits it
   STRATA_ARG(bool, input_is_parallel) = true;
+  /// Reduce-scatter the sum along sequence_dim instead of all-reducing it (sequence parallelism)
+  STRATA_ARG(bool, sequence_parallel) = false;
+  STRATA_ARG(int64_t, sequence_dim) = 1;       ///< the sequence dimension, T of [B, T, C]
   STRATA_ARG(distributed::Group, group) = {};  ///< the tensor-parallel group (required)
 };
 
@@ -71,8 +93,10 @@ class RowParallelLinearOptions {
 class RowParallelLinearImpl : public Module {
  public:
   explicit RowParallelLinearImpl(const RowParallelLinearOptions& options);  ///< from options
+  /// This rank's columns of `whole`, a Linear of the options' sizes, and its whole bias.
+  RowParallelLinearImpl(const RowParallelLinearOptions& options, const LinearImpl& whole);
   /// [..., in_features / n] (or replicated [..., in_features] without input_is_parallel) -> replicated
-  /// [..., out_features]
+  /// [..., out_features] (split along sequence_dim under sequence_parallel)
   Tensor forward(const Tensor& input);
   /// "RowParallelLinear(in_features=32, out_features=8, bias=true, input_is_parallel=true, tensor_parallel=2)"
   void pretty_print(std::ostream& os) const override;
@@ -106,6 +130,40 @@ class VocabParallelEmbeddingImpl : public Module {
   Tensor weight;                          ///< [num_embeddings / n, embedding_dim]: this rank's rows
 };
 STRATA_MODULE(VocabParallelEmbedding);
+
+/// ParallelTransformerBlock's sizes and group: ParallelTransformerBlockOptions(768, 12).sequence_parallel(true).group(g).
+class ParallelTransformerBlockOptions {
+ public:
+  ParallelTransformerBlockOptions(int64_t embed_dim, int64_t num_heads)
+      : embed_dim_(embed_dim), num_heads_(num_heads) {}  ///< the whole block's sizes
+  STRATA_ARG(int64_t, embed_dim);                        ///< C
+  STRATA_ARG(int64_t, num_heads);                        ///< heads, split over the group (which must divide them)
+  STRATA_ARG(int64_t, mlp_ratio) = 4;                    ///< the MLP's hidden size is mlp_ratio * C, split too
+  /// [B, T / n, C] in and out, LayerNorm and the residual stream split along T; else replicated [B, T, C]
+  STRATA_ARG(bool, sequence_parallel) = false;
+  STRATA_ARG(distributed::Group, group) = {};  ///< the tensor-parallel group (required)
+};
+
+/// nn::TransformerBlock split over a tensor-parallel group, as Megatron's: each rank runs num_heads / n heads and
+/// mlp_ratio * C / n of the MLP; one all-reduce after attention and one after the MLP in forward, two in backward
+/// (all-gathers and reduce-scatters of the same volume under sequence parallelism). Parameters carry
+/// TransformerBlock's names (ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj). No dropout: a dropout
+/// mask inside the split region would need a random stream per rank that still equals the one-process mask.
+class ParallelTransformerBlockImpl : public Module {
+ public:
+  explicit ParallelTransformerBlockImpl(const ParallelTransformerBlockOptions& options);  ///< from options
+  /// [B, T, C] replicated, or [B, T / n, C] this rank's positions under sequence_parallel -> the same layout
+  Tensor forward(const Tensor& x);
+
+  ParallelTransformerBlockOptions options;  ///< what it was made with
+  LayerNorm ln_1{nullptr};                  ///< before attention, the same on every rank
+  ColumnParallelLinear c_attn{nullptr};     ///< attn.c_attn, C -> 3C / n: this rank's heads' q, k, v side by side
+  RowParallelLinear c_proj{nullptr};        ///< attn.c_proj, C / n -> C, summed over the group
+  LayerNorm ln_2{nullptr};                  ///< before the MLP, the same on every rank
+  ColumnParallelLinear c_fc{nullptr};       ///< mlp.c_fc, C -> mlp_ratio * C / n
+  RowParallelLinear mlp_proj{nullptr};      ///< mlp.c_proj, mlp_ratio * C / n -> C, summed over the group
+};
+STRATA_MODULE(ParallelTransformerBlock);
 
 /// Cross entropy of logits split by vocabulary over `group` (a ColumnParallelLinear's output without gather_output):
 /// [..., V / n] and replicated int64 targets [...] in [0, V) -> the replicated loss per target [...], unreduced, as

@@ -8,6 +8,7 @@
 #include <strata/nn/embedding.h>
 #include <strata/nn/linear.h>
 #include <strata/nn/tensor_parallel.h>
+#include <strata/nn/transformer.h>
 #include <strata/optim/adam.h>
 
 #include "../helpers.h"
@@ -156,6 +157,53 @@ TEST(TensorParallel, GatheredOutputsAndSplitInputs) {
   EXPECT_TRUE(same(split_down->bias.grad(), down->bias.grad()));
 }
 
+// The block split over the group equals nn::TransformerBlock, replicated and under sequence parallelism: its output,
+// the input's gradient, and every parameter and its gradient (this rank's slice of the unsplit block's).
+TEST(TensorParallel, TransformerBlockEqualsTheUnsplitBlock) {
+  const int64_t C = 8, heads = 4, T = 4;
+  const int64_t n = ranks(), r = rank();
+  // This rank's part of the unsplit block's parameter `name` of value t, as the split block keeps it.
+  auto expected = [&](const std::string& name, const Tensor& t, IntArrayRef sizes) {
+    if (name.rfind("attn.c_attn.", 0) == 0) return t.reshape({3, C, -1}).narrow(1, r * C / n, C / n).reshape(sizes);
+    if (name == "attn.c_proj.weight" || name == "mlp.c_proj.weight") return part(t, 1);
+    if (name.rfind("mlp.c_fc.", 0) == 0) return part(t, 0);
+    return t;  // LayerNorm's and the row-parallel biases: the same on every rank
+  };
+  for (bool sequence_parallel : {false, true}) {
+    SCOPED_TRACE(sequence_parallel);
+    manual_seed(17);
+    nn::TransformerBlock serial(C, heads);
+    manual_seed(17);
+    nn::ParallelTransformerBlock split(
+        nn::ParallelTransformerBlockOptions(C, heads).sequence_parallel(sequence_parallel).group(world()));
+    serial->to(kDouble);
+    split->to(kDouble);
+    Generator gen(19);
+    const Tensor x = randn({2, T, C}, kDouble, &gen).requires_grad_(true), w = randn({2, T, C}, kDouble, &gen);
+    const Tensor mine = (sequence_parallel ? part(x.detach(), 1) : x.detach()).clone().requires_grad_(true);
+    const Tensor y = serial(x);
+    Tensor out = split(mine);
+    if (sequence_parallel) {
+      EXPECT_TRUE(same(out, part(y.detach(), 1)));
+      out = tp::gather_from_sequence_region(out, world(), 1, /*tensor_parallel_output_grad=*/false);
+    }
+    EXPECT_TRUE(same(out, y));
+    (y * w).sum().backward();
+    (out * w).sum().backward();
+    EXPECT_TRUE(same(mine.grad(), sequence_parallel ? part(x.grad(), 1) : x.grad()));
+    const nn::NamedTensors theirs = serial->named_parameters();
+    const nn::NamedTensors ours = split->named_parameters();
+    EXPECT_EQ(ours.size(), theirs.size());
+    for (const auto& [name, p] : ours) {
+      SCOPED_TRACE(name);
+      const Tensor* whole = theirs.find(name);
+      ASSERT_NE(whole, nullptr);
+      EXPECT_TRUE(same(p, expected(name, *whole, p.sizes())));
+      EXPECT_TRUE(same(p.grad(), expected(name, whole->grad(), p.sizes())));
+    }
+  }
+}
+
 TEST(TensorParallel, VocabParallelCrossEntropyIsCrossEntropyOfTheGatheredLogits) {
   Generator gen(21);  // the same on every rank: replicated logits and targets
   Tensor whole = (randn({2, 3, 4 * ranks()}, kDouble, &gen) * 30.0).requires_grad_(true);  // large: needs the max
@@ -193,4 +241,8 @@ TEST(TensorParallel, LayersNameWhatIsWrong) {
                    "RowParallelLinear: in_features");
   EXPECT_THROW_MSG(nn::VocabParallelEmbedding(nn::VocabParallelEmbeddingOptions(ranks() + 1, 4).group(world())),
                    "VocabParallelEmbedding: num_embeddings");
+  EXPECT_THROW_MSG(
+      nn::ParallelTransformerBlock(nn::ParallelTransformerBlockOptions(4 * (ranks() + 1), ranks() + 1).group(world())),
+      "ParallelTransformerBlock: num_heads " + std::to_string(ranks() + 1) +
+          " is not divisible by the tensor-parallel size " + std::to_string(ranks()));
 }
