@@ -49,12 +49,15 @@ struct Names {
 // functional.h's collectives register their node with run_in_next_backward (they must run on every rank), and
 // tensor_parallel.h's mark theirs spans_processes(); a function that registered one, or whose outputs' graph holds
 // one, is refused. What it registered is dropped: every rank throws here alike, and the nodes must not run in the
-// caller's next backward. Registrations made before gradcheck are kept.
+// caller's next backward. Registrations made before gradcheck are kept. A mapping inside autograd::checkpoint is
+// recorded only when backward recomputes it, so it escapes this check.
 
-/// The first node of the outputs' graph that spans processes, or null.
-std::shared_ptr<Node> spanning_node(const tensor_list& outputs) {
+/// The first node of the outputs' graph that spans processes, or null; the walk stops at the inputs' history.
+std::shared_ptr<Node> spanning_node(const tensor_list& outputs, const tensor_list& inputs) {
   std::vector<std::shared_ptr<Node>> stack;
   std::unordered_set<const Node*> seen;
+  for (const Tensor& in : inputs)
+    if (in.defined() && in.grad_fn()) seen.insert(in.grad_fn().get());
   for (const Tensor& out : outputs)
     if (out.defined() && out.grad_fn()) stack.push_back(out.grad_fn());
   while (!stack.empty()) {
@@ -82,7 +85,7 @@ tensor_list spans_no_processes(const GradcheckFn& fn, const tensor_list& inputs)
     throw;
   }
   for (auto& node : before) run_in_next_backward(std::move(node));
-  const std::shared_ptr<Node> spanning = registered.empty() ? spanning_node(outputs) : registered.front();
+  const std::shared_ptr<Node> spanning = registered.empty() ? spanning_node(outputs, inputs) : registered.front();
   STRATA_CHECK(!spanning, "gradcheck: the function runs ", spanning->name(),
                ", an op that spans processes; its gradient sums over ranks, which gradcheck on one process cannot "
                "check: use distributed::gradcheck");

@@ -98,9 +98,15 @@ bool gradcheck(const autograd::GradcheckFn& fn, const tensor_list& inputs, const
         }
       },
       group);
+  // Every rank must name the same replicated inputs and outputs, or the checks below would be out of step.
+  std::vector<int64_t> named{static_cast<int64_t>(replicated.inputs.size())};
+  named.insert(named.end(), replicated.inputs.begin(), replicated.inputs.end());
+  named.insert(named.end(), replicated.outputs.begin(), replicated.outputs.end());
+  STRATA_CHECK(same_on_every_rank(tensor(named), group), "distributed::gradcheck: the ranks of ", pg.describe(),
+               " name different replicated inputs or outputs");
   for (size_t i : replicated.inputs)
     STRATA_CHECK(same_on_every_rank(inputs[i], group), "distributed::gradcheck: replicated input ", i,
-                 " differs between the ranks of ", pg.describe());
+                 " is undefined or differs between the ranks of ", pg.describe());
   // The (input, element) pairs perturbed, in order: `shared` by every rank at once (replicated inputs), then
   // `elements` by this rank alone.
   std::vector<std::pair<size_t, int64_t>> shared, elements;
@@ -141,9 +147,16 @@ bool gradcheck(const autograd::GradcheckFn& fn, const tensor_list& inputs, const
     const Tensor sum = weighted_sum(outputs, weights);
     functional::backward(sum.requires_grad() ? tensor_list{sum} : tensor_list{});
   }
+  on_every_rank(
+      [&] {
+        for (size_t k : replicated.outputs)
+          STRATA_CHECK(k < outputs.size(), "replicated output ", k, " is not an output (", outputs.size(),
+                       " returned)");
+      },
+      group);
   for (size_t k : replicated.outputs)
-    STRATA_CHECK(same_on_every_rank(k < outputs.size() ? outputs[k] : Tensor(), group),
-                 "distributed::gradcheck: replicated output ", k, " differs between the ranks of ", pg.describe());
+    STRATA_CHECK(same_on_every_rank(outputs[k], group), "distributed::gradcheck: replicated output ", k,
+                 " is undefined or differs between the ranks of ", pg.describe());
 
   // Numerical: each replicated element moved by +-eps on every rank at once, then rank by rank each element of that
   // rank's own inputs, while every rank runs fn.

@@ -5,8 +5,9 @@
 // Unlike functional.cpp's collectives, nothing is agreed in the forward (Note [two conventions] in the header):
 // under the replicated-loss convention every rank records the same mappings and reaches them all in backward, so a
 // mapping costs exactly its collective, as in Megatron. A rank that breaks the convention (skips a mapping, or runs
-// backward alone) leaves the others waiting in a collective, where the watchdog (STRATA_COMM_TIMEOUT_S) and the
-// DETAIL checks (STRATA_DISTRIBUTED_DEBUG) name it as for any collective.
+// backward alone) is a collective mismatch like any other: the others wait, and the watchdog (STRATA_COMM_TIMEOUT_S)
+// names it; but where its next collective has the same shape, MPI matches the two and the values are wrong, which
+// only the consistency checks catch (STRATA_DISTRIBUTED_DEBUG: within 64 calls by default, at once under DETAIL).
 
 #include "strata/distributed/tensor_parallel.h"
 
@@ -45,7 +46,8 @@ Tensor run_step(Step step, const Tensor& x, int64_t axis, const Group& group) {
       return out;
     }
     case Step::kSplit:
-      return x.chunk(n, axis)[get_rank(group)].contiguous();
+      // A copy even where the part is contiguous: a view of x would take x's history over this node's.
+      return x.chunk(n, axis)[get_rank(group)].clone();
     case Step::kAllGather: {
       // all_gather_into_tensor stacks along dim 0; the parts then move to `axis`.
       const Tensor in = x.contiguous();
@@ -87,11 +89,12 @@ struct Mapping : autograd::Function<Mapping> {
   }
 };
 
-/// The mapping `pair` of x, checked: x is defined and has dimension pair.axis (wrapped here), which the split and
-/// reduce-scatter steps need divisible by the group size.
+/// The mapping `pair` of x, checked: x is defined and, for the steps along an axis, has dimension pair.axis
+/// (wrapped here), which the split and reduce-scatter steps need divisible by the group size.
 Tensor map(const Tensor& x, Pair pair, const char* op) {
   const int n = detail::resolve(pair.group, op).size();
   STRATA_CHECK(x.defined(), op, ": got an undefined tensor");
+  if (pair.forward == Step::kIdentity || pair.forward == Step::kAllReduce) return Mapping::apply(x, pair);
   STRATA_CHECK(x.dim() > 0, op, ": needs a tensor with at least one dimension, got a 0-dim tensor");
   pair.axis = wrap_dim(pair.axis, x.dim(), op);
   if (pair.forward == Step::kSplit || pair.forward == Step::kReduceScatter)

@@ -146,9 +146,11 @@ class ParallelTransformerBlockOptions {
 
 /// nn::TransformerBlock split over a tensor-parallel group, as Megatron's: each rank runs num_heads / n heads and
 /// mlp_ratio * C / n of the MLP; one all-reduce after attention and one after the MLP in forward, two in backward
-/// (all-gathers and reduce-scatters of the same volume under sequence parallelism). Parameters carry
-/// TransformerBlock's names (ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj). No dropout: a dropout
-/// mask inside the split region would need a random stream per rank that still equals the one-process mask.
+/// (all-gathers and reduce-scatters of the same volume under sequence parallelism, whose backward also all-reduces
+/// the gradients of LayerNorm's parameters and the row-parallel biases, C each, where Megatron does so once a step).
+/// Parameters carry TransformerBlock's names (ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj). No
+/// dropout: a dropout mask inside the split region would need a random stream per rank that still equals the
+/// one-process mask.
 class ParallelTransformerBlockImpl : public Module {
  public:
   explicit ParallelTransformerBlockImpl(const ParallelTransformerBlockOptions& options);  ///< from options

@@ -183,13 +183,28 @@ TEST(DistGradcheck, SequenceRegionsAlongEitherAxis) {
           return tensor_list{replicated(whole), input(part), input({whole[1], whole[0]}, 1).t(), input(part, 2)};
         },
         [axis](const tensor_list& in, const dist::Group& g) {
-          return tensor_list{tp::scatter_to_sequence_region(in[0], g, axis).tanh(),
+          // in[0].tanh(): a part of a tensor with history must keep the mapping's backward, not become its view.
+          return tensor_list{tp::scatter_to_sequence_region(in[0].tanh(), g, axis).tanh(),
                              tp::gather_from_sequence_region(in[1], g, axis).sigmoid(),
                              tp::reduce_scatter_to_sequence_region(in[2], g, axis),
                              tp::gather_from_sequence_region(in[3], g, axis, false).exp()};
         },
         {.inputs = {0}, .outputs = {3}});
   }
+}
+
+// The middle axis of a 3-D tensor, named from the end.
+TEST(DistGradcheck, RegionsAlongANegativeMiddleAxis) {
+  check_on_groups(
+      [](const dist::Group& g) {
+        return tensor_list{replicated({2, 2 * size(g), 3}), input({2, 2, 3}), input({2, 2 * size(g), 3}, 1)};
+      },
+      [](const tensor_list& in, const dist::Group& g) {
+        return tensor_list{tp::scatter_to_sequence_region(in[0] * 2.0, g, -2),
+                           tp::gather_from_sequence_region(in[1], g, -2),
+                           tp::reduce_scatter_to_sequence_region(in[2], g, -2).tanh()};
+      },
+      {.inputs = {0}});
 }
 
 // Megatron's MLP: a column-parallel linear layer, then a row-parallel one; one all-reduce each way.
@@ -222,9 +237,14 @@ TEST(DistGradcheck, ReplicatedMeansTheSameOnEveryRank) {
   if (dist::get_world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
   auto squash = [](const tensor_list& in) { return tensor_list{in[0].sigmoid()}; };
   EXPECT_THROW_MSG(dist::gradcheck(squash, {input({2})}, {}, {}, {.inputs = {0}}),
-                   "distributed::gradcheck: replicated input 0 differs between the ranks of WORLD");
+                   "distributed::gradcheck: replicated input 0 is undefined or differs between the ranks of WORLD");
   EXPECT_THROW_MSG(dist::gradcheck(squash, {input({2})}, {}, {}, {.outputs = {0}}),
-                   "distributed::gradcheck: replicated output 0 differs between the ranks of WORLD");
+                   "distributed::gradcheck: replicated output 0 is undefined or differs between the ranks of WORLD");
+  EXPECT_THROW_MSG(dist::gradcheck(squash, {replicated({2})}, {}, {}, {.outputs = {1}}),
+                   "distributed::gradcheck: on rank 0, replicated output 1 is not an output (1 returned)");
+  const size_t which = dist::get_rank() == 0 ? 0 : 1;
+  EXPECT_THROW_MSG(dist::gradcheck(squash, {replicated({2})}, {}, {}, {.outputs = {which}}),
+                   "distributed::gradcheck: the ranks of WORLD name different replicated inputs or outputs");
   EXPECT_THROW_MSG(dist::gradcheck(squash, {input({2})}, {}, {}, {.inputs = {1}}),
                    "distributed::gradcheck: on rank 0, replicated input 1 is not an input (1 given)");
   Tensor x = replicated({2});
@@ -249,8 +269,9 @@ TEST(TensorParallel, DoubleBackward) {
 TEST(TensorParallel, BadInputNamesTheMappingAndTheShapes) {
   const int n = dist::get_world_size();
   EXPECT_THROW_MSG(tp::copy_to_region(Tensor()), "tensor_parallel::copy_to_region: got an undefined tensor");
-  EXPECT_THROW_MSG(tp::reduce_from_region(ones({})),
-                   "tensor_parallel::reduce_from_region: needs a tensor with at least one dimension");
+  EXPECT_EQ(tp::reduce_from_region(full({}, 2.0)).item<double>(), 2.0 * n);  // no axis: a 0-dim tensor is fine
+  EXPECT_THROW_MSG(tp::scatter_to_region(ones({})),
+                   "tensor_parallel::scatter_to_region: needs a tensor with at least one dimension");
   EXPECT_THROW_MSG(tp::gather_from_sequence_region(ones({2, 3}), {}, 2),
                    "tensor_parallel::gather_from_sequence_region: dimension out of range (expected to be in range of "
                    "[-2, 1], but got 2)");
