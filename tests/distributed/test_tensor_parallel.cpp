@@ -4,6 +4,7 @@
 // the gathered logits; bad input names the layer and the sizes.
 
 #include <strata/distributed/collectives.h>
+#include <strata/distributed/comm_logger.h>
 #include <strata/distributed/tensor_parallel.h>
 #include <strata/nn/embedding.h>
 #include <strata/nn/linear.h>
@@ -202,6 +203,41 @@ TEST(TensorParallel, TransformerBlockEqualsTheUnsplitBlock) {
       EXPECT_TRUE(same(p.grad(), expected(name, whole->grad(), p.sizes())));
     }
   }
+}
+
+// Megatron's count, per block and micro-batch: two all-reduces of B T C forward and two backward. Under sequence
+// parallelism all-gathers and reduce-scatters of the same volume instead, plus small all-reduces of the gradients of
+// the parameters used on a split sequence: LayerNorm's weight and bias twice, the two row-parallel biases, C each.
+TEST(TensorParallel, TransformerBlockCommunicatesMegatronsVolume) {
+  const int64_t B = 2, T = 4, C = 8, activation = B * T * C * 8;  // bytes of a float64 [B, T, C]
+  auto logged = [](const std::string& op) {
+    std::pair<int64_t, int64_t> calls_and_bytes{0, 0};
+    for (const dist::CommStats& s : dist::comm_summary())
+      if (s.op == op) calls_and_bytes = {calls_and_bytes.first + s.calls, calls_and_bytes.second + s.bytes};
+    return calls_and_bytes;
+  };
+  using Count = std::pair<int64_t, int64_t>;
+  for (bool sequence_parallel : {false, true}) {
+    SCOPED_TRACE(sequence_parallel);
+    nn::ParallelTransformerBlock block(
+        nn::ParallelTransformerBlockOptions(C, 4).sequence_parallel(sequence_parallel).group(world()));
+    block->to(kDouble);
+    const Tensor x = randn({B, sequence_parallel ? T / ranks() : T, C}, kDouble).requires_grad_(true);
+    dist::reset_comm_summary();
+    dist::set_comm_logging(true);
+    block(x).sum().backward();
+    dist::set_comm_logging(false);
+    if (!sequence_parallel) {
+      EXPECT_EQ(logged("all_reduce"), Count(4, 4 * activation));
+      EXPECT_EQ(logged("all_gather_into_tensor"), Count(0, 0));
+      EXPECT_EQ(logged("reduce_scatter_tensor"), Count(0, 0));
+    } else {
+      EXPECT_EQ(logged("all_gather_into_tensor"), Count(4, 4 * activation));
+      EXPECT_EQ(logged("reduce_scatter_tensor"), Count(4, 4 * activation));
+      EXPECT_EQ(logged("all_reduce"), Count(6, 6 * C * 8));
+    }
+  }
+  dist::reset_comm_summary();
 }
 
 TEST(TensorParallel, VocabParallelCrossEntropyIsCrossEntropyOfTheGatheredLogits) {
