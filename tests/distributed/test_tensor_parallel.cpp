@@ -38,7 +38,7 @@ Tensor part(const Tensor& whole, int64_t dim) {
   return strata::testing::allclose(a, b, 1e-12, 1e-14);
 }
 
-constexpr int64_t kVocab = 16, kWidth = 8, kHidden = 12;
+constexpr int64_t kVocab = 16, kWidth = 8, kHidden = 24;  // divisible by 1, 2, 4 and 8 ranks
 
 /// embedding -> linear -> tanh -> linear -> vocabulary head, the language model both tests train.
 struct Serial {
@@ -91,10 +91,10 @@ TEST(TensorParallel, WeightsAreSlicesOfTheUnsplitLayers) {
   os << *split.up << " " << *split.down << " " << *split.wte;
   const std::string n = std::to_string(ranks());
   EXPECT_EQ(os.str(),
-            "ColumnParallelLinear(in_features=8, out_features=12, bias=true, gather_output=false, "
+            "ColumnParallelLinear(in_features=8, out_features=24, bias=true, gather_output=false, "
             "tensor_parallel=" +
                 n +
-                ") RowParallelLinear(in_features=12, out_features=8, bias=true, "
+                ") RowParallelLinear(in_features=24, out_features=8, bias=true, "
                 "input_is_parallel=true, tensor_parallel=" +
                 n +
                 ") VocabParallelEmbedding(num_embeddings=16, "
@@ -161,7 +161,7 @@ TEST(TensorParallel, GatheredOutputsAndSplitInputs) {
 // The block split over the group equals nn::TransformerBlock, replicated and under sequence parallelism: its output,
 // the input's gradient, and every parameter and its gradient (this rank's slice of the unsplit block's).
 TEST(TensorParallel, TransformerBlockEqualsTheUnsplitBlock) {
-  const int64_t C = 8, heads = 4, T = 4;
+  const int64_t C = 8, heads = 8, T = 8;
   const int64_t n = ranks(), r = rank();
   // This rank's part of the unsplit block's parameter `name` of value t, as the split block keeps it.
   auto expected = [&](const std::string& name, const Tensor& t, IntArrayRef sizes) {
@@ -209,7 +209,7 @@ TEST(TensorParallel, TransformerBlockEqualsTheUnsplitBlock) {
 // parallelism all-gathers and reduce-scatters of the same volume instead, plus small all-reduces of the gradients of
 // the parameters used on a split sequence: LayerNorm's weight and bias twice, the two row-parallel biases, C each.
 TEST(TensorParallel, TransformerBlockCommunicatesMegatronsVolume) {
-  const int64_t B = 2, T = 4, C = 8, activation = B * T * C * 8;  // bytes of a float64 [B, T, C]
+  const int64_t B = 2, T = 8, C = 8, activation = B * T * C * 8;  // bytes of a float64 [B, T, C]
   auto logged = [](const std::string& op) {
     std::pair<int64_t, int64_t> calls_and_bytes{0, 0};
     for (const dist::CommStats& s : dist::comm_summary())
@@ -220,7 +220,7 @@ TEST(TensorParallel, TransformerBlockCommunicatesMegatronsVolume) {
   for (bool sequence_parallel : {false, true}) {
     SCOPED_TRACE(sequence_parallel);
     nn::ParallelTransformerBlock block(
-        nn::ParallelTransformerBlockOptions(C, 4).sequence_parallel(sequence_parallel).group(world()));
+        nn::ParallelTransformerBlockOptions(C, 8).sequence_parallel(sequence_parallel).group(world()));
     block->to(kDouble);
     const Tensor x = randn({B, sequence_parallel ? T / ranks() : T, C}, kDouble).requires_grad_(true);
     dist::reset_comm_summary();
@@ -238,6 +238,30 @@ TEST(TensorParallel, TransformerBlockCommunicatesMegatronsVolume) {
     }
   }
   dist::reset_comm_summary();
+}
+
+// On the permuted subgroup {2, 0, 3} of 4 ranks, a rank's slice is the one of its group rank, not its global rank.
+TEST(TensorParallel, LayersOnAPermutedSubgroup) {
+  if (ranks() < 4) GTEST_SKIP() << "needs 4 ranks";
+  const dist::Group group = dist::new_group({2, 0, 3});
+  if (!group->is_member()) return;
+  manual_seed(23);
+  nn::Linear up(6, 12), down(12, 6);
+  manual_seed(23);
+  nn::ColumnParallelLinear split_up(nn::ColumnParallelLinearOptions(6, 12).group(group));
+  nn::RowParallelLinear split_down(nn::RowParallelLinearOptions(12, 6).group(group));
+  for (nn::Module* m : std::vector<nn::Module*>{up.get(), down.get(), split_up.get(), split_down.get()}) m->to(kDouble);
+  const int64_t r = group->rank();
+  EXPECT_TRUE(exact(split_up->weight, up->weight.narrow(0, 4 * r, 4)));
+  EXPECT_TRUE(exact(split_down->weight, down->weight.narrow(1, 4 * r, 4)));
+  Generator gen(29);
+  const Tensor x = randn({3, 6}, kDouble, &gen);
+  const Tensor a = down(up(x).tanh()), b = split_down(split_up(x).tanh());
+  EXPECT_TRUE(same(b, a));
+  a.sum().backward();
+  b.sum().backward();
+  EXPECT_TRUE(same(split_up->weight.grad(), up->weight.grad().narrow(0, 4 * r, 4)));
+  EXPECT_TRUE(same(split_down->weight.grad(), down->weight.grad().narrow(1, 4 * r, 4)));
 }
 
 TEST(TensorParallel, VocabParallelCrossEntropyIsCrossEntropyOfTheGatheredLogits) {
