@@ -121,9 +121,7 @@ bool gradcheck(const autograd::GradcheckFn& fn, const tensor_list& inputs, const
   int64_t total = static_cast<int64_t>(shared.size());
   for (int r = 0; r < size; ++r) total += count[r];
   STRATA_CHECK(same_on_every_rank(tensor({total}), group),
-               "distributed::gradcheck: the replicated inputs require "
-               "grad on some ranks of ",
-               pg.describe(), " only");
+               "distributed::gradcheck: the replicated inputs require grad on some ranks of ", pg.describe(), " only");
   STRATA_CHECK(total > 0, "distributed::gradcheck: no input requires grad on any rank of ", pg.describe());
 
   // Analytical: backward from the weighted sum into fresh leaves that share the inputs' memory, so the inputs'

@@ -23,14 +23,11 @@ const distributed::Group& checked_group(const distributed::Group& group, const c
   return group;
 }
 
-/// The size each rank holds of `whole` split over the group, checked to divide.
-int64_t part_of(int64_t whole, const distributed::Group& group, const char* layer, const char* what) {
+/// Checks that `whole` (the layer's `what`) splits evenly over the group.
+void check_divisible(int64_t whole, const distributed::Group& group, const char* layer, const char* what) {
   STRATA_CHECK(whole >= 0, layer, ": ", what, " must be non-negative, got ", whole);
   STRATA_CHECK(whole % group->size() == 0, layer, ": ", what, " ", whole,
-               " is not divisible by the tensor-parallel "
-               "size ",
-               group->size());
-  return whole / group->size();
+               " is not divisible by the tensor-parallel size ", group->size());
 }
 
 /// This rank's slice of `whole` along `dim`, a copy: its part of the parameter the unsplit layer draws.
@@ -38,8 +35,6 @@ Tensor slice(const Tensor& whole, int64_t dim, const distributed::Group& group) 
   const int64_t part = whole.size(dim) / group->size();
   return whole.detach().narrow(dim, group->rank() * part, part).clone();
 }
-
-}  // namespace
 
 /// The whole layer a tensor-parallel linear layer of these sizes splits, drawn as nn::Linear draws it.
 template <class Options>
@@ -57,13 +52,15 @@ void check_whole(const Options& o, const LinearImpl& whole, const char* layer) {
                " (bias ", o.bias(), ")");
 }
 
+}  // namespace
+
 ColumnParallelLinearImpl::ColumnParallelLinearImpl(const ColumnParallelLinearOptions& opts)
     : ColumnParallelLinearImpl(opts, *whole_linear(opts)) {}
 
 ColumnParallelLinearImpl::ColumnParallelLinearImpl(const ColumnParallelLinearOptions& opts, const LinearImpl& whole)
     : Module("ColumnParallelLinear"), options(opts) {
   const distributed::Group& group = checked_group(options.group(), "ColumnParallelLinear");
-  part_of(options.out_features(), group, "ColumnParallelLinear", "out_features");
+  check_divisible(options.out_features(), group, "ColumnParallelLinear", "out_features");
   check_whole(options, whole, "ColumnParallelLinear");
   weight = register_parameter("weight", slice(whole.weight, 0, group));
   if (options.bias()) bias = register_parameter("bias", slice(whole.bias, 0, group));
@@ -92,7 +89,7 @@ RowParallelLinearImpl::RowParallelLinearImpl(const RowParallelLinearOptions& opt
 RowParallelLinearImpl::RowParallelLinearImpl(const RowParallelLinearOptions& opts, const LinearImpl& whole)
     : Module("RowParallelLinear"), options(opts) {
   const distributed::Group& group = checked_group(options.group(), "RowParallelLinear");
-  part_of(options.in_features(), group, "RowParallelLinear", "in_features");
+  check_divisible(options.in_features(), group, "RowParallelLinear", "in_features");
   check_whole(options, whole, "RowParallelLinear");
   weight = register_parameter("weight", slice(whole.weight, 1, group));
   if (options.bias()) bias = register_parameter("bias", whole.bias.detach().clone());
@@ -125,7 +122,7 @@ void RowParallelLinearImpl::pretty_print(std::ostream& os) const {
 VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(const VocabParallelEmbeddingOptions& opts)
     : Module("VocabParallelEmbedding"), options(opts) {
   const distributed::Group& group = checked_group(options.group(), "VocabParallelEmbedding");
-  part_of(options.num_embeddings(), group, "VocabParallelEmbedding", "num_embeddings");
+  check_divisible(options.num_embeddings(), group, "VocabParallelEmbedding", "num_embeddings");
   Embedding whole(options.num_embeddings(), options.embedding_dim());
   weight = register_parameter("weight", slice(whole->weight, 0, group));
 }
@@ -167,7 +164,7 @@ ParallelTransformerBlockImpl::ParallelTransformerBlockImpl(const ParallelTransfo
   const int64_t C = options.embed_dim(), n = group->size();
   // The block without parallelism, drawn as one process draws it, then split (it checks the sizes first).
   TransformerBlock whole(C, options.num_heads(), options.mlp_ratio());
-  part_of(options.num_heads(), group, layer, "num_heads");
+  check_divisible(options.num_heads(), group, layer, "num_heads");
   // c_attn's rows are q, k, v of every head; rank r keeps q, k and v of its heads, side by side: [3, n, C / n] rows
   // become [n, 3, C / n], so that its contiguous slice of rows is what it needs.
   LinearImpl& qkv = *whole->attn->c_attn;
