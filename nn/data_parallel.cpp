@@ -1,14 +1,12 @@
 #include "strata/nn/data_parallel.h"
 
-#include <algorithm>
-#include <map>
 #include <sstream>
 #include <utility>
 #include <vector>
 
-#include "strata/autograd/engine.h"
 #include "strata/autograd/grad_mode.h"
 #include "strata/distributed/collectives.h"
+#include "strata/distributed/grad_reducer.h"
 #include "strata/tensor/creation.h"
 
 namespace strata::nn {
@@ -16,9 +14,6 @@ namespace strata::nn {
 namespace dist = strata::distributed;
 
 namespace {
-
-constexpr double kFirstBucketCapMb = 1;  // torch's _DEFAULT_FIRST_BUCKET_BYTES
-constexpr double kBytesPerMb = 1024.0 * 1024.0;
 
 // What every rank's module must agree on, one line per parameter and buffer.
 std::vector<std::string> describe(const Module& module) {
@@ -106,17 +101,14 @@ void broadcast_state(const Module& module, const dist::Group& group) {
 // a parameter with none anywhere keeps an undefined grad(), as in torch. After the reduction a
 // parameter's grad() is its slice of the buffer, so the next backward accumulates straight into
 // it and the copy into the buffer is skipped; a fresh grad() (after zero_grad set it to none) is
-// copied in.
+// copied in. The passes themselves (hooks, launch order, the end of backward) are dist::GradReducer's.
 struct DistributedDataParallel::Reducer {
   struct Param {
     Param(Tensor t, std::string n) : tensor(std::move(t)), name(std::move(n)) {}
     Tensor tensor;
     std::string name;
-    size_t bucket = 0;
     size_t slot = 0;  // index within its bucket
     Tensor view;      // its gradient's slice of the bucket buffer, shaped as the parameter
-    unsigned hook = 0;
-    bool ready = false;  // accumulated in the running backward
   };
   struct Bucket {
     explicit Bucket(ScalarType d) : dtype(d) {}
@@ -125,108 +117,49 @@ struct DistributedDataParallel::Reducer {
     std::vector<size_t> params;
     Tensor buffer;  // see Note [bucket buffers]
     Tensor flags;   // the buffer's tail: one flag per parameter
-    size_t pending = 0;
-    std::shared_ptr<dist::Work> work;
   };
 
   Reducer(std::shared_ptr<Module> m, DDPOptions options, Device d)
       : module(std::move(m)), group(std::move(options.group)), device(d) {
     for (auto& [name, t] : module->named_parameters())
       if (t.requires_grad()) params.emplace_back(t, name);
-    make_buckets(options.bucket_cap_mb);
-    for (size_t i = 0; i < params.size(); ++i)
-      params[i].hook = params[i].tensor.register_post_accumulate_grad_hook([this, i](const Tensor&) { on_grad(i); });
-  }
-
-  ~Reducer() {
-    for (Param& p : params) p.tensor.remove_post_accumulate_grad_hook(p.hook);
-  }
-
-  // Parameters in reverse registration order, one open bucket per dtype, closed before it would pass the cap
-  // (the first one of a dtype at most kFirstBucketCapMb). Buckets are numbered as they open.
-  void make_buckets(double cap_mb) {
-    struct Open {
-      size_t index;
-      int64_t bytes;
-      bool first;
-    };
-    std::map<ScalarType, Open> open;
-    for (size_t i = params.size(); i-- > 0;) {
-      Param& p = params[i];
-      const ScalarType dtype = p.tensor.dtype();
-      const auto bytes = static_cast<int64_t>(p.tensor.nbytes());
-      auto it = open.find(dtype);
-      const bool full =
-          it != open.end() && static_cast<double>(it->second.bytes + bytes) >
-                                  (it->second.first ? std::min(cap_mb, kFirstBucketCapMb) : cap_mb) * kBytesPerMb;
-      if (it == open.end() || full) {
-        open.insert_or_assign(dtype, Open{buckets.size(), 0, it == open.end()});
-        buckets.emplace_back(dtype);
-      }
-      Open& o = open.at(dtype);
-      Bucket& b = buckets[o.index];
-      p.bucket = o.index;
-      p.slot = b.params.size();
-      b.params.push_back(i);
-      b.numel += p.tensor.numel();
-      o.bytes += bytes;
+    std::vector<Tensor> tensors;
+    std::vector<std::string> names;
+    for (const Param& p : params) {
+      tensors.push_back(p.tensor);
+      names.push_back(p.name);
     }
-    for (Bucket& b : buckets) {
+    make_buckets(tensors, options.bucket_cap_mb);
+    std::vector<std::vector<size_t>> members;
+    for (const Bucket& b : buckets) members.push_back(b.params);
+    passes = std::make_unique<dist::GradReducer>(
+        "DistributedDataParallel", std::move(tensors), std::move(names), std::move(members),
+        dist::GradReducer::Callbacks{.launch = [this](size_t b) { return launch(b); },
+                                     .complete = [this](size_t b) { complete(b); }});
+  }
+
+  // GradReducer::make_buckets's buckets, each with its buffer and its parameters' views.
+  void make_buckets(const std::vector<Tensor>& tensors, double cap_mb) {
+    for (const std::vector<size_t>& members : dist::GradReducer::make_buckets(tensors, cap_mb)) {
+      Bucket& b = buckets.emplace_back(params[members.front()].tensor.dtype());
+      b.params = members;
+      for (size_t i : members) b.numel += params[i].tensor.numel();
       const int64_t n = static_cast<int64_t>(b.params.size());
       b.buffer = zeros({b.numel + n}, TensorOptions(b.dtype).device(device));
       b.flags = b.buffer.narrow(0, b.numel, n);
       int64_t offset = 0;
-      for (size_t i : b.params) {
-        Param& p = params[i];
+      for (size_t slot = 0; slot < b.params.size(); ++slot) {
+        Param& p = params[b.params[slot]];
+        p.slot = slot;
         p.view = b.buffer.narrow(0, offset, p.tensor.numel()).view(p.tensor.sizes());
         offset += p.tensor.numel();
       }
     }
   }
 
-  // The post-accumulate hook of parameter i.
-  void on_grad(size_t i) {
-    if (!sync) return;
-    if (pass_alive.expired()) begin_pass();
-    Param& p = params[i];
-    STRATA_CHECK(!p.ready, "DistributedDataParallel: parameter ", p.name,
-                 " got a second gradient in one backward (a backward started from a hook?)");
-    p.ready = true;
-    if (--buckets[p.bucket].pending == 0)
-      while (launched < buckets.size() && buckets[launched].pending == 0) launch_next();
-  }
-
-  // The first gradient of a synchronized backward: resets the counts and queues finish() for the pass's end.
-  void begin_pass() {
-    if (pass_open) abandon_pass();
-    STRATA_CHECK(!GradMode::is_enabled(), "DistributedDataParallel: backward with create_graph is not supported (the ",
-                 "averaged gradients would have no history); run that backward under no_sync()");
-    for (Param& p : params) p.ready = false;
-    for (Bucket& b : buckets) b.pending = b.params.size();
-    launched = 0;
-    auto alive = std::make_shared<char>();
-    pass_alive = alive;
-    autograd::queue_callback([this, alive] { finish(); });
-    pass_open = true;
-  }
-
-  // Note [abandoned pass]: a backward that threw part-way, finish() included, left pass_open set:
-  // some all_reduces may be in flight and grad() holds local gradients. The next backward notices
-  // (the queued callback died with the pass), waits for the started all_reduces (ranks that failed alike
-  // started the same ones) so no buffer is written behind its back, and throws.
-  void abandon_pass() {
-    pass_open = false;
-    for (size_t b = 0; b < launched; ++b) buckets[b].work->wait();
-    STRATA_CHECK(false, "DistributedDataParallel: the previous backward stopped (threw) before its gradients were ",
-                 "averaged, so grad() holds this rank's own gradients; zero the gradients and redo the step on ",
-                 "every rank");
-  }
-
-  // Copies bucket `launched`'s gradients into its buffer (zeros where there is none) and starts its all_reduce.
-  // `launched` counts it only once its work exists: abandon_pass() waits for exactly those.
-  void launch_next() {
-    Bucket& b = buckets[launched];
-    NoGradGuard no_grad;
+  // Copies bucket b's gradients into its buffer (zeros where there is none) and starts its all_reduce.
+  std::shared_ptr<dist::Work> launch(size_t index) {
+    Bucket& b = buckets[index];
     for (size_t i : b.params) {
       Param& p = params[i];
       STRATA_CHECK(p.tensor.dtype() == b.dtype && p.tensor.sizes() == p.view.sizes(),
@@ -243,24 +176,18 @@ struct DistributedDataParallel::Reducer {
         p.view.copy_(grad);
       b.flags[static_cast<int64_t>(p.slot)].fill_(grad.defined() ? 1 : 0);
     }
-    b.work = dist::all_reduce(b.buffer, dist::ReduceOp::AVG, group, /*async_op=*/true);
-    ++launched;
+    return dist::all_reduce(b.buffer, dist::ReduceOp::AVG, group, /*async_op=*/true);
   }
 
-  // The queued callback: starts what no gradient started, waits for every bucket and hands out the averages.
-  // The pass stays open until the end, so that a throw here leaves the next backward to abandon it.
-  void finish() {
-    while (launched < buckets.size()) launch_next();
-    for (Bucket& b : buckets) {
-      b.work->wait();
-      const Tensor flags = b.flags.cpu();  // one copy per bucket: a GPU is waited for once, not per parameter
-      for (size_t i : b.params) {
-        Param& p = params[i];
-        Tensor& grad = p.tensor.mutable_grad();
-        if (flags[static_cast<int64_t>(p.slot)].item<double>() > 0 && !is_bucket_view(grad, p)) grad = p.view;
-      }
+  // Hands out bucket b's averages.
+  void complete(size_t index) {
+    Bucket& b = buckets[index];
+    const Tensor flags = b.flags.cpu();  // one copy per bucket: a GPU is waited for once, not per parameter
+    for (size_t i : b.params) {
+      Param& p = params[i];
+      Tensor& grad = p.tensor.mutable_grad();
+      if (flags[static_cast<int64_t>(p.slot)].item<double>() > 0 && !is_bucket_view(grad, p)) grad = p.view;
     }
-    pass_open = false;
   }
 
   static bool is_bucket_view(const Tensor& grad, const Param& p) {
@@ -273,10 +200,7 @@ struct DistributedDataParallel::Reducer {
   Device device;              // of every parameter, so of every bucket
   std::vector<Param> params;  // the parameters that require grad, in registration order
   std::vector<Bucket> buckets;
-  bool sync = true;                // false under no_sync()
-  bool pass_open = false;          // a synchronized backward started and its finish() has not run
-  std::weak_ptr<void> pass_alive;  // expires with the queued finish(), run or dropped with a failed pass
-  size_t launched = 0;             // buckets started in this pass; they start in index order
+  std::unique_ptr<dist::GradReducer> passes;  // last: its hooks go first
 };
 
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module, DDPOptions options) {
@@ -300,7 +224,7 @@ DistributedDataParallel::NoSyncGuard::~NoSyncGuard() { sync_ = previous_; }
 
 DistributedDataParallel::NoSyncGuard DistributedDataParallel::no_sync() {
   Reducer& r = reducer();
-  return NoSyncGuard(r.sync, std::exchange(r.sync, false));
+  return NoSyncGuard(r.passes->sync, std::exchange(r.passes->sync, false));
 }
 
 const std::shared_ptr<Module>& DistributedDataParallel::module() const { return reducer().module; }
@@ -316,7 +240,7 @@ std::vector<DDPBucket> DistributedDataParallel::buckets() const {
   return out;
 }
 
-int64_t DistributedDataParallel::buckets_launched() const { return static_cast<int64_t>(reducer().launched); }
+int64_t DistributedDataParallel::buckets_launched() const { return static_cast<int64_t>(reducer().passes->launched()); }
 
 DistributedDataParallel::Reducer& DistributedDataParallel::reducer() const {
   STRATA_CHECK(reducer_, "DistributedDataParallel: used after it was moved from");

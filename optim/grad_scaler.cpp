@@ -7,6 +7,7 @@
 #include "strata/autograd/grad_mode.h"
 #include "strata/autograd/ops.h"
 #include "strata/distributed/collectives.h"
+#include "strata/optim/zero_redundancy.h"
 
 namespace strata::optim {
 
@@ -43,6 +44,9 @@ Tensor GradScaler::scale(const Tensor& outputs) const {
 
 void GradScaler::unscale_(Optimizer& optimizer) {
   if (!is_enabled()) return;
+  const auto* sharded = dynamic_cast<const ShardedOptimizer*>(&optimizer);
+  STRATA_CHECK(!sharded || sharded->stage() == 1, "GradScaler.unscale_: a ZeroRedundancyOptimizer at stage 2 keeps ",
+               "no parameter gradients to unscale (its shards hold them); use stage 1 with a GradScaler");
   OptimizerState& state = per_optimizer_[&optimizer];
   STRATA_CHECK(state.stage != Stage::kUnscaled,
                "GradScaler.unscale_: already called on this optimizer since the last update()");

@@ -174,9 +174,10 @@ StateDict Optimizer::save(const std::vector<std::string>* names) const {
     if (!names) dict.emplace(prefix + "params", param_numbers(first, groups_[g].params_.size()));
     first += groups_[g].params_.size();
   }
-  for (size_t i = 0; i < state_.size(); ++i)
+  const std::vector<ParamState> state = full_state();
+  for (size_t i = 0; i < state.size(); ++i)
     if (!prefixes[i].empty())
-      for (auto& [name, value] : state_[i]) dict.emplace(prefixes[i] + name, value);
+      for (auto& [name, value] : state[i]) dict.emplace(prefixes[i] + name, value);
   return dict;
 }
 
@@ -247,8 +248,8 @@ void Optimizer::load(const StateDict& dict, const std::vector<std::string>* name
       STRATA_CHECK(used.contains(key), where, ": unexpected key \"", key, "\" (this optimizer has ", state_.size(),
                    " parameters in ", groups_.size(), " param groups)");
 
+  set_full_state(std::move(state));  // first: a sharded optimizer may still refuse the state
   for (size_t g = 0; g < groups_.size(); ++g) groups_[g].options_ = std::move(options[g]);
-  state_ = std::move(state);
 }
 
 }  // namespace strata::optim

@@ -86,6 +86,7 @@ class OptimizerParamGroup {
 
  private:
   friend class Optimizer;
+  friend class ShardedOptimizer;  // gives its inner optimizer's groups the outer groups' options
   std::vector<Tensor> params_;
   std::unique_ptr<OptimizerOptions> options_;
 };
@@ -100,7 +101,7 @@ class Optimizer {
   /// Updates every parameter that has a gradient (in place, without recording history).
   virtual void step() = 0;
   /// Clears every parameter's gradient: undefined (the default, as torch) or zero-filled.
-  void zero_grad(bool set_to_none = true);
+  virtual void zero_grad(bool set_to_none = true);
 
   double lr() const;       ///< the learning rate of param group 0
   void set_lr(double lr);  ///< sets every group's learning rate (what schedulers call)
@@ -144,11 +145,18 @@ class Optimizer {
   /// Splits `group`'s parameters for a fused step; `step` ("Adam.step") names the op in the dispatch log.
   FusedSplit split_for_fused(const OptimizerParamGroup& group, const char* step) const;
 
+  /// Each parameter's state as state_dict() saves it; an optimizer that keeps its state elsewhere (sharded
+  /// across ranks) assembles it here.
+  virtual std::vector<ParamState> full_state() const { return state_; }
+  /// Takes the state load_state_dict read and checked, one entry per parameter.
+  virtual void set_full_state(std::vector<ParamState> state) { state_ = std::move(state); }
+
   std::string name_;                         ///< the optimizer's name as errors start with it, e.g. "SGD"
   std::vector<OptimizerParamGroup> groups_;  ///< the param groups, each with its options
   std::vector<ParamState> state_;            ///< indexed by parameter number, across groups in order
 
  private:
+  friend class ShardedOptimizer;  // runs an inner optimizer's protected steps and state over its shards
   // The two state dicts: keyed by parameter number (names null) or by name.
   StateDict save(const std::vector<std::string>* names) const;
   void load(const StateDict& dict, const std::vector<std::string>* names, bool strict);

@@ -45,6 +45,7 @@ class SGDOptions : public OptimizerOptions {
 /// Stochastic gradient descent; state per parameter: "momentum_buffer" (when momentum != 0).
 class SGD : public Optimizer {
  public:
+  using Options = SGDOptions;  ///< SGD's hyperparameters
   /// One group of parameters with `options`.
   SGD(std::vector<Tensor> params, const SGDOptions& options) : SGD({OptimizerParamGroup(std::move(params))}, options) {}
   /// Several groups; a group without options takes `defaults`.

@@ -8,7 +8,9 @@
 // stage's file, stage 0's entries first where files share a key (the hyperparameters, the grad scaler), and
 // loads the state of this optimizer's parameters by their names, skipping the other parameters'. Saving first
 // removes the optimizer files a save in another layout left, so a folder holds one checkpoint. With a
-// grad_scaler, every stage's file also holds its state under "grad_scaler." (the same on every rank).
+// grad_scaler, every stage's file also holds its state under "grad_scaler." (the same on every rank). A
+// ZeroRedundancyOptimizer's state dict is the unsharded optimizer's (it gathers its shards; every replica takes
+// part), so files with and without ZeRO are the same, and each resumes at any data-parallel size.
 #include "strata/pipe/engine.h"
 
 #include <algorithm>
@@ -92,15 +94,16 @@ void PipelineEngine::save_checkpoint(const std::string& dir) {
   if (dist::get_rank() == 0)
     for (const auto& stale : optimizer_files(dir)) std::filesystem::remove(stale);
   dist::barrier();
+  std::vector<std::string> names = parameter_names(*module_, *optimizer_, "PipelineEngine::save_checkpoint");
+  const size_t tied = std::strlen(kTiedPrefix);
+  for (std::string& name : names)  // "" leaves out a tied parameter another stage saves
+    if (name.starts_with(kTiedPrefix) &&
+        module_->tied_stages(name.substr(tied, name.find('.', tied) - tied)).front() != grid_.get_stage_id())
+      name.clear();
+  // On every replica: a ZeroRedundancyOptimizer gathers its shards (a collective over the replicas).
+  nn::StateDict universal = optimizer_->state_dict(names);
   if (grid_.get_data_parallel_id() == 0) {
     module_->save_state_dict(dir);
-    std::vector<std::string> names = parameter_names(*module_, *optimizer_, "PipelineEngine::save_checkpoint");
-    const size_t tied = std::strlen(kTiedPrefix);
-    for (std::string& name : names)  // "" leaves out a tied parameter another stage saves
-      if (name.starts_with(kTiedPrefix) &&
-          module_->tied_stages(name.substr(tied, name.find('.', tied) - tied)).front() != grid_.get_stage_id())
-        name.clear();
-    nn::StateDict universal = optimizer_->state_dict(names);
     if (grad_scaler_)
       for (auto& [key, value] : grad_scaler_->state_dict()) universal.emplace(kScalerPrefix + key, value);
     const StageLayout& layout = module_->layout();

@@ -16,6 +16,7 @@
 #include "strata/autograd/grad_mode.h"
 #include "strata/distributed/flight_recorder.h"
 #include "strata/nn/data_parallel.h"
+#include "strata/optim/zero_redundancy.h"
 #include "strata/pipe/planned_schedule.h"
 #include "strata/pipe/stage.h"
 #include "strata/pipe/trace.h"
@@ -118,6 +119,22 @@ PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, const Pip
     for (const Tensor& p : group.params())
       STRATA_CHECK(own.count(p.impl_ptr().get()), "PipelineEngine: the optimizer holds a tensor of shape ", p.sizes(),
                    " that is not a parameter of stage ", grid_.get_stage_id(), "'s module");
+  if (const auto* sharded = dynamic_cast<const optim::ShardedOptimizer*>(optimizer_.get())) {
+    STRATA_CHECK(sharded->stage() == 1, "PipelineEngine: ZeRO stage 2 reduce-scatters each backward's gradients, so ",
+                 "a pipeline would pay that traffic once per micro-batch (", options_.micro_batches,
+                 " times stage 1's) to save gradient memory; as DeepSpeed, the engine refuses it: use stage 1");
+    const auto ranks = [](const dist::Group& group) {
+      std::vector<int> out;
+      for (int r = 0; r < dist::get_world_size(group); ++r) out.push_back(dist::get_global_rank(group, r));
+      return out;
+    };
+    STRATA_CHECK(ranks(sharded->group()) == ranks(grid_.get_data_parallel_group()),
+                 "PipelineEngine: the ZeroRedundancyOptimizer partitions over ",
+                 sharded->group() ? sharded->group()->describe() : "WORLD",
+                 " but this stage's replicas are the grid's data-parallel group ",
+                 grid_.get_data_parallel_group()->describe(),
+                 "; pass ZeroOptions{.group = grid.get_data_parallel_group()}");
+  }
   if (options_.grad_scaler) {
     STRATA_CHECK(!options_.grad_scaler->process_group(),
                  "PipelineEngine: leave grad_scaler's process_group unset; the engine checks for inf and NaN over "
