@@ -30,10 +30,10 @@ void check_divisible(int64_t whole, const distributed::Group& group, const char*
                " is not divisible by the tensor-parallel size ", group->size());
 }
 
-/// This rank's slice of `whole` along `dim`, a copy: its part of the parameter the unsplit layer draws.
-Tensor slice(const Tensor& whole, int64_t dim, const distributed::Group& group) {
-  const int64_t part = whole.size(dim) / group->size();
-  return whole.detach().narrow(dim, group->rank() * part, part).clone();
+void collect_splits(const Module& module, const std::string& prefix, std::map<std::string, ParameterSplit>& out) {
+  if (const auto* layer = dynamic_cast<const TensorParallelLayer*>(&module))
+    for (const auto& [name, split] : layer->parameter_splits()) out.emplace(prefix + name, split);
+  for (const auto& [name, child] : module.named_children()) collect_splits(*child, prefix + name + ".", out);
 }
 
 /// The whole layer a tensor-parallel linear layer of these sizes splits, drawn as nn::Linear draws it.
@@ -54,16 +54,85 @@ void check_whole(const Options& o, const LinearImpl& whole, const char* layer) {
 
 }  // namespace
 
+std::map<std::string, ParameterSplit> parameter_splits(const Module& module) {
+  std::map<std::string, ParameterSplit> splits;
+  collect_splits(module, "", splits);
+  return splits;
+}
+
+Tensor slice_tensor(const Tensor& whole, const ParameterSplit& split) {
+  const int64_t n = split.group->size(), blocks = split.stride;
+  STRATA_CHECK(split.dim >= 0 && split.dim < whole.dim() && whole.size(split.dim) % (n * blocks) == 0,
+               "slice_tensor: a tensor of shape ", whole.sizes(), " does not cut along dim ", split.dim, " into ",
+               blocks, " block(s) over ", n, " ranks");
+  NoGradGuard no_grad;
+  tensor_list mine;
+  for (const Tensor& block : whole.detach().chunk(blocks, split.dim)) {
+    const int64_t part = block.size(split.dim) / n;
+    mine.push_back(block.narrow(split.dim, split.group->rank() * part, part));
+  }
+  return cat(mine, split.dim).contiguous().clone();
+}
+
+Tensor whole_tensor(const Tensor& slice, const ParameterSplit& split) {
+  const int64_t n = split.group->size();
+  NoGradGuard no_grad;
+  tensor_list slices;
+  for (int64_t r = 0; r < n; ++r) slices.push_back(empty_like(slice));
+  distributed::all_gather(slices, slice.detach().contiguous(), split.group);
+  // Block b of the whole is block b of every rank's slice, in rank order.
+  std::vector<tensor_list> blocks;
+  for (const Tensor& part : slices) blocks.push_back(part.chunk(split.stride, split.dim));
+  tensor_list pieces;
+  for (int64_t b = 0; b < split.stride; ++b)
+    for (int64_t r = 0; r < n; ++r) pieces.push_back(blocks[r][b]);
+  return cat(pieces, split.dim);
+}
+
+StateDict whole_state_dict(const Module& module) {
+  StateDict state = module.state_dict();
+  for (const auto& [name, split] : parameter_splits(module)) state.at(name) = whole_tensor(state.at(name), split);
+  return state;
+}
+
+StateDict slice_state_dict(const Module& module, const StateDict& whole) {
+  StateDict state = whole;
+  const NamedTensors params = module.named_parameters();
+  for (const auto& [name, split] : parameter_splits(module)) {
+    auto it = state.find(name);
+    if (it == state.end()) continue;  // load_state_dict names what is missing
+    const Tensor* mine = params.find(name);
+    const int64_t n = split.group->size();
+    STRATA_CHECK(mine && it->second.dim() == mine->dim() && it->second.size(split.dim) == mine->size(split.dim) * n,
+                 "slice_state_dict: \"", name, "\" has shape ", it->second.sizes(), ", but this rank holds ",
+                 (mine ? mine->sizes() : IntArrayRef{}), ", a slice along dim ", split.dim, " of ", n,
+                 " (the whole tensor, not a slice of another group size, is expected)");
+    it->second = slice_tensor(it->second, split);
+  }
+  return state;
+}
+
 ColumnParallelLinearImpl::ColumnParallelLinearImpl(const ColumnParallelLinearOptions& opts)
     : ColumnParallelLinearImpl(opts, *whole_linear(opts)) {}
 
 ColumnParallelLinearImpl::ColumnParallelLinearImpl(const ColumnParallelLinearOptions& opts, const LinearImpl& whole)
     : Module("ColumnParallelLinear"), options(opts) {
   const distributed::Group& group = checked_group(options.group(), "ColumnParallelLinear");
-  check_divisible(options.out_features(), group, "ColumnParallelLinear", "out_features");
+  STRATA_CHECK(options.stride() >= 1 && options.out_features() % options.stride() == 0,
+               "ColumnParallelLinear: stride must be at least 1 and divide out_features ", options.out_features(),
+               ", got ", options.stride());
+  check_divisible(options.out_features() / options.stride(), group, "ColumnParallelLinear",
+                  options.stride() == 1 ? "out_features" : "out_features / stride");
   check_whole(options, whole, "ColumnParallelLinear");
-  weight = register_parameter("weight", slice(whole.weight, 0, group));
-  if (options.bias()) bias = register_parameter("bias", slice(whole.bias, 0, group));
+  const ParameterSplit rows{0, options.stride(), group};
+  weight = register_parameter("weight", slice_tensor(whole.weight, rows));
+  if (options.bias()) bias = register_parameter("bias", slice_tensor(whole.bias, rows));
+}
+
+std::map<std::string, ParameterSplit> ColumnParallelLinearImpl::parameter_splits() const {
+  const ParameterSplit rows{0, options.stride(), options.group()};
+  if (!bias.defined()) return {{"weight", rows}};
+  return {{"weight", rows}, {"bias", rows}};
 }
 
 Tensor ColumnParallelLinearImpl::forward(const Tensor& input) {
@@ -91,8 +160,12 @@ RowParallelLinearImpl::RowParallelLinearImpl(const RowParallelLinearOptions& opt
   const distributed::Group& group = checked_group(options.group(), "RowParallelLinear");
   check_divisible(options.in_features(), group, "RowParallelLinear", "in_features");
   check_whole(options, whole, "RowParallelLinear");
-  weight = register_parameter("weight", slice(whole.weight, 1, group));
+  weight = register_parameter("weight", slice_tensor(whole.weight, {1, 1, group}));
   if (options.bias()) bias = register_parameter("bias", whole.bias.detach().clone());
+}
+
+std::map<std::string, ParameterSplit> RowParallelLinearImpl::parameter_splits() const {
+  return {{"weight", {1, 1, options.group()}}};
 }
 
 Tensor RowParallelLinearImpl::forward(const Tensor& input) {
@@ -124,7 +197,11 @@ VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(const VocabParallelEmbedd
   const distributed::Group& group = checked_group(options.group(), "VocabParallelEmbedding");
   check_divisible(options.num_embeddings(), group, "VocabParallelEmbedding", "num_embeddings");
   Embedding whole(options.num_embeddings(), options.embedding_dim());
-  weight = register_parameter("weight", slice(whole->weight, 0, group));
+  weight = register_parameter("weight", slice_tensor(whole->weight, {0, 1, group}));
+}
+
+std::map<std::string, ParameterSplit> VocabParallelEmbeddingImpl::parameter_splits() const {
+  return {{"weight", {0, 1, options.group()}}};
 }
 
 namespace {
@@ -161,20 +238,17 @@ ParallelTransformerBlockImpl::ParallelTransformerBlockImpl(const ParallelTransfo
     : Module("ParallelTransformerBlock"), options(opts) {
   const char* layer = "ParallelTransformerBlock";
   const distributed::Group& group = checked_group(options.group(), layer);
-  const int64_t C = options.embed_dim(), n = group->size();
+  const int64_t C = options.embed_dim();
   // The block without parallelism, drawn as one process draws it, then split (it checks the sizes first).
   TransformerBlock whole(C, options.num_heads(), options.mlp_ratio());
   check_divisible(options.num_heads(), group, layer, "num_heads");
-  // c_attn's rows are q, k, v of every head; rank r keeps q, k and v of its heads, side by side: [3, n, C / n] rows
-  // become [n, 3, C / n], so that its contiguous slice of rows is what it needs.
-  LinearImpl& qkv = *whole->attn->c_attn;
-  qkv.weight.set_data(qkv.weight.detach().reshape({3, n, C / n, C}).transpose(0, 1).reshape({3 * C, C}));
-  qkv.bias.set_data(qkv.bias.detach().reshape({3, n, C / n}).transpose(0, 1).reshape({3 * C}));
+  // c_attn's rows are q, k, v of every head: as 3 blocks cut over the group, rank r keeps q, k and v of its heads.
   const bool sp = options.sequence_parallel();
   ln_1 = register_module("ln_1", LayerNorm(C));
   auto attn = register_module("attn", std::make_shared<Module>("ParallelCausalSelfAttention"));
   c_attn = attn->register_module(
-      "c_attn", ColumnParallelLinear(ColumnParallelLinearOptions(C, 3 * C).sequence_parallel(sp).group(group), qkv));
+      "c_attn", ColumnParallelLinear(ColumnParallelLinearOptions(C, 3 * C).sequence_parallel(sp).stride(3).group(group),
+                                     *whole->attn->c_attn));
   c_proj = attn->register_module(
       "c_proj",
       RowParallelLinear(RowParallelLinearOptions(C, C).sequence_parallel(sp).group(group), *whole->attn->c_proj));

@@ -17,6 +17,8 @@
 //   nn::ParallelTransformerBlock block(nn::ParallelTransformerBlockOptions(8, 4).sequence_parallel(true).group(group));
 //   Tensor x = strata::randn({2, 6 * group->size(), 8}).narrow(1, 6 * group->rank(), 6);  // this rank's 6 positions
 //   Tensor y = block(x);                                                 // [2, 6, 8]: still split along T
+//   nn::StateDict whole = nn::whole_state_dict(*block);                  // every rank: the unsplit block's tensors
+//   block->load_state_dict(nn::slice_state_dict(*block, whole));         // and back to this rank's slices
 //
 // With the same seed on every rank, each rank's weights are exactly its slice of what the layer without parallelism
 // (nn::Linear, nn::Embedding, nn::TransformerBlock) draws, so a tensor-parallel model equals the one-process model
@@ -29,7 +31,9 @@
 // Parameters used on a split sequence (LayerNorm's, a RowParallelLinear's bias) get partial gradients on each rank;
 // they pass through copy_to_region, whose backward sums them over the group, so every rank holds the whole gradient.
 
+#include <map>
 #include <ostream>
+#include <string>
 
 #include "strata/distributed/process_group.h"
 #include "strata/nn/linear.h"
@@ -38,6 +42,38 @@
 #include "strata/tensor/arg.h"
 
 namespace strata::nn {
+
+/// How a tensor-parallel layer cuts a parameter: along `dim` over the ranks of `group`, as `stride` blocks each cut
+/// in group-rank order (Megatron's partition stride: a fused q, k, v projection has 3 blocks, so each rank holds
+/// q, k and v of its heads).
+struct ParameterSplit {
+  int64_t dim = 0;                ///< the dimension that is cut
+  int64_t stride = 1;             ///< blocks along dim, each cut over the group
+  distributed::Group group = {};  ///< the tensor-parallel group
+};
+
+/// A layer whose parameters are slices over a tensor-parallel group: ColumnParallelLinear, RowParallelLinear,
+/// VocabParallelEmbedding. Checkpoints use it to save whole tensors (whole_state_dict) and load any group size.
+class TensorParallelLayer {
+ public:
+  virtual ~TensorParallelLayer() = default;
+  /// Its own cut parameters by name ("weight"); the others are the same on every rank.
+  virtual std::map<std::string, ParameterSplit> parameter_splits() const = 0;
+};
+
+/// Every cut parameter of `module` and its descendants, by the dotted name state_dict gives it.
+std::map<std::string, ParameterSplit> parameter_splits(const Module& module);
+/// The whole tensor this rank's `slice` is part of (a parameter, or state shaped as one): the group's slices
+/// all-gathered and put back in place. Every rank of split.group calls it.
+Tensor whole_tensor(const Tensor& slice, const ParameterSplit& split);
+/// This rank's slice of `whole`, as `split` cuts it (a copy); throws when the group does not divide it.
+Tensor slice_tensor(const Tensor& whole, const ParameterSplit& split);
+/// module.state_dict() with every cut parameter whole: what the one-process model's state dict holds. Every rank of
+/// each group calls it.
+StateDict whole_state_dict(const Module& module);
+/// `whole` (a whole_state_dict, or a one-process model's state dict) with each of `module`'s cut parameters
+/// replaced by this rank's slice, ready for module.load_state_dict; other entries pass through.
+StateDict slice_state_dict(const Module& module, const StateDict& whole);
 
 /// ColumnParallelLinear's sizes and group: ColumnParallelLinearOptions(8, 32).gather_output(true).group(g).
 class ColumnParallelLinearOptions {
@@ -50,12 +86,14 @@ class ColumnParallelLinearOptions {
   STRATA_ARG(bool, gather_output) = false;  ///< all-gather the outputs, else each rank keeps its out_features / n
   /// The input is split along sequence_dim (sequence parallelism): all-gather it first
   STRATA_ARG(bool, sequence_parallel) = false;
-  STRATA_ARG(int64_t, sequence_dim) = 1;       ///< the sequence dimension, T of [B, T, C]
+  STRATA_ARG(int64_t, sequence_dim) = 1;  ///< the sequence dimension, T of [B, T, C]
+  /// The outputs are this many blocks, each split over the group (Megatron's stride; 3 for a fused q, k, v)
+  STRATA_ARG(int64_t, stride) = 1;
   STRATA_ARG(distributed::Group, group) = {};  ///< the tensor-parallel group (required)
 };
 
 /// y = x @ weight^T + bias with weight's rows (the outputs) split over the group: Megatron's ColumnParallelLinear.
-class ColumnParallelLinearImpl : public Module {
+class ColumnParallelLinearImpl : public Module, public TensorParallelLayer {
  public:
   explicit ColumnParallelLinearImpl(const ColumnParallelLinearOptions& options);  ///< from options
   /// This rank's rows of `whole`, a Linear of the options' sizes (a block that splits a layer it drew itself).
@@ -65,6 +103,7 @@ class ColumnParallelLinearImpl : public Module {
   Tensor forward(const Tensor& input);
   /// "ColumnParallelLinear(in_features=8, out_features=32, bias=true, gather_output=false, tensor_parallel=2)"
   void pretty_print(std::ostream& os) const override;
+  std::map<std::string, ParameterSplit> parameter_splits() const override;  ///< weight and bias along dim 0
 
   ColumnParallelLinearOptions options;  ///< the sizes it was made with
   Tensor weight;                        ///< [out_features / n, in_features]: this rank's rows
@@ -90,7 +129,7 @@ class RowParallelLinearOptions {
 
 /// y = x @ weight^T + bias with weight's columns (the inputs) split over the group, the partial products summed:
 /// Megatron's RowParallelLinear.
-class RowParallelLinearImpl : public Module {
+class RowParallelLinearImpl : public Module, public TensorParallelLayer {
  public:
   explicit RowParallelLinearImpl(const RowParallelLinearOptions& options);  ///< from options
   /// This rank's columns of `whole`, a Linear of the options' sizes, and its whole bias.
@@ -100,6 +139,7 @@ class RowParallelLinearImpl : public Module {
   Tensor forward(const Tensor& input);
   /// "RowParallelLinear(in_features=32, out_features=8, bias=true, input_is_parallel=true, tensor_parallel=2)"
   void pretty_print(std::ostream& os) const override;
+  std::map<std::string, ParameterSplit> parameter_splits() const override;  ///< weight along dim 1
 
   RowParallelLinearOptions options;  ///< the sizes it was made with
   Tensor weight;                     ///< [out_features, in_features / n]: this rank's columns
@@ -118,13 +158,14 @@ class VocabParallelEmbeddingOptions {
 };
 
 /// An embedding table whose rows (the vocabulary) are split over the group: Megatron's VocabParallelEmbedding.
-class VocabParallelEmbeddingImpl : public Module {
+class VocabParallelEmbeddingImpl : public Module, public TensorParallelLayer {
  public:
   explicit VocabParallelEmbeddingImpl(const VocabParallelEmbeddingOptions& options);  ///< from options
   /// Replicated int64 indices [...] in [0, num_embeddings) -> replicated [..., embedding_dim]
   Tensor forward(const Tensor& indices);
   /// "VocabParallelEmbedding(num_embeddings=64, embedding_dim=8, tensor_parallel=2)"
   void pretty_print(std::ostream& os) const override;
+  std::map<std::string, ParameterSplit> parameter_splits() const override;  ///< weight along dim 0
 
   VocabParallelEmbeddingOptions options;  ///< the sizes it was made with
   Tensor weight;                          ///< [num_embeddings / n, embedding_dim]: this rank's rows

@@ -8,7 +8,9 @@
 // stage's file, stage 0's entries first where files share a key (the hyperparameters, the grad scaler), and
 // loads the state of this optimizer's parameters by their names, skipping the other parameters'. Saving first
 // removes the optimizer files a save in another layout left, so a folder holds one checkpoint. With a
-// grad_scaler, every stage's file also holds its state under "grad_scaler." (the same on every rank). A
+// grad_scaler, every stage's file also holds its state under "grad_scaler." (the same on every rank). Tensor-
+// parallel parameters and their optimizer state are saved whole (gathered over the model-parallel group, whose
+// rank 0 writes) and sliced on load, so a checkpoint also resumes at another tensor-parallel size. A
 // ZeroRedundancyOptimizer's state dict is the unsharded optimizer's (it gathers its shards; every replica takes
 // part), so files with and without ZeRO are the same, and each resumes at any data-parallel size.
 #include "strata/pipe/engine.h"
@@ -22,6 +24,7 @@
 
 #include "strata/distributed/collectives.h"
 #include "strata/nn/safetensors.h"
+#include "strata/nn/tensor_parallel.h"
 
 namespace strata::pipe {
 namespace dist = strata::distributed;
@@ -54,6 +57,17 @@ std::vector<std::string> parameter_names(const nn::Module& module, const optim::
       names.push_back(it->second);
     }
   return names;
+}
+
+// Replaces each optimizer state entry of a tensor-parallel parameter ("state.<name>.<buffer>", not its step) with
+// f(entry, the parameter's split): whole on save, this rank's slice on load.
+template <class F>
+void for_each_split_state(nn::StateDict& dict, const nn::Module& module, F&& f) {
+  for (const auto& [name, split] : nn::parameter_splits(module)) {
+    const std::string prefix = "state." + name + ".";
+    for (auto it = dict.lower_bound(prefix); it != dict.end() && it->first.starts_with(prefix); ++it)
+      if (it->first != prefix + "step") it->second = f(it->second, split);
+  }
 }
 
 std::vector<std::filesystem::path> optimizer_files(const std::string& dir) {
@@ -100,10 +114,12 @@ void PipelineEngine::save_checkpoint(const std::string& dir) {
     if (name.starts_with(kTiedPrefix) &&
         module_->tied_stages(name.substr(tied, name.find('.', tied) - tied)).front() != grid_.get_stage_id())
       name.clear();
-  // On every replica: a ZeroRedundancyOptimizer gathers its shards (a collective over the replicas).
+  // On every replica: a ZeroRedundancyOptimizer gathers its shards (a collective over the replicas), and the
+  // state of tensor-parallel parameters is gathered whole over the model-parallel group.
   nn::StateDict universal = optimizer_->state_dict(names);
-  if (grid_.get_data_parallel_id() == 0) {
-    module_->save_state_dict(dir);
+  for_each_split_state(universal, *module_, nn::whole_tensor);
+  if (grid_.get_data_parallel_id() == 0) module_->save_state_dict(dir);
+  if (grid_.get_data_parallel_id() == 0 && dist::get_rank(grid_.get_model_parallel_group()) == 0) {
     if (grad_scaler_)
       for (auto& [key, value] : grad_scaler_->state_dict()) universal.emplace(kScalerPrefix + key, value);
     const StageLayout& layout = module_->layout();
@@ -114,7 +130,8 @@ void PipelineEngine::save_checkpoint(const std::string& dir) {
                    {"stages", std::to_string(layout.stages)},
                    {"chunks", std::to_string(layout.chunks)},
                    {"v_shape", layout.v_shape ? "true" : "false"},
-                   {"data_parallel", std::to_string(grid_.get_data_parallel_world_size())}});
+                   {"data_parallel", std::to_string(grid_.get_data_parallel_world_size())},
+                   {"tensor_parallel", std::to_string(grid_.get_model_parallel_world_size())}});
   }
   dist::barrier();  // every file is complete before any rank goes on (and perhaps loads it)
 }
@@ -123,7 +140,8 @@ void PipelineEngine::load_checkpoint(const std::string& dir, bool load_optimizer
   constexpr const char* kWhere = "PipelineEngine::load_checkpoint";
   if (!load_optimizer_states) return module_->load_state_dir(dir);
   // The files are read, and the scaler's state checked, first, so that a checkpoint without one changes nothing.
-  const nn::StateDict merged = read_optimizer_files(dir, kWhere);
+  nn::StateDict merged = read_optimizer_files(dir, kWhere);
+  for_each_split_state(merged, *module_, nn::slice_tensor);
   nn::StateDict scaler;
   if (grad_scaler_) {
     for (auto& [key, value] : merged)
@@ -138,8 +156,9 @@ void PipelineEngine::load_checkpoint(const std::string& dir, bool load_optimizer
 
 void load_optimizer_states(const std::string& dir, const nn::Module& module, optim::Optimizer& optimizer) {
   constexpr const char* kWhere = "load_optimizer_states";
-  optimizer.load_state_dict(read_optimizer_files(dir, kWhere), parameter_names(module, optimizer, kWhere),
-                            /*strict=*/false);
+  nn::StateDict merged = read_optimizer_files(dir, kWhere);
+  for_each_split_state(merged, module, nn::slice_tensor);
+  optimizer.load_state_dict(merged, parameter_names(module, optimizer, kWhere), /*strict=*/false);
 }
 
 }  // namespace strata::pipe

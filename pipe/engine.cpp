@@ -16,6 +16,7 @@
 #include "strata/autograd/grad_mode.h"
 #include "strata/distributed/flight_recorder.h"
 #include "strata/nn/data_parallel.h"
+#include "strata/nn/tensor_parallel.h"
 #include "strata/optim/zero_redundancy.h"
 #include "strata/pipe/planned_schedule.h"
 #include "strata/pipe/stage.h"
@@ -40,6 +41,13 @@ Tensor grad_or_zeros(Tensor param) {
   Tensor& g = param.mutable_grad();
   if (!g.defined()) g = zeros_like(param);
   return g;
+}
+
+// The global ranks of `group` (WORLD when empty) in group-rank order: two groups of the same ranks are one.
+std::vector<int> global_ranks(const dist::Group& group) {
+  std::vector<int> ranks;
+  for (int r = 0; r < dist::get_world_size(group); ++r) ranks.push_back(dist::get_global_rank(group, r));
+  return ranks;
 }
 
 }  // namespace
@@ -119,16 +127,18 @@ PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, const Pip
     for (const Tensor& p : group.params())
       STRATA_CHECK(own.count(p.impl_ptr().get()), "PipelineEngine: the optimizer holds a tensor of shape ", p.sizes(),
                    " that is not a parameter of stage ", grid_.get_stage_id(), "'s module");
+  for (const auto& [name, split] : nn::parameter_splits(*module_))
+    STRATA_CHECK(global_ranks(split.group) == global_ranks(grid_.get_model_parallel_group()),
+                 "PipelineEngine: ", "parameter ", name, " is split over ", split.group->describe(),
+                 " but this rank's model-parallel ", "group is ", grid_.get_model_parallel_group()->describe(),
+                 "; build tensor-parallel layers with .group(grid.get_model_parallel_group())");
   if (const auto* sharded = dynamic_cast<const optim::ShardedOptimizer*>(optimizer_.get())) {
-    STRATA_CHECK(sharded->stage() == 1, "PipelineEngine: ZeRO stage 2 reduce-scatters each backward's gradients, so ",
-                 "a pipeline would pay that traffic once per micro-batch (", options_.micro_batches,
-                 " times stage 1's) to save gradient memory; as DeepSpeed, the engine refuses it: use stage 1");
-    const auto ranks = [](const dist::Group& group) {
-      std::vector<int> out;
-      for (int r = 0; r < dist::get_world_size(group); ++r) out.push_back(dist::get_global_rank(group, r));
-      return out;
-    };
-    STRATA_CHECK(ranks(sharded->group()) == ranks(grid_.get_data_parallel_group()),
+    STRATA_CHECK(sharded->stage() == 1 || grid_.get_pipe_parallel_world_size() == 1,
+                 "PipelineEngine: ZeRO stage 2 reduce-scatters and frees the gradients in every micro-batch's ",
+                 "backward, before a pipeline sums tied gradients across stages, and pays that traffic ",
+                 options_.micro_batches, " times a step; as DeepSpeed, the engine refuses stage 2 with more than one ",
+                 "stage: use stage 1");
+    STRATA_CHECK(global_ranks(sharded->group()) == global_ranks(grid_.get_data_parallel_group()),
                  "PipelineEngine: the ZeroRedundancyOptimizer partitions over ",
                  sharded->group() ? sharded->group()->describe() : "WORLD",
                  " but this stage's replicas are the grid's data-parallel group ",
@@ -358,6 +368,10 @@ void PipelineEngine::execute(const PipeInstruction& ins) {
 
 void PipelineEngine::reduce_grads() {
   if (grid_.get_data_parallel_world_size() == 1) return;
+  // ZeRO stage 2 reduce-scattered every micro-batch's gradients during its backward.
+  if (const auto* sharded = dynamic_cast<const optim::ShardedOptimizer*>(optimizer_.get());
+      sharded && sharded->stage() == 2)
+    return;
   // One flattened all-reduce per dtype; every replica lists the same parameters in the same order.
   std::map<ScalarType, tensor_list> by_dtype;
   for (const Tensor& p : module_->parameters())

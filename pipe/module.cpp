@@ -12,7 +12,9 @@
 #include "strata/autograd/function.h"
 #include "strata/autograd/grad_mode.h"
 #include "strata/autograd/ops.h"
+#include "strata/distributed/collectives.h"
 #include "strata/nn/safetensors.h"
+#include "strata/nn/tensor_parallel.h"
 #include "strata/pipe/partition.h"
 #include "strata/tensor/creation.h"
 
@@ -119,7 +121,9 @@ Tensor cross_entropy_loss(const tensor_list& outputs, const tensor_list& labels)
 
 PipelineModule::PipelineModule(std::vector<Layer> layers, const PipelineParallelGrid& grid,
                                PipelineModuleOptions options)
-    : PipelineModule(std::move(layers), grid.get_pipe_parallel_world_size(), grid.get_stage_id(), std::move(options)) {}
+    : PipelineModule(std::move(layers), grid.get_pipe_parallel_world_size(), grid.get_stage_id(), std::move(options)) {
+  model_parallel_rank_ = distributed::get_rank(grid.get_model_parallel_group());
+}
 
 PipelineModule::PipelineModule(std::vector<Layer> layers, int num_stages, int stage_id, PipelineModuleOptions options)
     : nn::Module("PipelineModule"),
@@ -284,8 +288,9 @@ void PipelineModule::save_state_dict(const std::string& dir) const {
     if (key && first_tied_.at(*key) != i) continue;  // the stage holding the key's first layer writes the module
     const std::shared_ptr<nn::Module>& module = local_[j].module;
     if (!module) continue;
-    const nn::StateDict state = module->state_dict();
-    if (!state.empty()) nn::save_file(state, ckpt_layer_path(dir, i));
+    // Tensor-parallel layers' slices are gathered whole (every rank of the group takes part); one rank writes.
+    const nn::StateDict state = nn::whole_state_dict(*module);
+    if (!state.empty() && model_parallel_rank_ == 0) nn::save_file(state, ckpt_layer_path(dir, i));
   }
 }
 
@@ -301,8 +306,9 @@ void PipelineModule::load_state_dir(const std::string& dir, bool strict) {
     const std::string path = ckpt_layer_path(dir, key ? first_tied_.at(*key) : i);
     STRATA_CHECK(std::filesystem::exists(path), "PipelineModule::load_state_dir: layer ", i, " has no checkpoint: '",
                  path, "' does not exist");
-    nn::StateDict dict = nn::load_file(path);
+    nn::StateDict dict;
     try {
+      dict = nn::slice_state_dict(*module, nn::load_file(path));
       module->check_state_dict(dict, strict);
     } catch (const Error& e) {
       STRATA_CHECK(false, "PipelineModule::load_state_dir: '", path, "': ", e.what());

@@ -193,9 +193,11 @@ class PipelineModule : public nn::Module {
   std::vector<Tensor> tied_parameters(const std::string& key) const;
 
   /// Writes one safetensors file per layer of this stage that has parameters, named by the global layer
-  /// index (ckpt_layer_path); a tied module goes in the file of its key's first layer.
+  /// index (ckpt_layer_path); a tied module goes in the file of its key's first layer. Tensor-parallel layers
+  /// are saved whole (nn::whole_state_dict): every rank of the model-parallel group calls it, its rank 0 writes.
   void save_state_dict(const std::string& dir) const;
-  /// Loads this stage's layers from files save_state_dict wrote with any number of stages.
+  /// Loads this stage's layers from files save_state_dict wrote with any number of stages (and any tensor-parallel
+  /// size: each rank keeps its slice).
   void load_state_dir(const std::string& dir, bool strict = true);
   /// dir + "/layer_07-model_states.safetensors" for layer 7.
   static std::string ckpt_layer_path(const std::string& dir, int layer_idx);
@@ -205,6 +207,7 @@ class PipelineModule : public nn::Module {
   std::vector<Layer> layers_;
   PipelineModuleOptions options_;
   int num_stages_ = 1, stage_id_ = 0;
+  int model_parallel_rank_ = 0;  // in the grid's model-parallel group: rank 0 writes the layer files
   StageLayout layout_;
   std::vector<int> parts_;
   std::map<std::string, int> first_tied_;  // each tie key's first layer in the whole model

@@ -205,6 +205,29 @@ TEST(TensorParallel, TransformerBlockEqualsTheUnsplitBlock) {
   }
 }
 
+// whole_state_dict gathers the slices into the unsplit block's state dict, bit for bit, and slice_state_dict cuts
+// that back into this rank's; c_attn is cut as three blocks (q, k, v), the other split weights along one dim.
+TEST(TensorParallel, WholeStateDictIsTheUnsplitBlocksAndSlicesBack) {
+  const int64_t C = 8, heads = 8;
+  manual_seed(23);
+  nn::TransformerBlock serial(C, heads);
+  manual_seed(23);
+  nn::ParallelTransformerBlock split(nn::ParallelTransformerBlockOptions(C, heads).group(world()));
+  const auto splits = nn::parameter_splits(*split);
+  EXPECT_EQ(splits.size(), 6u);  // c_attn's weight and bias, c_proj's weight, c_fc's weight and bias, c_proj's weight
+  EXPECT_EQ(splits.at("attn.c_attn.weight").stride, 3);
+  EXPECT_EQ(splits.at("attn.c_proj.weight").dim, 1);
+  EXPECT_FALSE(splits.contains("attn.c_proj.bias"));
+
+  const nn::StateDict whole = nn::whole_state_dict(*split), theirs = serial->state_dict();
+  ASSERT_EQ(whole.size(), theirs.size());
+  for (const auto& [name, t] : theirs) EXPECT_TRUE(same(whole.at(name), t)) << name;
+  const nn::StateDict mine = split->state_dict(), sliced = nn::slice_state_dict(*split, theirs);
+  for (const auto& [name, t] : mine) EXPECT_TRUE(same(sliced.at(name), t)) << name;
+  if (ranks() > 1)  // a slice is not a whole tensor
+    EXPECT_THROW_MSG(nn::slice_state_dict(*split, mine), "(the whole tensor, not a slice of another group size");
+}
+
 // Megatron's count, per block and micro-batch: two all-reduces of B T C forward and two backward. Under sequence
 // parallelism all-gathers and reduce-scatters of the same volume instead, plus small all-reduces of the gradients of
 // the parameters used on a split sequence: LayerNorm's weight and bias twice, the two row-parallel biases, C each.
