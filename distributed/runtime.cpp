@@ -297,6 +297,11 @@ Group new_group(const std::vector<int>& ranks) {
     record.op = "new_group";
     record.group = world.get();
     record.seq = world->next_sequence_number();
+    // Under DETAIL the rank list is compared as the call's shape: ranks that build different grids (disagree on
+    // the tensor-parallel size, say) fail together here instead of talking in mismatched groups.
+    record.dtype = kLong;
+    record.shape = DimVector(std::vector<int64_t>(ranks.begin(), ranks.end()));
+    if (get_debug_level() == DebugLevel::DETAIL) detail::check_collective(record);
     detail::BlockingScope scope(record);
     // Every rank has the same slots (init() agreed on the CUDA one), so every rank splits the same backends.
     for (size_t d = 0; d < backends.size(); ++d) {

@@ -59,6 +59,8 @@ template <bool kDecoupled>
 class BasicAdam : public Optimizer {
  public:
   using Options = BasicAdamOptions<kDecoupled>;  ///< AdamOptions or AdamWOptions
+  /// Each element's update reads only that element's parameter, gradient and state (ZeroRedundancyOptimizer needs it)
+  static constexpr bool elementwise_update = true;
   /// One group of parameters with `options`.
   BasicAdam(std::vector<Tensor> params, const Options& options)
       : BasicAdam({OptimizerParamGroup(std::move(params))}, options) {}

@@ -46,6 +46,8 @@ class SGDOptions : public OptimizerOptions {
 class SGD : public Optimizer {
  public:
   using Options = SGDOptions;  ///< SGD's hyperparameters
+  /// Each element's update reads only that element's parameter, gradient and state (ZeroRedundancyOptimizer needs it)
+  static constexpr bool elementwise_update = true;
   /// One group of parameters with `options`.
   SGD(std::vector<Tensor> params, const SGDOptions& options) : SGD({OptimizerParamGroup(std::move(params))}, options) {}
   /// Several groups; a group without options takes `defaults`.

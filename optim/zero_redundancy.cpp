@@ -204,6 +204,12 @@ void ShardedOptimizer::step() {
       inner_->groups_[b].options_ = groups_[buckets_[b].param_group].options_->clone();
   }
   inner_->step();
+  // A state entry other than the step count must be elementwise, shaped as its shard (Note [flat shards]).
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    for (const auto& [name, value] : inner_->state_[b])
+      STRATA_CHECK(name == "step" || value.sizes() == shards_[b].sizes(), kName, "::step: the inner optimizer keeps \"",
+                   name, "\" of shape ", value.sizes(), " for a shard of shape ", shards_[b].sizes(),
+                   "; ZeRO can partition only state shaped as the parameters (elementwise)");
 
   // Two all-gathers in flight at a time: the next one runs while this one's parameters are written.
   NoGradGuard no_grad;

@@ -23,11 +23,12 @@
 // (distributed::GradReducer::make_buckets: reverse order, at most bucket_cap_mb MiB each), each padded with zeros
 // to a multiple of the group size D. Rank r owns the r-th D-th of every bucket: a flat "shard" tensor that an
 // inner optimizer of the wrapped type steps with the group's options (set_lr and schedulers reach it). SGD, Adam
-// and AdamW are elementwise, so stepping a flat slice equals stepping each parameter, bit for bit, as long as
-// every parameter of a bucket steps together: a bucket whose parameters have a gradient on this step is stepped,
-// one whose parameters have none is skipped (as the unsharded optimizer skips them), and a bucket with some of
-// each is an error (its shard's state cannot advance in part). Per rank the state is 1/D of the whole, plus at
-// most D - 1 padding elements per bucket.
+// and AdamW are elementwise (T::elementwise_update; ZeroRedundancyOptimizer<T> does not compile for a T without it,
+// and a step that leaves state not shaped as its shard throws), so stepping a flat slice equals stepping each
+// parameter, bit for bit, as long as every parameter of a bucket steps together: a bucket whose parameters have a
+// gradient on this step is stepped, one whose parameters have none is skipped (as the unsharded optimizer skips
+// them), and a bucket with some of each is an error (its shard's state cannot advance in part). Per rank the state
+// is 1/D of the whole, plus at most D - 1 padding elements per bucket.
 //
 // A step: the shard's gradient is this rank's slice of the averaged gradients (stage 1: of the parameters'
 // grad(), which DistributedDataParallel or the pipeline engine averaged; stage 2: what its reduce-scatters
@@ -41,6 +42,7 @@
 // with or without ZeRO. Both are collective over the group. GradScaler works with stage 1 (it unscales
 // grad()); at stage 2 it is an error.
 
+#include <concepts>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -126,9 +128,21 @@ class ShardedOptimizer : public Optimizer {
   bool prepared_ = false;                              // shard gradients made for this step (clip_grad_norm_)
 };
 
+/// An optimizer whose every element's update reads only that element (T::elementwise_update): what ZeRO can step
+/// on flat slices of many parameters.
+template <class T>
+concept ElementwiseOptimizer = std::derived_from<T, Optimizer> && requires {
+  requires T::elementwise_update;
+};
+
 /// ZeRO over optimizer type T (SGD, Adam, AdamW): T's options, param groups and state dict; see the top of this file.
 template <class T>
 class ZeroRedundancyOptimizer : public ShardedOptimizer {
+  static_assert(ElementwiseOptimizer<T>,
+                "ZeroRedundancyOptimizer<T>: T must update each element on its own (a norm or a matrix of the whole "
+                "parameter cannot be taken from a slice of it); declare static constexpr bool elementwise_update = "
+                "true in T when it does");
+
  public:
   using Options = typename T::Options;  ///< the wrapped optimizer's options
   /// One group of parameters with `options`.

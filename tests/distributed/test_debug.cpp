@@ -207,6 +207,18 @@ TEST_F(Detail, SubgroupMismatchNamesGlobalRanks) {
   destroy_process_group(pair);
 }
 
+// Ranks that disagree on the tensor-parallel size build different grids: the first group they make differs, and
+// every rank throws there instead of training in mismatched groups.
+TEST_F(Detail, RanksThatDisagreeOnTheTensorParallelSizeFailTogether) {
+  NEEDS_RANKS(2);
+  const int model = get_rank() == 0 ? 2 : 1;  // rank 0 splits each layer over 2 ranks, the others over 1
+  const int data = get_world_size() / model;
+  EXPECT_THROW_MSG(pipe::PipelineParallelGrid(pipe::PipeModelDataParallelTopology(1, model, data)), "new_group #");
+  EXPECT_THROW_MSG(new_group(get_rank() == 0 ? std::vector<int>{0, 1} : std::vector<int>{1, 0}),
+                   ": ranks disagree on shape" + kDetail + "rank 0 called new_group(Long [0, 1])");
+  barrier();  // still in step
+}
+
 TEST_F(Detail, P2PShapeMismatchThrowsOnTheReceiverAndKeepsThePairInStep) {
   NEEDS_RANKS(2);
   if (get_rank() == 0) {

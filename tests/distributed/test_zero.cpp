@@ -84,6 +84,33 @@ void expect_matches_single_process(int stage, const typename T::Options& options
   }
 }
 
+// Says it updates elementwise but keeps the norm of each whole parameter: ZeRO must refuse its state.
+class NormKeeper : public optim::Optimizer {
+ public:
+  using Options = optim::SGDOptions;
+  static constexpr bool elementwise_update = true;
+  NormKeeper(std::vector<optim::OptimizerParamGroup> groups, const Options& defaults)
+      : Optimizer("NormKeeper", std::move(groups), defaults) {}
+  void step() override {
+    size_t i = 0;
+    for (const optim::OptimizerParamGroup& group : param_groups())
+      for (const Tensor& p : group.params()) state_[i++]["norm"] = p.grad().norm();
+  }
+
+ protected:
+  std::vector<std::string> state_names(const optim::OptimizerOptions&) const override { return {"norm"}; }
+};
+
+// Updates each parameter by its norm and does not say it is elementwise.
+class Unmarked : public NormKeeper {
+ public:
+  using NormKeeper::NormKeeper;
+  static constexpr bool elementwise_update = false;
+};
+
+static_assert(optim::ElementwiseOptimizer<optim::SGD> && optim::ElementwiseOptimizer<optim::AdamW>);
+static_assert(!optim::ElementwiseOptimizer<Unmarked>);  // ZeroRedundancyOptimizer<Unmarked> does not compile
+
 }  // namespace
 
 TEST(Zero, Stage1WithDDPAndStage2MatchSingleProcessSGD) {
@@ -290,6 +317,12 @@ TEST(Zero, Errors) {
   EXPECT_THROW_MSG(Zero(model->parameters(), 0.1, {.stage = 3}), "stage must be 1");
   EXPECT_THROW_MSG(Zero(model->parameters(), 0.1, {.bucket_cap_mb = 0}), "bucket_cap_mb must be positive");
 
+  {  // State that is not elementwise cannot be partitioned.
+    optim::ZeroRedundancyOptimizer<NormKeeper> opt(model->parameters(), 0.1);
+    for (Tensor p : model->parameters()) p.mutable_grad() = ones_like(p);
+    EXPECT_THROW_MSG(opt.step(), "keeps \"norm\" of shape []");
+    opt.zero_grad();
+  }
   {  // A bucket whose parameters step only in part.
     Zero opt(model->parameters(), 0.1, {.bucket_cap_mb = 1});
     model->fc1->weight.mutable_grad() = zeros_like(model->fc1->weight);
