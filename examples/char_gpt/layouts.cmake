@@ -1,13 +1,17 @@
-# Trains char_gpt alone, as 2 data-parallel replicas and as 2 stages x 2 replicas (a small model in float64)
-# and requires the same losses in all three: each evaluation's "step N: train loss ..., val loss ..., val
-# accuracy ..." line and the final val_loss. Arguments: -DMPIEXEC -DNUMPROC_FLAG -DEXE -DWORK_DIR.
+# Trains char_gpt alone, as 2 data-parallel replicas, as 2 stages x 2 replicas, as 2 (tensor) x 2 (pipe) x 2 (data)
+# with ZeRO-1, and as 2 sequence-parallel tensor ranks x 2 replicas with ZeRO-2 (a small model in float64, its
+# vocabulary padded alike everywhere) and requires the same losses in all: each evaluation's "step N: train loss
+# ..., val loss ..., val accuracy ..." line and the final val_loss. Arguments: -DMPIEXEC -DNUMPROC_FLAG -DEXE
+# -DWORK_DIR.
 set(args --steps 20 --eval-every 10 --eval-batches 2 --layers 2 --embed 32 --heads 2 --block 32 --batch-size 8
-    --sample 40 --dtype float64 --threads 1)
-set(layouts "alone" "2 replicas" "2 stages x 2 replicas")
+    --sample 40 --dtype float64 --threads 1 --make-vocab-size-divisible-by 8)
+set(layouts "alone" "2 replicas" "2 stages x 2 replicas" "2 x 2 x 2, ZeRO 1" "2 sequence-parallel x 2, ZeRO 2")
 set(commands "${EXE}" "${MPIEXEC},${NUMPROC_FLAG},2,--oversubscribe,${EXE}"
-    "${MPIEXEC},${NUMPROC_FLAG},4,--oversubscribe,${EXE},--stages,2")
+    "${MPIEXEC},${NUMPROC_FLAG},4,--oversubscribe,${EXE},--stages,2"
+    "${MPIEXEC},${NUMPROC_FLAG},8,--oversubscribe,${EXE},--tensor-parallel,2,--stages,2,--zero,1"
+    "${MPIEXEC},${NUMPROC_FLAG},4,--oversubscribe,${EXE},--tensor-parallel,2,--sequence-parallel,--zero,2")
 set(reference "")
-foreach(i RANGE 2)
+foreach(i RANGE 4)
   list(GET layouts ${i} layout)
   list(GET commands ${i} command)
   string(REPLACE "," ";" command "${command}")

@@ -1,5 +1,5 @@
 // A character-level GPT trained on the King James Bible (4.3 MB, from Debian's bible-kjv: `bible` prints it),
-// alone, data parallel, or pipelined: token and position embeddings, --layers pre-norm transformer blocks, a
+// alone, data parallel, pipelined, tensor parallel or all three: token and position embeddings, --layers pre-norm transformer blocks, a
 // final LayerNorm and an LM head tied to the token embedding (TiedLayerSpec: the first and the last stage
 // hold the same weight). The same model, data and initial weights in every layout, so the losses agree.
 // Every --eval-every steps it prints the validation loss and next-character accuracy and writes metrics.csv,
@@ -10,17 +10,20 @@
 //   char_gpt                              # alone
 //   mpirun -np 2 char_gpt                 # 2 replicas (data parallel)
 //   mpirun -np 4 char_gpt --stages 2      # 2 stages x 2 replicas
+//   mpirun -np 8 char_gpt --tensor-parallel 2 --stages 2 --zero 1   # 2 (tensor) x 2 (pipe) x 2 (data)
 //   char_gpt --autocast bfloat16          # mixed precision
 //   char_gpt --sample-only char_gpt_out   # sample from a checkpoint
 //   char_gpt [--data FILE] [--stages S] [--micro-batches M] [--batch-size B] [--block T] [--embed C]
 //            [--heads H] [--layers N] [--steps N] [--eval-every N] [--eval-batches N] [--lr LR]
 //            [--seed S] [--threads N] [--dtype float32|float64] [--autocast bfloat16|float16]
 //            [--device cpu|cuda] [--out DIR] [--sample N] [--temperature X] [--top-k K] [--prompt TEXT]
-//            [--sample-only DIR]
+//            [--sample-only DIR] [--tensor-parallel N] [--sequence-parallel] [--zero 0|1|2]
+//            [--make-vocab-size-divisible-by N]
 //
-// The last lines are `val_loss=<value>` and `tokens_per_s=<value>`.
+// It ends with the memory per rank, then `val_loss=<value>` and `tokens_per_s=<value>`.
 
 #include <strata/strata.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <array>
@@ -31,6 +34,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <numeric>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -42,6 +46,7 @@
 #include "setup.h"
 
 using namespace strata;
+namespace tp = strata::distributed::tensor_parallel;
 
 namespace {
 
@@ -72,6 +77,11 @@ struct Args {
   int64_t top_k = 10;
   std::string prompt = "And God said";
   std::string sample_only;  // a checkpoint folder: sample from it and stop
+  int tensor_parallel = 1;  // ranks each stage's layers are split over (Megatron's)
+  bool sequence_parallel = false;
+  int zero = 0;                // ZeRO stage: 0 (off), 1 (optimizer state) or 2 (also gradients)
+  int64_t vocab_multiple = 1;  // the vocabulary is padded to a multiple of this and of tensor_parallel
+  int64_t vocab_size = 0;      // the model's (padded) vocabulary, set from the text
   bool help = false;
 };
 
@@ -79,18 +89,25 @@ const char* kUsage =
     "usage: [mpirun -np N] char_gpt [--data FILE] [--stages S] [--micro-batches M] [--batch-size B] [--block T]\n"
     "         [--embed C] [--heads H] [--layers N] [--steps N] [--eval-every N] [--eval-batches N] [--lr LR]\n"
     "         [--seed S] [--threads N] [--dtype float32|float64] [--autocast bfloat16|float16] [--device cpu|cuda]\n"
-    "         [--out DIR] [--sample N] [--temperature X] [--top-k K] [--prompt TEXT] [--sample-only DIR]\n";
+    "         [--out DIR] [--sample N] [--temperature X] [--top-k K] [--prompt TEXT] [--sample-only DIR]\n"
+    "         [--tensor-parallel N] [--sequence-parallel] [--zero 0|1|2] [--make-vocab-size-divisible-by N]\n";
 
 using setup::number;
 using setup::UsageError;
 
 Args parse(int argc, char** argv) {
   Args a;
-  std::map<std::string, int64_t*> counts = {{"--batch-size", &a.batch_size}, {"--block", &a.block},
-                                            {"--embed", &a.embed},           {"--heads", &a.heads},
-                                            {"--layers", &a.layers},         {"--steps", &a.steps},
-                                            {"--eval-every", &a.eval_every}, {"--eval-batches", &a.eval_batches},
-                                            {"--sample", &a.sample},         {"--top-k", &a.top_k}};
+  std::map<std::string, int64_t*> counts = {{"--batch-size", &a.batch_size},
+                                            {"--block", &a.block},
+                                            {"--embed", &a.embed},
+                                            {"--heads", &a.heads},
+                                            {"--layers", &a.layers},
+                                            {"--steps", &a.steps},
+                                            {"--eval-every", &a.eval_every},
+                                            {"--eval-batches", &a.eval_batches},
+                                            {"--sample", &a.sample},
+                                            {"--top-k", &a.top_k},
+                                            {"--make-vocab-size-divisible-by", &a.vocab_multiple}};
   std::map<std::string, std::string*> texts = {
       {"--data", &a.data}, {"--dtype", &a.dtype},   {"--autocast", &a.autocast},      {"--device", &a.device},
       {"--out", &a.out},   {"--prompt", &a.prompt}, {"--sample-only", &a.sample_only}};
@@ -98,6 +115,10 @@ Args parse(int argc, char** argv) {
     const std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") {
       a.help = true;
+      continue;
+    }
+    if (flag == "--sequence-parallel") {
+      a.sequence_parallel = true;
       continue;
     }
     if (i + 1 >= argc) throw UsageError(flag + " needs a value");
@@ -118,6 +139,10 @@ Args parse(int argc, char** argv) {
       a.seed = number<uint64_t>(flag, value);
     else if (flag == "--threads")
       a.threads = number<int>(flag, value);
+    else if (flag == "--tensor-parallel")
+      a.tensor_parallel = number<int>(flag, value);
+    else if (flag == "--zero")
+      a.zero = number<int>(flag, value);
     else
       throw UsageError("unknown option " + flag);
   }
@@ -129,6 +154,17 @@ Args parse(int argc, char** argv) {
   if (!(a.temperature > 0 && std::isfinite(a.temperature)))
     throw UsageError("--temperature must be finite and above 0");
   if (a.embed % a.heads != 0) throw UsageError("--heads must divide --embed");
+  if (a.tensor_parallel < 1) throw UsageError("--tensor-parallel must be positive");
+  if (a.heads % a.tensor_parallel != 0) throw UsageError("--tensor-parallel must divide --heads");
+  if (a.sequence_parallel && a.tensor_parallel == 1)
+    throw UsageError(
+        "--sequence-parallel splits the sequence over the tensor-parallel ranks: it needs "
+        "--tensor-parallel 2 or more");
+  if (a.sequence_parallel && a.block % a.tensor_parallel != 0)
+    throw UsageError("--sequence-parallel needs --block divisible by --tensor-parallel");
+  if (a.zero < 0 || a.zero > 2) throw UsageError("--zero must be 0, 1 or 2");
+  if (a.zero == 2 && a.stages > 1)
+    throw UsageError("--zero 2 needs --stages 1: with a pipeline the engine refuses ZeRO stage 2, as DeepSpeed does");
   if (a.dtype != "float32" && a.dtype != "float64") throw UsageError("unknown dtype " + a.dtype);
   if (!a.autocast.empty() && a.autocast != "bfloat16" && a.autocast != "float16")
     throw UsageError("unknown --autocast dtype " + a.autocast + " (bfloat16 or float16)");
@@ -202,49 +238,109 @@ std::pair<Tensor, Tensor> windows(const Tensor& ids, int64_t count, int64_t bloc
 
 // ---- the model ----
 
-// A learned position embedding added to the token embedding: [B, T, C] + weight[:T].
+// The model over a tensor-parallel group (of one rank without tensor parallelism): Megatron's layers split the
+// vocabulary and each block over it, and sequence parallelism splits the sequence between the position embedding
+// and the final LayerNorm.
+struct Parallelism {
+  distributed::Group group;
+  bool sequence_parallel = false;
+  bool split() const { return group && group->size() > 1; }
+};
+
+// A learned position embedding added to the token embedding: [B, T, C] + weight[:T]; under sequence parallelism
+// each rank keeps its part of T.
 class AddPositionImpl : public nn::Module {
  public:
-  AddPositionImpl(int64_t block, int64_t embed) {
+  AddPositionImpl(int64_t block, int64_t embed, Parallelism parallel) : parallel(std::move(parallel)) {
     weight = register_parameter("weight", nn::init::normal_(empty({block, embed}), 0, 0.02));
   }
-  Tensor forward(const Tensor& x) { return x + weight.narrow(0, 0, x.size(1)); }
+  Tensor forward(const Tensor& x) {
+    const Tensor out = x + weight.narrow(0, 0, x.size(1));
+    return parallel.sequence_parallel ? tp::scatter_to_sequence_region(out, parallel.group, 1) : out;
+  }
   Tensor weight;
+  Parallelism parallel;
 };
 STRATA_MODULE(AddPosition);
 
-// The token embedding, initialised as GPT-2's (N(0, 0.02)) since the LM head reuses it.
-pipe::LayerSpec token_embedding(int64_t vocab, int64_t embed) {
+// The token embedding, initialised as GPT-2's (N(0, 0.02)) since the LM head reuses it; split by vocabulary over a
+// tensor-parallel group (each rank's rows are its slice of what one process draws).
+pipe::LayerSpec token_embedding(int64_t vocab, int64_t embed, const Parallelism& parallel) {
   return pipe::LayerSpec(
       "Embedding",
-      [vocab, embed] {
-        nn::Embedding e(vocab, embed);
+      [vocab, embed, parallel]() -> pipe::BuiltLayer {
+        if (!parallel.split()) {
+          nn::Embedding e(vocab, embed);
+          {
+            NoGradGuard no_grad;
+            nn::init::normal_(e->weight, 0, 0.02);
+          }
+          return {e.ptr(), [e](const tensor_list& x) { return tensor_list{e(x[0])}; }};
+        }
+        nn::Embedding whole(vocab, embed);  // drawn as one process draws it, then cut
         {
           NoGradGuard no_grad;
-          nn::init::normal_(e->weight, 0, 0.02);
+          nn::init::normal_(whole->weight, 0, 0.02);
         }
-        return pipe::BuiltLayer{e.ptr(), [e](const tensor_list& x) { return tensor_list{e(x[0])}; }};
+        nn::VocabParallelEmbedding e(nn::VocabParallelEmbeddingOptions(vocab, embed).group(parallel.group));
+        e->load_state_dict(nn::slice_state_dict(*e, whole->state_dict()));
+        return {e.ptr(), [e](const tensor_list& x) { return tensor_list{e(x[0])}; }};
       },
-      vocab * embed);
+      vocab* embed);
 }
 
-std::vector<pipe::Layer> make_layers(const Args& a, int64_t vocab) {
+// The final LayerNorm, after gathering a split sequence (its backward keeps this rank's part of the gradient:
+// LayerNorm and the head run on every rank alike).
+pipe::LayerSpec final_norm(int64_t embed, const Parallelism& parallel) {
+  return pipe::LayerSpec(
+      "LayerNorm",
+      [embed, parallel] {
+        nn::LayerNorm ln(embed);
+        return pipe::BuiltLayer{
+            ln.ptr(), [ln, parallel](const tensor_list& x) {
+              return tensor_list{ln(
+                  parallel.sequence_parallel ? tp::gather_from_sequence_region(x[0], parallel.group, 1, false) : x[0])};
+            }};
+      },
+      2 * embed);
+}
+
+std::vector<pipe::Layer> make_layers(const Args& a, const Parallelism& parallel) {
+  const int64_t vocab = a.vocab_size;
   std::vector<pipe::Layer> layers;
-  layers.push_back(pipe::TiedLayerSpec("embed", token_embedding(vocab, a.embed)));
-  layers.push_back(pipe::LayerSpec::of<AddPosition>(a.block, a.embed));
-  for (int64_t i = 0; i < a.layers; ++i) layers.push_back(pipe::LayerSpec::of<nn::TransformerBlock>(a.embed, a.heads));
-  layers.push_back(pipe::LayerSpec::of<nn::LayerNorm>(a.embed));
-  // The LM head: the token embedding's weight, transposed, maps [B, T, C] to logits [B, T, vocab].
-  layers.push_back(
-      pipe::TiedLayerSpec("embed", token_embedding(vocab, a.embed), [](nn::Module& m, const tensor_list& x) {
-        return tensor_list{matmul(x[0], m.named_parameters()[0].second.t())};
+  layers.push_back(pipe::TiedLayerSpec("embed", token_embedding(vocab, a.embed, parallel)));
+  layers.push_back(pipe::LayerSpec::of<AddPosition>(a.block, a.embed, parallel));
+  for (int64_t i = 0; i < a.layers; ++i)
+    layers.push_back(parallel.split() ? pipe::LayerSpec::of<nn::ParallelTransformerBlock>(
+                                            nn::ParallelTransformerBlockOptions(a.embed, a.heads)
+                                                .sequence_parallel(parallel.sequence_parallel)
+                                                .group(parallel.group))
+                                      : pipe::LayerSpec::of<nn::TransformerBlock>(a.embed, a.heads));
+  layers.push_back(final_norm(a.embed, parallel));
+  // The LM head: the token embedding's weight, transposed, maps [B, T, C] to logits [B, T, vocab] (this rank's
+  // part of the vocabulary when split; copy_to_region sums the input's gradient over the group).
+  layers.push_back(pipe::TiedLayerSpec(
+      "embed", token_embedding(vocab, a.embed, parallel), [parallel](nn::Module& m, const tensor_list& x) {
+        const Tensor input = parallel.split() ? tp::copy_to_region(x[0], parallel.group) : x[0];
+        return tensor_list{matmul(input, m.named_parameters()[0].second.t())};
       }));
   return layers;
 }
 
-Tensor lm_loss(const tensor_list& outputs, const tensor_list& labels) {
-  const Tensor& logits = outputs[0];
-  return cross_entropy(logits.reshape({-1, logits.size(-1)}), labels[0].reshape({-1}).to(logits.device()));
+pipe::LossFn lm_loss(const Parallelism& parallel) {
+  return [parallel](const tensor_list& outputs, const tensor_list& labels) {
+    const Tensor& logits = outputs[0];
+    const Tensor targets = labels[0].to(logits.device());
+    if (parallel.split()) return nn::vocab_parallel_cross_entropy(logits, targets, parallel.group).mean();
+    return cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+  };
+}
+
+// Megatron's padding (--make-vocab-size-divisible-by): the vocabulary rounded up to a multiple of vocab_multiple
+// and of the tensor-parallel size; the extra tokens never occur.
+int64_t padded_vocab(int64_t characters, const Args& a) {
+  const int64_t multiple = std::lcm(a.vocab_multiple, static_cast<int64_t>(a.tensor_parallel));
+  return (characters + multiple - 1) / multiple * multiple;
 }
 
 // ---- sampling in one process ----
@@ -298,7 +394,8 @@ std::string sample(const LocalModel& model, const std::string& vocab, const Args
   for (int64_t i = 0; i < a.sample; ++i) {
     const int64_t n = std::min<int64_t>(block, static_cast<int64_t>(ids.size()));
     const Tensor context = tensor(std::vector<int64_t>(ids.end() - n, ids.end())).unsqueeze(0);
-    const Tensor logits = model(context)[0][-1] / a.temperature;
+    // The padding tokens of a padded vocabulary are never sampled.
+    const Tensor logits = model(context)[0][-1].narrow(0, 0, static_cast<int64_t>(vocab.size())) / a.temperature;
     auto [top, index] = logits.topk(k);
     const int64_t pick = softmax(top, 0).unsqueeze(0).multinomial(1, false, &gen).item<int64_t>();
     ids.push_back(index[pick].item<int64_t>());
@@ -312,24 +409,29 @@ std::string sample(const LocalModel& model, const std::string& vocab, const Args
 void write_model_files(const std::string& dir, const std::string& vocab, const Args& a) {
   std::ofstream(dir + "/vocab.txt", std::ios::binary) << vocab;
   std::ofstream(dir + "/model.txt") << "block " << a.block << "\nembed " << a.embed << "\nheads " << a.heads
-                                    << "\nlayers " << a.layers << "\n";
+                                    << "\nlayers " << a.layers << "\nvocab_size " << a.vocab_size << "\n";
 }
 
 // The vocabulary, and `a` with the checkpoint's shape options.
 std::string read_model_files(const std::string& dir, Args& a) {
   std::ifstream vocab(dir + "/vocab.txt", std::ios::binary), shape(dir + "/model.txt");
   if (!vocab || !shape) throw UsageError(dir + " has no vocab.txt and model.txt: not a char_gpt checkpoint");
-  std::map<std::string, int64_t*> fields = {
-      {"block", &a.block}, {"embed", &a.embed}, {"heads", &a.heads}, {"layers", &a.layers}};
+  std::map<std::string, int64_t*> fields = {{"block", &a.block},
+                                            {"embed", &a.embed},
+                                            {"heads", &a.heads},
+                                            {"layers", &a.layers},
+                                            {"vocab_size", &a.vocab_size}};
   std::string name;
   for (int64_t value; shape >> name >> value;)
     if (fields.count(name)) *fields[name] = value;
-  return std::string(std::istreambuf_iterator<char>(vocab), {});
+  std::string text(std::istreambuf_iterator<char>(vocab), {});
+  if (a.vocab_size == 0) a.vocab_size = static_cast<int64_t>(text.size());  // written before padding existed
+  return text;
 }
 
 void print_sample(Args a, const std::string& dir, ScalarType dtype) {
   const std::string vocab = read_model_files(dir, a);
-  const LocalModel model(make_layers(a, static_cast<int64_t>(vocab.size())), dir, dtype);
+  const LocalModel model(make_layers(a, Parallelism{}), dir, dtype);
   std::cout << "sample (" << a.sample << " characters, temperature " << a.temperature << ", top-k " << a.top_k
             << ", from " << dir << " in one process):\n"
             << sample(model, vocab, a, a.block) << "\n";
@@ -376,20 +478,56 @@ Evaluation evaluate(pipe::PipelineEngine& engine, const Corpus& corpus, const Ar
     const int64_t rows = share / a.micro_batches;
     for (size_t k = 0; k < outputs.size(); ++k) {
       const Tensor labels = y.narrow(0, static_cast<int64_t>(k) * rows, rows);
-      correct += outputs[k][0].argmax(-1).eq(labels).sum().item<double>();
+      // Split by vocabulary over the tensor-parallel ranks (every rank of the last stage gathers with the others).
+      const Tensor logits = a.tensor_parallel > 1
+                                ? tp::gather_from_region(outputs[k][0], grid.get_model_parallel_group())
+                                : outputs[k][0];
+      correct += logits.argmax(-1).eq(labels).sum().item<double>();
       count += static_cast<double>(labels.numel());
     }
   }
   Tensor totals = tensor(std::vector<double>{correct, count}, kFloat64);
-  distributed::all_reduce(totals);  // only the last stages counted
+  distributed::all_reduce(totals);  // only the last stages counted (each tensor-parallel rank alike)
   return {loss / static_cast<double>(a.eval_batches), totals[0].item<double>() / totals[1].item<double>()};
+}
+
+// MB of parameters, of gradients and of optimizer state this rank holds during a step, and its peak resident
+// memory, each the largest over the ranks. ZeRO holds 1/D of the state (stage 1) and of the gradients (stage 2).
+Tensor memory_per_rank(const nn::Module& model, const optim::Optimizer& optimizer) {
+  constexpr double kMb = 1024.0 * 1024.0;
+  double params = 0, grads = 0, state = 0;
+  for (const Tensor& p : model.parameters()) params += static_cast<double>(p.nbytes());
+  grads = params;
+  if (const auto* zero = dynamic_cast<const optim::ShardedOptimizer*>(&optimizer)) {
+    const double bytes = static_cast<double>(model.parameters().front().element_size());
+    state = static_cast<double>(zero->state_numel()) * bytes;
+    if (zero->stage() == 2) {
+      grads = 0;
+      for (const optim::ZeroBucket& b : zero->buckets()) grads += static_cast<double>(b.shard_numel) * bytes;
+    }
+  } else {
+    for (const auto& [key, t] : optimizer.state_dict())
+      if (key.starts_with("state.") && !key.ends_with(".step")) state += static_cast<double>(t.nbytes());
+  }
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  Tensor out = tensor(std::vector<double>{params / kMb, grads / kMb, state / kMb, usage.ru_maxrss / 1024.0}, kFloat64);
+  distributed::all_reduce(out, distributed::ReduceOp::MAX);
+  return out;
 }
 
 void train(const Args& a, const pipe::PipelineParallelGrid& grid, const std::shared_ptr<pipe::PipelineModule>& model,
            const Corpus& corpus, Device device, ScalarType dtype) {
   const int rank = grid.get_global_rank();
   const int64_t replicas = grid.get_data_parallel_world_size(), replica = grid.get_data_parallel_id();
-  auto adamw = std::make_shared<optim::AdamW>(model->parameters(), optim::AdamWOptions(a.lr).weight_decay(0.1));
+  const auto adamw_options = optim::AdamWOptions(a.lr).weight_decay(0.1);
+  std::shared_ptr<optim::Optimizer> adamw;
+  if (a.zero == 0)
+    adamw = std::make_shared<optim::AdamW>(model->parameters(), adamw_options);
+  else
+    adamw = std::make_shared<optim::ZeroRedundancyOptimizer<optim::AdamW>>(
+        model->parameters(), adamw_options,
+        optim::ZeroOptions{.group = grid.get_data_parallel_group(), .stage = a.zero});
   pipe::PipelineEngineOptions engine_options{.micro_batches = a.micro_batches};
   // float16's 5 exponent bits flush small gradients to zero unless the loss is scaled; bfloat16 has float32's 8.
   if (a.autocast == "float16") engine_options.grad_scaler = optim::GradScalerOptions();
@@ -397,13 +535,18 @@ void train(const Args& a, const pipe::PipelineParallelGrid& grid, const std::sha
   optim::WarmupCosineLR schedule(*adamw, std::min<int64_t>(100, a.steps / 10), a.steps);
   if (rank == 0) {
     std::printf(
-        "char_gpt: %lld characters of text, vocabulary %zu; %lld blocks of %lld, %lld heads, context %lld; "
-        "%d stage(s) x %lld replica(s), batch %lld sequences (%d micro-batches per replica), %s%s%s on %s\n",
+        "char_gpt: %lld characters of text, vocabulary %zu%s; %lld blocks of %lld, %lld heads, context %lld; "
+        "%d stage(s) x %d tensor-parallel%s x %lld replica(s)%s, batch %lld sequences (%d micro-batches per "
+        "replica), %s%s%s on %s\n",
         static_cast<long long>(corpus.train.numel() + corpus.val.numel()), corpus.vocab.size(),
+        static_cast<size_t>(a.vocab_size) == corpus.vocab.size()
+            ? ""
+            : (" (padded to " + std::to_string(a.vocab_size) + ")").c_str(),
         static_cast<long long>(a.layers), static_cast<long long>(a.embed), static_cast<long long>(a.heads),
-        static_cast<long long>(a.block), grid.get_pipe_parallel_world_size(), static_cast<long long>(replicas),
-        static_cast<long long>(a.batch_size), a.micro_batches, a.dtype.c_str(), a.autocast.empty() ? "" : ", autocast ",
-        a.autocast.c_str(), device.is_cpu() ? "cpu" : "cuda");
+        static_cast<long long>(a.block), grid.get_pipe_parallel_world_size(), a.tensor_parallel,
+        a.sequence_parallel ? " (sequence parallel)" : "", static_cast<long long>(replicas),
+        a.zero ? (a.zero == 1 ? ", ZeRO 1" : ", ZeRO 2") : "", static_cast<long long>(a.batch_size), a.micro_batches,
+        a.dtype.c_str(), a.autocast.empty() ? "" : ", autocast ", a.autocast.c_str(), device.is_cpu() ? "cpu" : "cuda");
     std::fflush(stdout);
   }
   // Every rank draws every step's windows from the same generator and keeps its replica's share, so that each
@@ -450,10 +593,15 @@ void train(const Args& a, const pipe::PipelineParallelGrid& grid, const std::sha
     }
   }
   distributed::barrier();  // every stage's files are written
+  const Tensor memory = memory_per_rank(*model, *adamw);
   if (rank == 0) {
     std::cout << "metrics: " << a.out << "/metrics.csv, plot: " << a.out << "/metrics.svg, checkpoint: " << a.out
               << "\n";
     print_sample(a, a.out, dtype);
+    std::printf(
+        "memory per rank (the largest over the ranks): parameters %.2f MB, gradients %.2f MB, optimizer state "
+        "%.2f MB, peak resident %.0f MB\n",
+        memory[0].item<double>(), memory[1].item<double>(), memory[2].item<double>(), memory[3].item<double>());
     std::cout << "val_loss=" << val_loss << "\n"
               << "tokens_per_s=" << static_cast<double>(a.steps * a.batch_size * a.block) / train_seconds << std::endl;
   }
@@ -484,20 +632,26 @@ int main(int argc, char** argv) {
       return 0;
     }
     device = args.device == "cuda" ? cuda::device() : Device(kCPU);
-    grid.emplace(args.stages);
+    const int world = distributed::get_world_size();
+    if (world % (args.stages * args.tensor_parallel) != 0)
+      throw UsageError(std::to_string(world) + " ranks do not split into --stages " + std::to_string(args.stages) +
+                       " x --tensor-parallel " + std::to_string(args.tensor_parallel) + " x replicas");
+    grid.emplace(pipe::PipeModelDataParallelTopology(args.stages, args.tensor_parallel,
+                                                     world / (args.stages * args.tensor_parallel)));
     const int64_t replicas = grid->get_data_parallel_world_size();
     if (args.batch_size % (replicas * args.micro_batches) != 0)
       throw UsageError("--batch-size " + std::to_string(args.batch_size) + " does not split into " +
                        std::to_string(replicas) + " replicas x " + std::to_string(args.micro_batches) +
                        " micro-batches");
     corpus.emplace(load_corpus(args.data, args.block));
+    args.vocab_size = padded_vocab(static_cast<int64_t>(corpus->vocab.size()), args);
+    const Parallelism parallel{grid->get_model_parallel_group(), args.sequence_parallel};
     pipe::PipelineModuleOptions options;
     options.partition_method = "type:TransformerBlock";
-    options.loss_fn = lm_loss;
+    options.loss_fn = lm_loss(parallel);
     options.seed_layers = true;  // the same initial weights in every layout
     options.base_seed = args.seed;
-    model = std::make_shared<pipe::PipelineModule>(make_layers(args, static_cast<int64_t>(corpus->vocab.size())), *grid,
-                                                   options);
+    model = std::make_shared<pipe::PipelineModule>(make_layers(args, parallel), *grid, options);
     model->to(dtype);
     model->to(device);
     std::filesystem::create_directories(args.out);
