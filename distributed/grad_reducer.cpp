@@ -42,8 +42,9 @@ std::vector<std::vector<size_t>> GradReducer::make_buckets(const std::vector<Ten
 }
 
 GradReducer::GradReducer(std::string who, std::vector<Tensor> params, std::vector<std::string> names,
-                         std::vector<std::vector<size_t>> buckets, Callbacks callbacks)
+                         std::vector<std::vector<size_t>> buckets, Callbacks callbacks, std::string create_graph_remedy)
     : who_(std::move(who)),
+      create_graph_remedy_(std::move(create_graph_remedy)),
       params_(std::move(params)),
       names_(std::move(names)),
       buckets_(std::move(buckets)),
@@ -85,7 +86,7 @@ void GradReducer::on_grad(size_t i) {
 void GradReducer::begin_pass() {
   if (pass_open_) abandon_pass();
   STRATA_CHECK(!GradMode::is_enabled(), who_, ": backward with create_graph is not supported (the ",
-               "reduced gradients would have no history); run that backward under no_sync()");
+               "reduced gradients would have no history); ", create_graph_remedy_);
   ready_.assign(ready_.size(), false);
   for (size_t b = 0; b < buckets_.size(); ++b) pending_[b] = buckets_[b].size();
   launched_ = 0;
@@ -103,8 +104,8 @@ void GradReducer::abandon_pass() {
   pass_open_ = false;
   for (size_t b = 0; b < launched_; ++b) works_[b]->wait();
   STRATA_CHECK(false, who_, ": the previous backward stopped (threw) before its gradients were ",
-               "averaged, so grad() holds this rank's own gradients; zero the gradients and redo the step on ",
-               "every rank");
+               "reduced, so the gradients are not the average over the ranks; zero the gradients and redo the step ",
+               "on every rank");
 }
 
 // Starts bucket launched_'s collective. launched_ counts it only once its work exists: abandon_pass() waits

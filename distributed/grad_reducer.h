@@ -14,7 +14,8 @@
 //          flat.narrow(0, 2, 8).copy_(params[0].grad().flatten());
 //          return work = distributed::all_reduce(flat, distributed::ReduceOp::AVG, {}, /*async_op=*/true);
 //        },
-//        .complete = [&](size_t) { /* flat holds the average over the ranks */ }});
+//        .complete = [&](size_t) { /* flat holds the average over the ranks */ }},
+//       "reduce by hand");
 //   model(randn({3, 4})).sum().backward();                  // every rank of the group runs it
 
 #include <functional>
@@ -39,10 +40,10 @@ class GradReducer {
   };
 
   /// Hooks every parameter; buckets[b] lists the numbers of bucket b's parameters (each in one bucket), and
-  /// buckets launch in index order once all their parameters are ready. `who` starts error messages and
-  /// names[i] names parameter i in them.
+  /// buckets launch in index order once all their parameters are ready. `who` starts error messages, names[i]
+  /// names parameter i in them, and `create_graph_remedy` says what to do instead of a backward with create_graph.
   GradReducer(std::string who, std::vector<Tensor> params, std::vector<std::string> names,
-              std::vector<std::vector<size_t>> buckets, Callbacks callbacks);
+              std::vector<std::vector<size_t>> buckets, Callbacks callbacks, std::string create_graph_remedy);
   ~GradReducer();  ///< removes the hooks
   /// Buckets as DistributedDataParallel makes them: the parameters in reverse order (roughly the order backward
   /// finishes them), one open bucket per (dtype, keys[i]), closed before it would pass cap_mb MiB (the first of
@@ -63,7 +64,7 @@ class GradReducer {
   void launch_next();
   void finish();
 
-  std::string who_;
+  std::string who_, create_graph_remedy_;
   std::vector<Tensor> params_;
   std::vector<std::string> names_;
   std::vector<std::vector<size_t>> buckets_;

@@ -135,7 +135,8 @@ struct DistributedDataParallel::Reducer {
     passes = std::make_unique<dist::GradReducer>(
         "DistributedDataParallel", std::move(tensors), std::move(names), std::move(members),
         dist::GradReducer::Callbacks{.launch = [this](size_t b) { return launch(b); },
-                                     .complete = [this](size_t b) { complete(b); }});
+                                     .complete = [this](size_t b) { complete(b); }},
+        "run that backward under no_sync()");
   }
 
   // GradReducer::make_buckets's buckets, each with its buffer and its parameters' views.

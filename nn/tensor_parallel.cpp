@@ -121,6 +121,10 @@ ColumnParallelLinearImpl::ColumnParallelLinearImpl(const ColumnParallelLinearOpt
   STRATA_CHECK(options.stride() >= 1 && options.out_features() % options.stride() == 0,
                "ColumnParallelLinear: stride must be at least 1 and divide out_features ", options.out_features(),
                ", got ", options.stride());
+  STRATA_CHECK(options.stride() == 1 || !options.gather_output(), "ColumnParallelLinear: gather_output with stride ",
+               options.stride(),
+               " would put each rank's blocks side by side, not in the whole layer's order; keep "
+               "the outputs split (gather_output false) or use stride 1");
   check_divisible(options.out_features() / options.stride(), group, "ColumnParallelLinear",
                   options.stride() == 1 ? "out_features" : "out_features / stride");
   check_whole(options, whole, "ColumnParallelLinear");

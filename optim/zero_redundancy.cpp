@@ -20,16 +20,19 @@ namespace {
 
 constexpr const char* kName = "ZeroRedundancyOptimizer";
 
-// Throws the same error on every rank of the group when the ranks' partitions differ (different parameters
-// would pair unrelated slices in every collective).
-void check_same_partition(const std::vector<ZeroBucket>& buckets, const dist::Group& group) {
+// Throws on every rank of the group when the ranks' partitions differ (different parameters would pair unrelated
+// slices in every collective) or when some rank found `error` in its parameters, so that none waits for the others.
+void check_same_partition(const std::vector<ZeroBucket>& buckets, const std::string& error, const dist::Group& group) {
   std::string layout;
   for (const ZeroBucket& b : buckets) layout += str(b.dtype, ":", b.numel, " ");
   const auto hash = static_cast<int64_t>(std::hash<std::string>{}(layout) >> 1);
-  Tensor both = tensor({hash, -hash});
-  dist::all_reduce(both, dist::ReduceOp::MAX, group);
-  STRATA_CHECK(both[0].item<int64_t>() == -both[1].item<int64_t>(), kName, ": the ranks of ",
-               group ? group->describe() : "WORLD",
+  Tensor facts = tensor({hash, -hash, int64_t{error.empty() ? 0 : 1}});
+  dist::all_reduce(facts, dist::ReduceOp::MAX, group);
+  const std::string where = group ? group->describe() : "WORLD";
+  STRATA_CHECK(error.empty(), kName, ": ", error);
+  STRATA_CHECK(facts[2].item<int64_t>() == 0, kName, ": another rank of ", where,
+               " refused its parameters (its error says why)");
+  STRATA_CHECK(facts[0].item<int64_t>() == -facts[1].item<int64_t>(), kName, ": the ranks of ", where,
                " pass different parameters (this rank's buckets, dtype:numel: ", layout,
                "); every rank must pass the same parameters in the same order");
 }
@@ -49,11 +52,12 @@ ShardedOptimizer::ShardedOptimizer(std::vector<OptimizerParamGroup> groups, cons
   const int64_t size = dist::get_world_size(options_.group);
 
   std::vector<size_t> group_of;
+  std::string error;  // found in this rank's parameters; every rank of the group learns that one did
   for (size_t g = 0; g < groups_.size(); ++g)
     for (const Tensor& p : groups_[g].params()) {
-      STRATA_CHECK(p.device() == groups_[0].params()[0].device(), kName, ": parameter ", params_.size(), " is on ",
-                   p.device(), " but parameter 0 on ", groups_[0].params()[0].device(),
-                   "; the partition lives on one device");
+      if (error.empty() && p.device() != groups_[0].params()[0].device())
+        error = str("parameter ", params_.size(), " is on ", p.device(), " but parameter 0 on ",
+                    groups_[0].params()[0].device(), "; the partition lives on one device");
       params_.push_back(p);
       group_of.push_back(g);
     }
@@ -68,7 +72,7 @@ ShardedOptimizer::ShardedOptimizer(std::vector<OptimizerParamGroup> groups, cons
     b.shard_numel = b.padded / size;
     buckets_.push_back(std::move(b));
   }
-  check_same_partition(buckets_, options_.group);
+  check_same_partition(buckets_, error, options_.group);
   {  // Replicas start from group rank 0's values, as DistributedDataParallel's do.
     NoGradGuard no_grad;
     std::vector<std::shared_ptr<dist::Work>> works;
@@ -109,7 +113,8 @@ ShardedOptimizer::ShardedOptimizer(std::vector<OptimizerParamGroup> groups, cons
                                            // After the last bucket: which parameters had a gradient anywhere.
                                            if (b + 1 == buckets_.size())
                                              dist::all_reduce(seen_, dist::ReduceOp::MAX, options_.group);
-                                         }});
+                                         }},
+        "use stage 1, whose gradients DistributedDataParallel reduces (under no_sync() for such a backward)");
   }
 }
 
@@ -150,39 +155,32 @@ std::shared_ptr<dist::Work> ShardedOptimizer::launch_reduce_scatter(size_t b) {
   return dist::reduce_scatter_tensor(received_[b], send, dist::ReduceOp::AVG, options_.group, /*async_op=*/true);
 }
 
-// Gives each shard its gradient for this step: this rank's slice of the parameters' averaged grad() (stage 1)
-// or what the reduce-scatters accumulated (stage 2); undefined for a bucket without gradients.
-void ShardedOptimizer::prepare_grads() {
-  if (prepared_) return;
-  NoGradGuard no_grad;
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    const ZeroBucket& bucket = buckets_[b];
-    std::vector<size_t> with, without;
-    for (size_t i : bucket.params) {
-      const bool has =
-          options_.stage == 1 ? params_[i].grad().defined() : seen_[static_cast<int64_t>(i)].item<double>() > 0;
-      (has ? with : without).push_back(i);
-      STRATA_CHECK(
-          options_.stage == 1 || !params_[i].grad().defined(), kName, "::step: parameter ", i,
-          " has a gradient, but at stage 2 backward hands every gradient to the optimizer's reduce-scatter "
-          "and frees it; do not also wrap the model in DistributedDataParallel, and do not set grad() by hand");
-    }
-    STRATA_CHECK(with.empty() || without.empty(), kName, "::step: parameter ", with.empty() ? 0 : with.front(),
-                 " has a gradient but parameter ", without.empty() ? 0 : without.front(),
-                 ", in the same bucket, has none; a bucket's shard steps as one (Note [flat shards]): give every "
-                 "parameter a gradient on each step, or freeze the unused ones (requires_grad false) before making "
-                 "the optimizer");
-    Tensor& grad = shards_[b].mutable_grad();
-    if (with.empty()) {
-      grad = Tensor();
-    } else if (options_.stage == 1) {
-      grad = zeros({bucket.shard_numel}, shards_[b].options());
-      for_each_overlap(b, [&](size_t i, int64_t from, int64_t to, int64_t n) {
-        grad.narrow(0, to, n).copy_(params_[i].grad().reshape({-1}).narrow(0, from, n));
-      });
-    }
+// Bucket b's gradient on this rank's slice: of the parameters' averaged grad() (stage 1) or what the reduce-scatters
+// accumulated (stage 2). Undefined when no parameter of the bucket has a gradient; an error when some have.
+Tensor ShardedOptimizer::shard_gradient(size_t b) const {
+  const ZeroBucket& bucket = buckets_[b];
+  std::vector<size_t> with, without;
+  for (size_t i : bucket.params) {
+    const bool has =
+        options_.stage == 1 ? params_[i].grad().defined() : seen_[static_cast<int64_t>(i)].item<double>() > 0;
+    (has ? with : without).push_back(i);
+    STRATA_CHECK(options_.stage == 1 || !params_[i].grad().defined(), kName, "::step: parameter ", i,
+                 " has a gradient, but at stage 2 backward hands every gradient to the optimizer's reduce-scatter "
+                 "and frees it; do not also wrap the model in DistributedDataParallel, and do not set grad() by hand");
   }
-  prepared_ = true;
+  STRATA_CHECK(with.empty() || without.empty(), kName, "::step: parameter ", with.empty() ? 0 : with.front(),
+               " has a gradient but parameter ", without.empty() ? 0 : without.front(),
+               ", in the same bucket, has none; a bucket's shard steps as one (Note [flat shards]): give every "
+               "parameter a gradient on each step, or freeze the unused ones (requires_grad false) before making "
+               "the optimizer");
+  if (with.empty()) return Tensor();
+  if (options_.stage == 2) return shards_[b].grad();
+  NoGradGuard no_grad;
+  Tensor grad = zeros({bucket.shard_numel}, shards_[b].options());
+  for_each_overlap(b, [&](size_t i, int64_t from, int64_t to, int64_t n) {
+    grad.narrow(0, to, n).copy_(params_[i].grad().reshape({-1}).narrow(0, from, n));
+  });
+  return grad;
 }
 
 std::shared_ptr<dist::Work> ShardedOptimizer::launch_all_gather(size_t b, Tensor& flat) const {
@@ -192,7 +190,7 @@ std::shared_ptr<dist::Work> ShardedOptimizer::launch_all_gather(size_t b, Tensor
 
 void ShardedOptimizer::step() {
   check_grads();
-  prepare_grads();
+  for (size_t b = 0; b < buckets_.size(); ++b) shards_[b].mutable_grad() = shard_gradient(b);
   {
     NoGradGuard no_grad;
     // The parameters may have changed since the last step (a model loaded after the optimizer was made).
@@ -227,30 +225,27 @@ void ShardedOptimizer::step() {
     }
   }
   for (Tensor& shard : shards_) shard.mutable_grad() = Tensor();
-  if (seen_.defined()) seen_.zero_();
-  prepared_ = false;
 }
 
 void ShardedOptimizer::zero_grad(bool set_to_none) {
   Optimizer::zero_grad(set_to_none);
   autograd::zero_grad(shards_, set_to_none);
-  // Zero-filled gradients count as gradients, as they do for the unsharded optimizer.
-  if (seen_.defined()) seen_.fill_(set_to_none ? 0 : 1);
-  prepared_ = false;
+  // Zero-filled gradients still count as gradients, as they do for the unsharded optimizer.
+  if (seen_.defined() && set_to_none) seen_.zero_();
 }
 
 double ShardedOptimizer::clip_grad_norm_(double max_norm, double norm_type, bool error_if_nonfinite) {
   const std::string where = std::string(kName) + "::clip_grad_norm_";
   STRATA_CHECK(norm_type > 0, where, ": norm_type must be positive or inf, got ", norm_type);
   STRATA_CHECK(max_norm >= 0, where, ": max_norm must be >= 0, got ", max_norm);
-  prepare_grads();
   NoGradGuard no_grad;
   // As nn::utils::clip_grad_norm_: the norm of the per-shard norms is the norm of everything together.
   const bool max_norm_type = std::isinf(norm_type);
   double local = 0;
-  for (const Tensor& shard : shards_) {
-    if (!shard.grad().defined()) continue;
-    const double n = shard.grad().norm(norm_type).item<double>();
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const Tensor grad = shard_gradient(b);
+    if (!grad.defined()) continue;
+    const double n = grad.norm(norm_type).item<double>();
     if (!max_norm_type)
       local += std::pow(n, norm_type);
     else if (n > local || std::isnan(n))
@@ -262,9 +257,10 @@ double ShardedOptimizer::clip_grad_norm_(double max_norm, double norm_type, bool
   STRATA_CHECK(!error_if_nonfinite || std::isfinite(total), where, ": the total norm of order ", norm_type,
                " of the gradients is ", total, "; error_if_nonfinite is set, so the gradients were left alone");
   const double clip_coef = max_norm / (total + 1e-6);
+  // Stage 1 scales grad() itself (every rank holds the averaged whole), so that step() and a GradScaler see it.
   if (!(clip_coef >= 1))
-    for (Tensor& shard : shards_)
-      if (shard.grad().defined()) shard.mutable_grad().mul_(clip_coef);
+    for (const Tensor& t : options_.stage == 1 ? params_ : shards_)
+      if (Tensor grad = t.grad(); grad.defined()) grad.mul_(clip_coef);
   return total;
 }
 

@@ -39,7 +39,7 @@
 //
 // state_dict() and load_state_dict() are those of the unsharded optimizer, per parameter and full size: saving
 // all-gathers the shards' state and loading keeps this rank's slice, so a checkpoint resumes at any group size,
-// with or without ZeRO. Both are collective over the group. GradScaler works with stage 1 (it unscales
+// with or without ZeRO. state_dict() is collective over the group; load_state_dict() is not. GradScaler works with stage 1 (it unscales
 // grad()); at stage 2 it is an error.
 
 #include <concepts>
@@ -109,7 +109,7 @@ class ShardedOptimizer : public Optimizer {
   void set_full_state(std::vector<ParamState> state) override;
 
  private:
-  void prepare_grads();
+  Tensor shard_gradient(size_t b) const;
   std::shared_ptr<distributed::Work> launch_reduce_scatter(size_t b);
   std::shared_ptr<distributed::Work> launch_all_gather(size_t b, Tensor& flat) const;
   template <class F>
@@ -125,7 +125,6 @@ class ShardedOptimizer : public Optimizer {
   Tensor seen_;                   // stage 2: per parameter, 1 once some rank had a gradient for it (CPU)
   std::unique_ptr<Optimizer> inner_;
   std::unique_ptr<distributed::GradReducer> reducer_;  // stage 2
-  bool prepared_ = false;                              // shard gradients made for this step (clip_grad_norm_)
 };
 
 /// An optimizer whose every element's update reads only that element (T::elementwise_update): what ZeRO can step

@@ -44,10 +44,8 @@ Tensor grad_or_zeros(Tensor param) {
 }
 
 // The global ranks of `group` (WORLD when empty) in group-rank order: two groups of the same ranks are one.
-std::vector<int> global_ranks(const dist::Group& group) {
-  std::vector<int> ranks;
-  for (int r = 0; r < dist::get_world_size(group); ++r) ranks.push_back(dist::get_global_rank(group, r));
-  return ranks;
+const std::vector<int>& global_ranks(const dist::Group& group) {
+  return (group ? group : dist::get_world_group())->ranks();
 }
 
 }  // namespace
@@ -134,10 +132,13 @@ PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, const Pip
                  "; build tensor-parallel layers with .group(grid.get_model_parallel_group())");
   if (const auto* sharded = dynamic_cast<const optim::ShardedOptimizer*>(optimizer_.get())) {
     STRATA_CHECK(sharded->stage() == 1 || grid_.get_pipe_parallel_world_size() == 1,
-                 "PipelineEngine: ZeRO stage 2 reduce-scatters and frees the gradients in every micro-batch's ",
-                 "backward, before a pipeline sums tied gradients across stages, and pays that traffic ",
-                 options_.micro_batches, " times a step; as DeepSpeed, the engine refuses stage 2 with more than one ",
-                 "stage: use stage 1");
+                 "PipelineEngine does not support ZeRO stage 2 with more than one stage, as DeepSpeed does not: ",
+                 "stage 2 reduce-scatters and frees the gradients in every micro-batch's backward, before a pipeline ",
+                 "sums tied gradients across stages, and pays that traffic ", options_.micro_batches,
+                 " times a step; use stage 1");
+    STRATA_CHECK(sharded->stage() == 1 || !options_.grad_scaler,
+                 "PipelineEngine does not support ZeRO stage 2 with a grad_scaler: stage 2 keeps no parameter ",
+                 "gradients to unscale; use stage 1");
     STRATA_CHECK(global_ranks(sharded->group()) == global_ranks(grid_.get_data_parallel_group()),
                  "PipelineEngine: the ZeroRedundancyOptimizer partitions over ",
                  sharded->group() ? sharded->group()->describe() : "WORLD",

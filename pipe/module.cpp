@@ -204,6 +204,11 @@ PipelineModule::PipelineModule(std::vector<Layer> layers, int num_stages, int st
           for (const Tensor& p : local_[j].module->parameters())
             if (seen.insert(p.impl_ptr().get()).second) parameters.push_back(p);
     }
+  // Built without a grid, tensor-parallel layers still name their group: its rank 0 writes the layer files.
+  for (const auto& [name, split] : nn::parameter_splits(*this)) {
+    model_parallel_rank_ = split.group->rank();
+    break;
+  }
 }
 
 int PipelineModule::run_end(int begin, int stop) const {

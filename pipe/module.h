@@ -207,7 +207,7 @@ class PipelineModule : public nn::Module {
   std::vector<Layer> layers_;
   PipelineModuleOptions options_;
   int num_stages_ = 1, stage_id_ = 0;
-  int model_parallel_rank_ = 0;  // in the grid's model-parallel group: rank 0 writes the layer files
+  int model_parallel_rank_ = 0;  // in the model-parallel group (the grid's, else the split layers'): 0 writes files
   StageLayout layout_;
   std::vector<int> parts_;
   std::map<std::string, int> first_tied_;  // each tie key's first layer in the whole model

@@ -165,6 +165,8 @@ Args parse(int argc, char** argv) {
   if (a.zero < 0 || a.zero > 2) throw UsageError("--zero must be 0, 1 or 2");
   if (a.zero == 2 && a.stages > 1)
     throw UsageError("--zero 2 needs --stages 1: with a pipeline the engine refuses ZeRO stage 2, as DeepSpeed does");
+  if (a.zero == 2 && a.autocast == "float16")
+    throw UsageError("--zero 2 keeps no gradients for float16's loss scaler to unscale: use --zero 1");
   if (a.dtype != "float32" && a.dtype != "float64") throw UsageError("unknown dtype " + a.dtype);
   if (!a.autocast.empty() && a.autocast != "bfloat16" && a.autocast != "float16")
     throw UsageError("unknown --autocast dtype " + a.autocast + " (bfloat16 or float16)");

@@ -196,7 +196,7 @@ TEST(DDP, AFailedBackwardIsReportedByTheNextOne) {
   h.register_hook([](const Tensor&) { throw std::runtime_error("test: backward fails after fc2"); });
   EXPECT_THROW(mse_loss(model->fc3(tanh(model->fc2(tanh(h)))), my_rows(y)).backward(), std::runtime_error);
   EXPECT_THROW_MSG(mse_loss(model(my_rows(x)), my_rows(y)).backward(),
-                   "DistributedDataParallel: the previous backward stopped (threw) before its gradients were averaged");
+                   "DistributedDataParallel: the previous backward stopped (threw) before its gradients were reduced");
   model->zero_grad();  // and the step done again works
   mse_loss(model(my_rows(x)), my_rows(y)).backward();
   mse_loss(reference(x), y).backward();

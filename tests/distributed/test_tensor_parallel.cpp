@@ -317,6 +317,9 @@ TEST(TensorParallel, LayersNameWhatIsWrong) {
                    "RowParallelLinear: expected input with last dim 4 (its part of "
                    "in_features, input_is_parallel), got shape [2, " +
                        std::to_string(4 * ranks()) + "]");
+  EXPECT_THROW_MSG(nn::ColumnParallelLinear(
+                       nn::ColumnParallelLinearOptions(4, 6 * ranks()).stride(3).gather_output(true).group(world())),
+                   "ColumnParallelLinear: gather_output with stride 3 would put each rank's blocks side by side");
   EXPECT_THROW_MSG(nn::ColumnParallelLinear(nn::ColumnParallelLinearOptions(4, ranks() + 1).group(world())),
                    "ColumnParallelLinear: out_features " + std::to_string(ranks() + 1) +
                        " is not divisible by the tensor-parallel size " + std::to_string(ranks()));
