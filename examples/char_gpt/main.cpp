@@ -20,7 +20,8 @@
 //            [--sample-only DIR] [--tensor-parallel N] [--sequence-parallel] [--zero 0|1|2]
 //            [--make-vocab-size-divisible-by N]
 //
-// It ends with the memory per rank, then `val_loss=<value>` and `tokens_per_s=<value>`.
+// It ends with the memory per rank (and with STRATA_COMM_LOG=1 rank 0's communication per op and group), then
+// `val_loss=<value>` and `tokens_per_s=<value>`.
 
 #include <strata/strata.h>
 #include <sys/resource.h>
@@ -604,6 +605,7 @@ void train(const Args& a, const pipe::PipelineParallelGrid& grid, const std::sha
         "memory per rank (the largest over the ranks): parameters %.2f MB, gradients %.2f MB, optimizer state "
         "%.2f MB, peak resident %.0f MB\n",
         memory[0].item<double>(), memory[1].item<double>(), memory[2].item<double>(), memory[3].item<double>());
+    if (distributed::comm_logging()) distributed::print_comm_summary();  // STRATA_COMM_LOG=1: rank 0's calls
     std::cout << "val_loss=" << val_loss << "\n"
               << "tokens_per_s=" << static_cast<double>(a.steps * a.batch_size * a.block) / train_seconds << std::endl;
   }

@@ -323,6 +323,21 @@ TEST(Zero, Errors) {
     EXPECT_THROW_MSG(opt.step(), "keeps \"norm\" of shape []");
     opt.zero_grad();
   }
+  {  // A state dict whose parameters of one bucket do not share a state: it cannot become one shard's.
+    optim::AdamW plain(model->parameters(), optim::AdamWOptions(0.01));
+    for (Tensor p : model->parameters()) p.mutable_grad() = ones_like(p);
+    plain.step();
+    optim::StateDict dict = plain.state_dict();
+    optim::ZeroRedundancyOptimizer<optim::AdamW> opt(model->parameters(), optim::AdamWOptions(0.01));
+    dict.at("state.0.step").fill_(5);
+    EXPECT_THROW_MSG(opt.load_state_dict(dict), "lie in one bucket but took");
+    dict.at("state.0.step").fill_(1);
+    dict.erase("state.0.exp_avg");
+    dict.erase("state.0.exp_avg_sq");
+    dict.erase("state.0.step");
+    EXPECT_THROW_MSG(opt.load_state_dict(dict), "lie in one bucket but the state dict gives them different entries");
+    model->zero_grad();
+  }
   {  // A bucket whose parameters step only in part.
     Zero opt(model->parameters(), 0.1, {.bucket_cap_mb = 1});
     model->fc1->weight.mutable_grad() = zeros_like(model->fc1->weight);
