@@ -35,7 +35,6 @@
 #include <fstream>
 #include <iostream>
 #include <map>
-#include <numeric>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -43,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "model.h"
 #include "report.h"
 #include "setup.h"
 
@@ -85,6 +85,8 @@ struct Args {
   int64_t vocab_size = 0;      // the model's (padded) vocabulary, set from the text
   bool help = false;
 };
+
+char_gpt::ModelShape shape(const Args& a) { return {a.vocab_size, a.block, a.embed, a.heads, a.layers}; }
 
 const char* kUsage =
     "usage: [mpirun -np N] char_gpt [--data FILE] [--stages S] [--micro-batches M] [--batch-size B] [--block T]\n"
@@ -239,113 +241,6 @@ std::pair<Tensor, Tensor> windows(const Tensor& ids, int64_t count, int64_t bloc
   return {all.narrow(1, 0, block).contiguous(), all.narrow(1, 1, block).contiguous()};
 }
 
-// ---- the model ----
-
-// The model over a tensor-parallel group (of one rank without tensor parallelism): Megatron's layers split the
-// vocabulary and each block over it, and sequence parallelism splits the sequence between the position embedding
-// and the final LayerNorm.
-struct Parallelism {
-  distributed::Group group;
-  bool sequence_parallel = false;
-  bool split() const { return group && group->size() > 1; }
-};
-
-// A learned position embedding added to the token embedding: [B, T, C] + weight[:T]; under sequence parallelism
-// each rank keeps its part of T.
-class AddPositionImpl : public nn::Module {
- public:
-  AddPositionImpl(int64_t block, int64_t embed, Parallelism parallel) : parallel(std::move(parallel)) {
-    weight = register_parameter("weight", nn::init::normal_(empty({block, embed}), 0, 0.02));
-  }
-  Tensor forward(const Tensor& x) {
-    const Tensor out = x + weight.narrow(0, 0, x.size(1));
-    return parallel.sequence_parallel ? tp::scatter_to_sequence_region(out, parallel.group, 1) : out;
-  }
-  Tensor weight;
-  Parallelism parallel;
-};
-STRATA_MODULE(AddPosition);
-
-// The token embedding, initialised as GPT-2's (N(0, 0.02)) since the LM head reuses it; split by vocabulary over a
-// tensor-parallel group (each rank's rows are its slice of what one process draws).
-pipe::LayerSpec token_embedding(int64_t vocab, int64_t embed, const Parallelism& parallel) {
-  return pipe::LayerSpec(
-      "Embedding",
-      [vocab, embed, parallel]() -> pipe::BuiltLayer {
-        if (!parallel.split()) {
-          nn::Embedding e(vocab, embed);
-          {
-            NoGradGuard no_grad;
-            nn::init::normal_(e->weight, 0, 0.02);
-          }
-          return {e.ptr(), [e](const tensor_list& x) { return tensor_list{e(x[0])}; }};
-        }
-        nn::Embedding whole(vocab, embed);  // drawn as one process draws it, then cut
-        {
-          NoGradGuard no_grad;
-          nn::init::normal_(whole->weight, 0, 0.02);
-        }
-        nn::VocabParallelEmbedding e(nn::VocabParallelEmbeddingOptions(vocab, embed).group(parallel.group));
-        e->load_state_dict(nn::slice_state_dict(*e, whole->state_dict()));
-        return {e.ptr(), [e](const tensor_list& x) { return tensor_list{e(x[0])}; }};
-      },
-      vocab* embed);
-}
-
-// The final LayerNorm, after gathering a split sequence (its backward keeps this rank's part of the gradient:
-// LayerNorm and the head run on every rank alike).
-pipe::LayerSpec final_norm(int64_t embed, const Parallelism& parallel) {
-  return pipe::LayerSpec(
-      "LayerNorm",
-      [embed, parallel] {
-        nn::LayerNorm ln(embed);
-        return pipe::BuiltLayer{
-            ln.ptr(), [ln, parallel](const tensor_list& x) {
-              return tensor_list{ln(
-                  parallel.sequence_parallel ? tp::gather_from_sequence_region(x[0], parallel.group, 1, false) : x[0])};
-            }};
-      },
-      2 * embed);
-}
-
-std::vector<pipe::Layer> make_layers(const Args& a, const Parallelism& parallel) {
-  const int64_t vocab = a.vocab_size;
-  std::vector<pipe::Layer> layers;
-  layers.push_back(pipe::TiedLayerSpec("embed", token_embedding(vocab, a.embed, parallel)));
-  layers.push_back(pipe::LayerSpec::of<AddPosition>(a.block, a.embed, parallel));
-  for (int64_t i = 0; i < a.layers; ++i)
-    layers.push_back(parallel.split() ? pipe::LayerSpec::of<nn::ParallelTransformerBlock>(
-                                            nn::ParallelTransformerBlockOptions(a.embed, a.heads)
-                                                .sequence_parallel(parallel.sequence_parallel)
-                                                .group(parallel.group))
-                                      : pipe::LayerSpec::of<nn::TransformerBlock>(a.embed, a.heads));
-  layers.push_back(final_norm(a.embed, parallel));
-  // The LM head: the token embedding's weight, transposed, maps [B, T, C] to logits [B, T, vocab] (this rank's
-  // part of the vocabulary when split; copy_to_region sums the input's gradient over the group).
-  layers.push_back(pipe::TiedLayerSpec(
-      "embed", token_embedding(vocab, a.embed, parallel), [parallel](nn::Module& m, const tensor_list& x) {
-        const Tensor input = parallel.split() ? tp::copy_to_region(x[0], parallel.group) : x[0];
-        return tensor_list{matmul(input, m.named_parameters()[0].second.t())};
-      }));
-  return layers;
-}
-
-pipe::LossFn lm_loss(const Parallelism& parallel) {
-  return [parallel](const tensor_list& outputs, const tensor_list& labels) {
-    const Tensor& logits = outputs[0];
-    const Tensor targets = labels[0].to(logits.device());
-    if (parallel.split()) return nn::vocab_parallel_cross_entropy(logits, targets, parallel.group).mean();
-    return cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
-  };
-}
-
-// Megatron's padding (--make-vocab-size-divisible-by): the vocabulary rounded up to a multiple of vocab_multiple
-// and of the tensor-parallel size; the extra tokens never occur.
-int64_t padded_vocab(int64_t characters, const Args& a) {
-  const int64_t multiple = std::lcm(a.vocab_multiple, static_cast<int64_t>(a.tensor_parallel));
-  return (characters + multiple - 1) / multiple * multiple;
-}
-
 // ---- sampling in one process ----
 
 // The whole model in this process, from a checkpoint folder that PipelineModule::save_state_dict wrote with any
@@ -434,7 +329,7 @@ std::string read_model_files(const std::string& dir, Args& a) {
 
 void print_sample(Args a, const std::string& dir, ScalarType dtype) {
   const std::string vocab = read_model_files(dir, a);
-  const LocalModel model(make_layers(a, Parallelism{}), dir, dtype);
+  const LocalModel model(char_gpt::make_layers(shape(a), {}), dir, dtype);
   std::cout << "sample (" << a.sample << " characters, temperature " << a.temperature << ", top-k " << a.top_k
             << ", from " << dir << " in one process):\n"
             << sample(model, vocab, a, a.block) << "\n";
@@ -648,14 +543,15 @@ int main(int argc, char** argv) {
                        std::to_string(replicas) + " replicas x " + std::to_string(args.micro_batches) +
                        " micro-batches");
     corpus.emplace(load_corpus(args.data, args.block));
-    args.vocab_size = padded_vocab(static_cast<int64_t>(corpus->vocab.size()), args);
-    const Parallelism parallel{grid->get_model_parallel_group(), args.sequence_parallel};
+    args.vocab_size =
+        char_gpt::padded_vocab(static_cast<int64_t>(corpus->vocab.size()), args.vocab_multiple, args.tensor_parallel);
+    const char_gpt::Parallelism parallel{grid->get_model_parallel_group(), args.sequence_parallel};
     pipe::PipelineModuleOptions options;
     options.partition_method = "type:TransformerBlock";
-    options.loss_fn = lm_loss(parallel);
+    options.loss_fn = char_gpt::lm_loss(parallel);
     options.seed_layers = true;  // the same initial weights in every layout
     options.base_seed = args.seed;
-    model = std::make_shared<pipe::PipelineModule>(make_layers(args, parallel), *grid, options);
+    model = std::make_shared<pipe::PipelineModule>(char_gpt::make_layers(shape(args), parallel), *grid, options);
     model->to(dtype);
     model->to(device);
     std::filesystem::create_directories(args.out);
