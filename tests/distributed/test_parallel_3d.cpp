@@ -69,7 +69,7 @@ std::vector<pipe::Layer> gpt_layers(const dist::Group& group, bool sequence_para
   }));
   layers.push_back(pipe::LayerSpec::of<nn::LayerNorm>(kEmbed));
   layers.push_back(pipe::TiedLayerSpec("embed", embedding(group), [group, split](nn::Module& m, const tensor_list& x) {
-    const Tensor& weight = m.named_parameters()[0].second;
+    const Tensor weight = m.named_parameters()[0].second;  // a copy: the dict is a temporary
     return tensor_list{matmul(split ? tp::copy_to_region(x[0], group) : x[0], weight.t())};
   }));
   return layers;
