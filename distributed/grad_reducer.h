@@ -53,9 +53,8 @@ class GradReducer {
   GradReducer(const GradReducer&) = delete;
   GradReducer& operator=(const GradReducer&) = delete;
 
-  bool sync = true;                                              ///< false: backward accumulates locally (no_sync)
-  size_t launched() const { return launched_; }                  ///< buckets the running (or last) backward has started
-  const std::vector<Tensor>& params() const { return params_; }  ///< the hooked parameters
+  bool sync = true;                              ///< false: backward accumulates locally (no_sync)
+  size_t launched() const { return launched_; }  ///< buckets the running (or last) backward has started
 
  private:
   void on_grad(size_t i);

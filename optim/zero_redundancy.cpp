@@ -138,16 +138,22 @@ void ShardedOptimizer::for_each_overlap(size_t b, F&& f) const {
 // each parameter's grad() freed, and the reduce-scatter of their average started.
 std::shared_ptr<dist::Work> ShardedOptimizer::launch_reduce_scatter(size_t b) {
   const ZeroBucket& bucket = buckets_[b];
-  Tensor send = zeros({bucket.padded}, TensorOptions(bucket.dtype).device(shards_[b].device()));
+  Tensor send = empty({bucket.padded}, TensorOptions(bucket.dtype).device(shards_[b].device()));
+  send.narrow(0, bucket.numel, bucket.padded - bucket.numel).zero_();
+  double* seen = seen_.data_ptr<double>();
   for (size_t k = 0; k < bucket.params.size(); ++k) {
     const size_t i = bucket.params[k];
     Tensor& grad = params_[i].mutable_grad();
-    if (!grad.defined()) continue;
+    Tensor slot = send.narrow(0, bucket.offsets[k], params_[i].numel());
+    if (!grad.defined()) {
+      slot.zero_();
+      continue;
+    }
     STRATA_CHECK(grad.sizes() == params_[i].sizes() && grad.dtype() == bucket.dtype, kName, ": parameter ", i,
                  " has shape ", params_[i].sizes(), " and dtype ", params_[i].dtype(), " but its gradient ",
                  grad.sizes(), " and ", grad.dtype());
-    send.narrow(0, bucket.offsets[k], params_[i].numel()).copy_(grad.reshape({-1}));
-    seen_[static_cast<int64_t>(i)].fill_(1);
+    slot.copy_(grad.reshape({-1}));
+    seen[i] = 1;
     grad = Tensor();
   }
   sending_[b] = send;
@@ -161,8 +167,7 @@ Tensor ShardedOptimizer::shard_gradient(size_t b) const {
   const ZeroBucket& bucket = buckets_[b];
   std::vector<size_t> with, without;
   for (size_t i : bucket.params) {
-    const bool has =
-        options_.stage == 1 ? params_[i].grad().defined() : seen_[static_cast<int64_t>(i)].item<double>() > 0;
+    const bool has = options_.stage == 1 ? params_[i].grad().defined() : seen_.data_ptr<double>()[i] > 0;
     (has ? with : without).push_back(i);
     STRATA_CHECK(options_.stage == 1 || !params_[i].grad().defined(), kName, "::step: parameter ", i,
                  " has a gradient, but at stage 2 backward hands every gradient to the optimizer's reduce-scatter "

@@ -94,7 +94,6 @@ class ShardedOptimizer : public Optimizer {
   int stage() const { return options_.stage; }                         ///< 1 or 2
   const distributed::Group& group() const { return options_.group; }   ///< the partition's group
   const std::vector<ZeroBucket>& buckets() const { return buckets_; }  ///< the partition
-  const Optimizer& inner() const { return *inner_; }                   ///< the optimizer over the shards
   /// Elements of optimizer state this rank holds (every state tensor of every shard), for memory accounting.
   int64_t state_numel() const;
 

@@ -3,14 +3,11 @@
 // helpers, with the model on this rank's GPU, which init() made current: local rank % device_count()). With
 // fewer GPUs than ranks the group's CUDA backend stages through the host. Every rank skips alike without a GPU.
 
-#include <stdlib.h>
-
-#include <filesystem>
-
 #include <strata/tensor/cuda.h>
 
 #include "ddp_training.h"
 #include "pipe_training.h"
+#include "shared_dir.h"
 
 namespace dist = strata::distributed;
 using namespace strata;
@@ -74,11 +71,8 @@ TEST(CudaPipeEngine, MatchesSingleProcessTraining) {
 TEST(CudaPipeEngine, CheckpointsLoadOntoTheStageDevice) {
   STRATA_REQUIRE_CUDA();
   const Device gpu = strata::testing::gpu();
-  std::string dir = (std::filesystem::temp_directory_path() / "strata_cuda_pipe_ckpt_XXXXXX").string();
-  if (dist::get_rank() == 0) {
-    ASSERT_NE(mkdtemp(dir.data()), nullptr);
-  }
-  dist::broadcast_object(dir, 0);
+  const strata::testing::SharedTempDir shared("strata_cuda_pipe_ckpt");
+  const std::string& dir = shared.path();
   for (auto [stages, replicas] : pp::layouts()) {
     pipe::PipelineParallelGrid grid(stages);
     auto make = [&] {
@@ -108,8 +102,6 @@ TEST(CudaPipeEngine, CheckpointsLoadOntoTheStageDevice) {
                 1e-12 * std::abs(loss));
     EXPECT_LE(pp::max_relative_error(*model2, *model), 1e-12);
   }
-  dist::barrier();
-  if (dist::get_rank() == 0) std::filesystem::remove_all(dir);
 }
 
 // A CPU stage next to GPU stages would send through one backend and receive through another: every rank throws.

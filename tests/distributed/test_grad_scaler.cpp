@@ -4,12 +4,12 @@
 // scale survives its checkpoint.
 
 #include <cmath>
-#include <filesystem>
 
 #include <strata/nn/data_parallel.h>
 #include <strata/optim/grad_scaler.h>
 
 #include "pipe_training.h"
+#include "shared_dir.h"
 
 namespace dist = strata::distributed;
 using namespace strata;
@@ -94,11 +94,8 @@ TEST(GradScalerDist, AnInfInOneStageSkipsTheStepOnEveryStageAndReplica) {
 }
 
 TEST(GradScalerDist, TheEnginesScaleSurvivesItsCheckpoint) {
-  std::string dir = (std::filesystem::temp_directory_path() / "strata_scaler_ckpt_XXXXXX").string();
-  if (dist::get_rank() == 0) {
-    ASSERT_NE(mkdtemp(dir.data()), nullptr);
-  }
-  dist::broadcast_object(dir, 0);
+  const strata::testing::SharedTempDir shared("strata_scaler_ckpt");
+  const std::string& dir = shared.path();
   const int stages = std::min(dist::get_world_size(), 2), replicas = dist::get_world_size() / stages;
   pipe::PipelineParallelGrid grid(stages);
   auto make_engine = [&](std::optional<optim::GradScalerOptions> scaler) {
@@ -128,6 +125,4 @@ TEST(GradScalerDist, TheEnginesScaleSurvivesItsCheckpoint) {
   EXPECT_THROW_MSG(resumed->load_checkpoint(dir), "was saved without a grad_scaler");
   EXPECT_THROW_MSG(make_engine(optim::GradScalerOptions().process_group(dist::get_world_group())),
                    "leave grad_scaler's process_group unset");
-  dist::barrier();
-  if (dist::get_rank() == 0) std::filesystem::remove_all(dir);
 }

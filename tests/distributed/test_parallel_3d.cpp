@@ -3,8 +3,6 @@
 // 1F1B and zb-h1, ZeRO 0, 1 (and 2 without a pipeline), sequence parallelism on and off: three AdamW steps equal
 // one process to 1e-12 in float64, and a checkpoint saved at one layout resumes at every other.
 
-#include <filesystem>
-
 #include <strata/distributed/tensor_parallel.h>
 #include <strata/nn/embedding.h>
 #include <strata/nn/normalization.h>
@@ -14,6 +12,7 @@
 #include <strata/optim/zero_redundancy.h>
 
 #include "pipe_training.h"
+#include "shared_dir.h"
 
 namespace dist = strata::distributed;
 namespace tp = strata::distributed::tensor_parallel;
@@ -187,11 +186,8 @@ TEST(Parallel3D, EveryLayoutTrainsAsOneProcess) {
 // layout, with and without ZeRO, and in one process: each equals four uninterrupted steps of one process.
 TEST(Parallel3D, CheckpointsResumeAtAnyTensorParallelSizeAndLayout) {
   if (dist::get_world_size() == 1) GTEST_SKIP() << "needs 2 ranks";
-  std::string dir = (std::filesystem::temp_directory_path() / "strata_3d_ckpt_XXXXXX").string();
-  if (dist::get_rank() == 0) {
-    ASSERT_NE(mkdtemp(dir.data()), nullptr);
-  }
-  dist::broadcast_object(dir, 0);
+  const strata::testing::SharedTempDir shared("strata_3d_ckpt");
+  const std::string& dir = shared.path();
   const std::vector<dist::Group> alone = groups_of_one();
   const dist::Group& mine = alone[dist::get_rank()];
   const Reference reference(mine, 4);
@@ -228,6 +224,4 @@ TEST(Parallel3D, CheckpointsResumeAtAnyTensorParallelSizeAndLayout) {
     }
     EXPECT_LE(max_relative_error(whole, reference.model), 1e-12);
   }
-  dist::barrier();
-  if (dist::get_rank() == 0) std::filesystem::remove_all(dir);
 }

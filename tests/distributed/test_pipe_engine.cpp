@@ -22,6 +22,7 @@
 
 #include "forwarding_backend.h"
 #include "pipe_training.h"
+#include "shared_dir.h"
 
 namespace dist = strata::distributed;
 using namespace strata;
@@ -625,11 +626,8 @@ TEST(PipeEngine, ReplicasStartFromReplicaZero) {
 
 // Trained in every layout, saved, then loaded into one process: the same parameters as training there.
 TEST(PipeEngine, CheckpointsLoadIntoAnyNumberOfStages) {
-  std::string dir = (std::filesystem::temp_directory_path() / "strata_pipe_ckpt_XXXXXX").string();
-  if (dist::get_rank() == 0) {
-    ASSERT_NE(mkdtemp(dir.data()), nullptr);
-  }
-  dist::broadcast_object(dir, 0);
+  const strata::testing::SharedTempDir shared("strata_pipe_ckpt");
+  const std::string& dir = shared.path();
   for (auto [stages, replicas] : layouts()) {
     pipe::PipelineParallelGrid grid(stages);
     auto model = std::make_shared<pipe::PipelineModule>(tied_layers(), grid, module_options());
@@ -653,8 +651,6 @@ TEST(PipeEngine, CheckpointsLoadIntoAnyNumberOfStages) {
               engine2.train_batch(micro_batches(x1, y1, grid.get_data_parallel_id())));
     EXPECT_EQ(max_relative_error(*model2, *model), 0);
   }
-  dist::barrier();
-  if (dist::get_rank() == 0) std::filesystem::remove_all(dir);
 }
 
 // Universal checkpoints: 2 steps of AdamW in one layout (every stage of this world in a V), saved; then 2 more
@@ -662,11 +658,8 @@ TEST(PipeEngine, CheckpointsLoadIntoAnyNumberOfStages) {
 // process, optimizer state included. The global batch stays 16 rows: replicas take 4 / D rows per micro-batch.
 TEST(PipeEngine, UniversalCheckpointsResumeInAnyLayout) {
   constexpr int64_t kGlobalRows = 4;  // rows per micro-batch with one replica
-  std::string dir = (std::filesystem::temp_directory_path() / "strata_pipe_universal_XXXXXX").string();
-  if (dist::get_rank() == 0) {
-    ASSERT_NE(mkdtemp(dir.data()), nullptr);
-  }
-  dist::broadcast_object(dir, 0);
+  const strata::testing::SharedTempDir shared("strata_pipe_universal");
+  const std::string& dir = shared.path();
   const std::vector<pipe::Layer> layers = deep_layers(true);
   const optim::AdamWOptions adamw = optim::AdamWOptions(0.01).weight_decay(0.1);
   auto batch = [](int step) { return whole_batch(step, 1, kDouble, kGlobalRows); };
@@ -738,8 +731,6 @@ TEST(PipeEngine, UniversalCheckpointsResumeInAnyLayout) {
     whole_adamw.step();
   }
   EXPECT_LE(max_relative_error(whole, reference), 1e-12);
-  dist::barrier();
-  if (dist::get_rank() == 0) std::filesystem::remove_all(dir);
 }
 
 // Micro-batches of 3 rows, then of 2: the shapes travel again when they change.

@@ -4,8 +4,6 @@
 // pipeline engine over the grid's data-parallel group (every layout, 1F1B and zb-h1; stage 2 on one stage) with
 // checkpoints that resume in another layout with or without ZeRO, and the errors.
 
-#include <filesystem>
-
 #include <strata/nn/clip_grad.h>
 #include <strata/optim/adam.h>
 #include <strata/optim/grad_scaler.h>
@@ -14,6 +12,7 @@
 
 #include "ddp_training.h"
 #include "pipe_training.h"
+#include "shared_dir.h"
 
 namespace dist = strata::distributed;
 using namespace strata;
@@ -247,11 +246,8 @@ TEST(Zero, PipelineEngineMatchesSingleProcess) {
 // Saved by a pipeline with ZeRO over every replica (one stage), resumed in every layout with and without ZeRO:
 // each equals uninterrupted training in one process.
 TEST(Zero, PipelineCheckpointsResumeInAnyLayoutWithOrWithoutZero) {
-  std::string dir = (std::filesystem::temp_directory_path() / "strata_zero_ckpt_XXXXXX").string();
-  if (dist::get_rank() == 0) {
-    ASSERT_NE(mkdtemp(dir.data()), nullptr);
-  }
-  dist::broadcast_object(dir, 0);
+  const strata::testing::SharedTempDir shared("strata_zero_ckpt");
+  const std::string& dir = shared.path();
   const auto adamw = optim::AdamWOptions(0.01).weight_decay(0.1);
   const int world = dist::get_world_size();
   auto batch = [&](int step) { return pt::whole_batch(step, world, kDouble); };  // kMicroBatches x world x kRows
@@ -307,8 +303,6 @@ TEST(Zero, PipelineCheckpointsResumeInAnyLayoutWithOrWithoutZero) {
       }
       EXPECT_LE(pt::max_relative_error(*model, reference), 1e-12);
     }
-  dist::barrier();
-  if (dist::get_rank() == 0) std::filesystem::remove_all(dir);
 }
 
 TEST(Zero, Errors) {
