@@ -181,16 +181,24 @@ Tensor dropout(const Tensor& a, double p = 0.5, bool train = true, Generator* ge
 Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);
 
 // ---- attention (autograd/ops/attention.cpp) ----
+/// Which heads of a whole attention a call computes: query's heads (its last batch dim) are the whole's heads
+/// [first, first + count) of `total`. The default, total 0, is the whole attention.
+struct AttentionHeads {
+  int64_t first = 0;  ///< the whole attention's index of query's head 0
+  int64_t total = 0;  ///< the whole attention's head count; 0: query's own
+};
 /// softmax(query key^T * scale + mask) value (torch::scaled_dot_product_attention): query [..., L, E], key [..., S, E],
 /// value [..., S, Ev] -> [..., L, Ev], batch dims broadcast. attn_mask broadcasts to [..., L, S]: bool (true takes
 /// part) or added to the scores; is_causal lets query i see keys j <= i (no attn_mask with it); scale defaults to
 /// 1 / sqrt(E); dropout_p drops attention weights (always: pass 0 when evaluating); enable_gqa lets key and value have
 /// fewer heads (dim -3) than query, each shared by a group of query heads. A query that sees no key gets a row of 0.
 /// A fused kernel that never holds [L, S] runs where the device has one (STRATA_DISPATCH_LOG=1 prints the path).
+/// strata's `heads` (not in libtorch) says query's heads are some of a larger attention's, as a tensor-parallel rank
+/// holds them: dropout then drops what the whole attention drops at those heads, and advances the generator as it.
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                     const std::optional<Tensor>& attn_mask = std::nullopt, double dropout_p = 0.0,
                                     bool is_causal = false, std::optional<double> scale = std::nullopt,
-                                    bool enable_gqa = false);
+                                    bool enable_gqa = false, const AttentionHeads& heads = {});
 
 // ---- recurrent cells and stacks (autograd/ops/rnn.cpp), as ATen's functions; cells step [batch, features] ----
 /// LSTM's pointwise step from gate pre-activations input_gates + hidden_gates [B, 4H] (i, f, g, o) and cx [B, H]:

@@ -223,6 +223,16 @@ std::pair<Tensor, Tensor> local_ids(const Tensor& ids, int64_t whole, int64_t pa
   return {outside, (ids - start).masked_fill(outside, 0)};
 }
 
+/// dropout of x, this rank's part along `dim` of a tensor split over `group`, by its part of the whole tensor's mask:
+/// what one process drops there, with the generator advanced as by the whole.
+Tensor split_dropout(const Tensor& x, double p, int64_t dim, const distributed::Group& group) {
+  if (p == 0) return x;
+  DimVector whole = x.sizes();
+  whole[dim] *= group->size();
+  const Tensor mask = dropout(ones(whole, TensorOptions(x.dtype()).device(x.device())), p);  // 1 * the whole's mask
+  return x * mask.narrow(dim, group->rank() * x.size(dim), x.size(dim));
+}
+
 }  // namespace
 
 Tensor VocabParallelEmbeddingImpl::forward(const Tensor& indices) {
@@ -244,7 +254,7 @@ ParallelTransformerBlockImpl::ParallelTransformerBlockImpl(const ParallelTransfo
   const distributed::Group& group = checked_group(options.group(), layer);
   const int64_t C = options.embed_dim();
   // The block without parallelism, drawn as one process draws it, then split (it checks the sizes first).
-  TransformerBlock whole(C, options.num_heads(), options.mlp_ratio());
+  TransformerBlock whole(C, options.num_heads(), options.mlp_ratio(), options.dropout());
   check_divisible(options.num_heads(), group, layer, "num_heads");
   // c_attn's rows are q, k, v of every head: as 3 blocks cut over the group, rank r keeps q, k and v of its heads.
   const bool sp = options.sequence_parallel();
@@ -269,26 +279,32 @@ ParallelTransformerBlockImpl::ParallelTransformerBlockImpl(const ParallelTransfo
 }
 
 Tensor ParallelTransformerBlockImpl::forward(const Tensor& x) {
-  const int64_t C = options.embed_dim(), n = options.group()->size();
+  const distributed::Group& group = options.group();
+  const int64_t C = options.embed_dim(), n = group->size();
   STRATA_CHECK(x.dim() == 3 && x.size(2) == C, "ParallelTransformerBlock: expected input of shape [B, T",
                options.sequence_parallel() ? " / n" : "", ", ", C, "], got shape ", x.sizes());
   // On a split sequence LayerNorm's parameters get partial gradients: copy_to_region sums them over the group.
   auto norm = [&](const LayerNorm& ln, const Tensor& t) {
     if (!options.sequence_parallel()) return ln(t);
-    return layer_norm(t, {C}, tp::copy_to_region(ln->weight, options.group()),
-                      tp::copy_to_region(ln->bias, options.group()), ln->options.eps());
+    return layer_norm(t, {C}, tp::copy_to_region(ln->weight, group), tp::copy_to_region(ln->bias, group),
+                      ln->options.eps());
+  };
+  const double p = is_training() ? options.dropout() : 0.0;
+  auto drop = [&](const Tensor& t) {
+    return options.sequence_parallel() ? split_dropout(t, p, 1, group) : dropout(t, p);
   };
   auto attention = [&](const Tensor& t) {
     const Tensor qkv = c_attn(t);  // [B, T, 3C / n], T whole also under sequence parallelism
     const int64_t B = qkv.size(0), T = qkv.size(1), H = options.num_heads() / n, D = C / options.num_heads();
     const tensor_list parts = qkv.split(C / n, 2);
     auto heads = [&](const Tensor& p) { return p.reshape({B, T, H, D}).transpose(1, 2); };  // [B, H, T, D]
-    const Tensor y = scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), std::nullopt, 0.0,
-                                                  /*is_causal=*/true);
-    return c_proj(y.transpose(1, 2).reshape({B, T, C / n}));
+    const Tensor y = scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), std::nullopt, p,
+                                                  /*is_causal=*/true, std::nullopt, false,
+                                                  AttentionHeads{group->rank() * H, options.num_heads()});
+    return drop(c_proj(y.transpose(1, 2).reshape({B, T, C / n})));
   };
   const Tensor h = x + attention(norm(ln_1, x));
-  return h + mlp_proj(gelu(c_fc(norm(ln_2, h))));
+  return h + drop(mlp_proj(gelu(c_fc(norm(ln_2, h)))));
 }
 
 Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& target, const distributed::Group& group) {

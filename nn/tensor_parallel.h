@@ -182,6 +182,7 @@ class ParallelTransformerBlockOptions {
   STRATA_ARG(int64_t, mlp_ratio) = 4;                    ///< the MLP's hidden size is mlp_ratio * C, split too
   /// [B, T / n, C] in and out, LayerNorm and the residual stream split along T; else replicated [B, T, C]
   STRATA_ARG(bool, sequence_parallel) = false;
+  STRATA_ARG(double, dropout) = 0;             ///< TransformerBlock's: on attention's weights, its output and the MLP's
   STRATA_ARG(distributed::Group, group) = {};  ///< the tensor-parallel group (required)
 };
 
@@ -189,9 +190,10 @@ class ParallelTransformerBlockOptions {
 /// mlp_ratio * C / n of the MLP; one all-reduce after attention and one after the MLP in forward, two in backward
 /// (all-gathers and reduce-scatters of the same volume under sequence parallelism, whose backward also all-reduces
 /// the gradients of LayerNorm's parameters and the row-parallel biases, C each, where Megatron does so once a step).
-/// Parameters carry TransformerBlock's names (ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj). No
-/// dropout: a dropout mask inside the split region would need a random stream per rank that still equals the
-/// one-process mask.
+/// Parameters carry TransformerBlock's names (ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj). Dropout
+/// drops what TransformerBlock drops from the same generator state, on every layout: attention keys its stream by
+/// the whole block's heads (AttentionHeads), and under sequence parallelism each rank keeps its positions of the
+/// whole [B, T, C] mask. So the generator must be in one state on every rank of the group, as manual_seed leaves it.
 class ParallelTransformerBlockImpl : public Module {
  public:
   explicit ParallelTransformerBlockImpl(const ParallelTransformerBlockOptions& options);  ///< from options

@@ -181,6 +181,42 @@ TEST(Attention, DropoutDrawsTheSameWeightsOnBothPaths) {
   EXPECT_NEAR(mean.item<double>(), 1.0, 0.02);
 }
 
+// Heads [first, first + count) of a larger attention, as a tensor-parallel rank holds them, drop what the whole
+// attention drops there, on both paths and in backward, and leave the generator where the whole attention does.
+TEST(Attention, SomeHeadsOfALargerAttentionDropWhatTheWholeDrops) {
+  const Tensor q = randn({2, 6, 20, 8}, kDouble), k = randn({2, 6, 30, 8}, kDouble), v = randn({2, 6, 30, 8}, kDouble),
+               upstream = randn({2, 6, 20, 8}, kDouble);
+  for (bool fused : {true, false}) {
+    SCOPED_TRACE(fused ? "fused" : "composite");
+    // A float mask that requires grad takes the composite path.
+    const Tensor mask = fused ? Tensor() : zeros({20, 30}, kDouble).requires_grad_(true);
+    auto run = [&](int64_t first, int64_t count, AttentionHeads heads) {
+      const Tensor qq = q.narrow(1, first, count).clone().requires_grad_(true);
+      manual_seed(21);
+      const Tensor out = scaled_dot_product_attention(qq, k.narrow(1, first, count), v.narrow(1, first, count),
+                                                      mask.defined() ? std::optional(mask) : std::nullopt, 0.3, false,
+                                                      std::nullopt, false, heads);
+      EXPECT_EQ(last_dispatch("scaled_dot_product_attention") == kFused, fused);
+      out.backward(upstream.narrow(1, first, count));
+      return std::tuple{out, qq.grad(), rand({1}, kDouble)};
+    };
+    const auto [whole, whole_grad, whole_next] = run(0, 6, {});
+    for (const auto& [first, count] : {std::pair<int64_t, int64_t>{0, 2}, {2, 3}, {5, 1}, {0, 6}}) {
+      SCOPED_TRACE(str("heads ", first, " to ", first + count));
+      const auto [part, part_grad, part_next] = run(first, count, {first, 6});
+      EXPECT_TRUE(testing::same_tensor(part, whole.narrow(1, first, count)));
+      EXPECT_TRUE(testing::same_tensor(part_grad, whole_grad.narrow(1, first, count)));
+      EXPECT_TRUE(testing::same_tensor(part_next, whole_next));
+    }
+  }
+  EXPECT_THROW_MSG(scaled_dot_product_attention(q.narrow(1, 0, 2), k.narrow(1, 0, 2), v.narrow(1, 0, 2), {}, 0.3, false,
+                                                std::nullopt, false, {5, 6}),
+                   "query's 2 heads from head 5 do not fit in the whole attention's 6 heads (query [2, 2, 20, 8])");
+  EXPECT_THROW_MSG(scaled_dot_product_attention(randn({4, 8}), randn({5, 8}), randn({5, 8}), {}, 0.3, false,
+                                                std::nullopt, false, {0, 6}),
+                   "heads needs a heads dim (-3) in query, got query [4, 8]");
+}
+
 TEST(Attention, SameBitsAtAnyThreadCount) {
   const Tensor q = randn({4, 4, 200, 16}), k = randn({4, 4, 200, 16}), v = randn({4, 4, 200, 16});
   Tensor out[2], grad[2];

@@ -5,7 +5,8 @@
 // length and runs wherever the device has one for the dtype. The composite runs where it has none
 // (the CPU's 16-bit types, CUDA's float64) and where a float attn_mask requires grad (the kernels
 // give no mask gradient). Both draw dropout's bits from one stream by each weight's (n, i, j), so
-// the two paths give the same result for the same seed. Every call records its path in the dispatch
+// the two paths give the same result for the same seed; n counts the whole attention's slices when
+// a call holds some of its heads (HeadStream), so a tensor-parallel rank drops what one process does. Every call records its path in the dispatch
 // log (tensor/dispatch_log.h).
 
 #include <cmath>
@@ -95,12 +96,42 @@ Tensor additive(const Tensor& mask, const Tensor& q) {
   return zeros(mask.sizes(), q.options()).masked_fill(logical_not(mask), -kInf);
 }
 
+/// Where the slices' dropout bits lie in the stream (seed, offset): slice n of a call (its batch dims flattened,
+/// heads last, `local` of them) is slice (n / local) * total + first + n % local of the whole attention, whose
+/// weight (i, j) draws counter offset + (slice * L + i) * S + j as AttentionParams says.
+struct HeadStream {
+  int64_t local = 1, total = 1, first = 0;
+
+  /// The whole attention's slice count, by which the generator advances, for a call of N slices.
+  int64_t whole(int64_t N) const { return local == 0 ? 0 : N / local * total; }
+
+  /// Calls fn(n, count, offset) over runs [n, n + count) that tile [begin, end) and whose bits are one stretch of the
+  /// stream from counter `offset`: one run for a whole attention, else at most one batch element's heads per run.
+  template <class F>
+  void for_each_run(const AttentionParams& params, int64_t L, int64_t S, int64_t begin, int64_t end,
+                    const F& fn) const {
+    const auto counter = [&](int64_t slice) { return params.offset + static_cast<uint64_t>(slice * L * S); };
+    if (total == local || params.dropout_p == 0) return fn(begin, end - begin, counter(begin));
+    for (int64_t n = begin; n < end;) {
+      const int64_t count = std::min(end, (n / local + 1) * local) - n;
+      fn(n, count, counter(n / local * total + first + n % local));
+      n += count;
+    }
+  }
+};
+
 /// Each weight's dropout factor over the scores' shape: 1 / (1 - p) where kept, 0 where dropped, drawn as the
 /// kernels draw them (AttentionParams): u from uniform() in float32 (float64 for double), kept when u >= p.
-Tensor dropout_factors(IntArrayRef shape, const Tensor& q, const AttentionParams& params) {
+Tensor dropout_factors(IntArrayRef shape, const Tensor& q, const AttentionParams& params, const HeadStream& stream) {
   NoGradGuard no_grad;
   Tensor u = empty(shape, TensorOptions(q.dtype() == kDouble ? kDouble : kFloat).device(q.device()));
-  ops::kernels(q).uniform(u, 0, 1, params.seed, params.offset);
+  const int64_t L = shape[shape.size() - 2], S = shape.back();
+  if (u.numel() > 0) {
+    const Tensor slices = u.view({-1, L, S});
+    stream.for_each_run(params, L, S, 0, slices.size(0), [&](int64_t n, int64_t count, uint64_t offset) {
+      ops::kernels(q).uniform(slices.narrow(0, n, count), 0, 1, params.seed, offset);
+    });
+  }
   const double keep = params.dropout_p < 1 ? 1.0 / (1.0 - params.dropout_p) : 0.0;
   return u.ge(params.dropout_p).to(q.dtype()).mul_(keep);
 }
@@ -126,20 +157,21 @@ Tensor weights(const Tensor& q, const Tensor& k, const Tensor& mask, bool causal
 }
 
 /// The composite: weights, dropout, then the product with v. q, k, v carry the batch dims.
-Tensor composite(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const AttentionParams& params) {
+Tensor composite(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const AttentionParams& params,
+                 const HeadStream& stream) {
   Tensor p = weights(q, k, mask, params.causal, params.scale);
-  if (params.dropout_p > 0) p = p * dropout_factors(p.sizes(), q, params);
+  if (params.dropout_p > 0) p = p * dropout_factors(p.sizes(), q, params, stream);
   return matmul(p, v);
 }
 
 /// The composite's gradients (Note [attention backward] in tensor/cpu/attention.cpp) as differentiable ops, for a
 /// backward that builds a graph: the fused kernels have no double backward.
 tensor_list composite_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
-                               const AttentionParams& params, const Tensor& grad_out) {
+                               const AttentionParams& params, const HeadStream& stream, const Tensor& grad_out) {
   const Tensor p = weights(q, k, mask, params.causal, params.scale);
   Tensor pz = p, dp = matmul(grad_out, v.transpose(-2, -1));
   if (params.dropout_p > 0) {
-    const Tensor z = dropout_factors(p.sizes(), q, params);
+    const Tensor z = dropout_factors(p.sizes(), q, params, stream);
     pz = p * z;
     dp = dp * z;
   }
@@ -189,6 +221,20 @@ void for_each_mask_run(const Tensor& mask, const Shapes& s, const F& fn) {
   }
 }
 
+/// Calls fn(n, count, mask_view, run_params) over the kernel calls of one attention: the mask's runs, cut where the
+/// dropout stream jumps (HeadStream), each with its own first counter.
+template <class F>
+void for_each_kernel_call(const Tensor& mask, const Shapes& s, const AttentionParams& params, const HeadStream& stream,
+                          const F& fn) {
+  for_each_mask_run(mask, s, [&](int64_t first, int64_t count, const Tensor& mask_run) {
+    stream.for_each_run(params, s.L, s.S, first, first + count, [&](int64_t n, int64_t c, uint64_t offset) {
+      AttentionParams run = params;
+      run.offset = offset;
+      fn(n, c, mask_run.defined() ? mask_run.narrow(0, n - first, c) : Tensor(), run);
+    });
+  });
+}
+
 /// "cpu" or "cuda", as the dispatch log names a device type.
 const char* device_type(const Tensor& t) { return t.device().is_cpu() ? "cpu" : "cuda"; }
 
@@ -196,12 +242,12 @@ const char* device_type(const Tensor& t) { return t.device().is_cpu() ? "cpu" : 
 
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                     const std::optional<Tensor>& attn_mask, double dropout_p, bool is_causal,
-                                    std::optional<double> scale, bool enable_gqa) {
+                                    std::optional<double> scale, bool enable_gqa, const AttentionHeads& heads) {
   const Tensor mask = attn_mask.has_value() ? *attn_mask : Tensor();
   if (ops::AutocastArgs cast{kOp, {query, key, value, mask}})
     return scaled_dot_product_attention(cast[0], cast[1], cast[2],
                                         mask.defined() ? std::optional<Tensor>(cast[3]) : std::nullopt, dropout_p,
-                                        is_causal, scale, enable_gqa);
+                                        is_causal, scale, enable_gqa, heads);
   const Tensor k = enable_gqa ? repeat_heads(key, query, "key") : key;
   const Tensor v = enable_gqa ? repeat_heads(value, query, "value") : value;
   const Shapes s = check_operands(query, k, v, mask, dropout_p, is_causal);
@@ -209,10 +255,18 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
   params.scale = scale.value_or(1.0 / std::sqrt(static_cast<double>(s.E)));
   params.causal = is_causal;
   params.dropout_p = dropout_p;
+  HeadStream stream;
+  if (heads.total != 0) {
+    STRATA_CHECK(!s.batch.empty(), kOp, ": heads needs a heads dim (-3) in query, got query ", query.sizes());
+    stream = {s.batch[s.batch.size() - 1], heads.total, heads.first};
+    STRATA_CHECK(heads.first >= 0 && heads.first + stream.local <= heads.total, kOp, ": query's ", stream.local,
+                 " heads from head ", heads.first, " do not fit in the whole attention's ", heads.total,
+                 " heads (query ", query.sizes(), ")");
+  }
   if (dropout_p > 0) {
     Generator& gen = default_generator();
     params.seed = gen.seed();
-    params.offset = gen.advance(static_cast<uint64_t>(s.N * s.L * s.S));
+    params.offset = gen.advance(static_cast<uint64_t>(stream.whole(s.N) * s.L * s.S));
   }
   const Tensor add_mask = additive(mask, query);
   DimVector out_shape = s.batch;
@@ -221,7 +275,7 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
 
   if (add_mask.defined() && add_mask.requires_grad() && GradMode::is_enabled()) {
     log_dispatch(kOp, "composite: attn_mask requires grad, and the fused kernels give it none");
-    return composite(query, k, v, add_mask, params);
+    return composite(query, k, v, add_mask, params, stream);
   }
   const Tensor q3 = flatten_batch(query, s), k3 = flatten_batch(k, s), v3 = flatten_batch(v, s);
   const Kernels& kernels = ops::kernels(query);
@@ -231,24 +285,23 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
   {
     NoGradGuard no_grad;
     const Tensor mask_data = add_mask.defined() ? add_mask.detach() : Tensor();
-    for_each_mask_run(mask_data, s, [&](int64_t first, int64_t count, const Tensor& mask_run) {
-      AttentionParams run = params;
-      run.offset += static_cast<uint64_t>(first * s.L * s.S);
-      fused =
-          fused && kernels.attention(q3.narrow(0, first, count), k3.narrow(0, first, count), v3.narrow(0, first, count),
-                                     mask_run, run, out.narrow(0, first, count), lse.narrow(0, first, count));
-    });
+    for_each_kernel_call(mask_data, s, params, stream,
+                         [&](int64_t n, int64_t count, const Tensor& mask_run, const AttentionParams& run) {
+                           fused = fused && kernels.attention(q3.narrow(0, n, count), k3.narrow(0, n, count),
+                                                              v3.narrow(0, n, count), mask_run, run,
+                                                              out.narrow(0, n, count), lse.narrow(0, n, count));
+                         });
   }
   if (!fused) {
     log_dispatch(kOp, str("composite: no fused ", device_type(query), " kernel for ", query.dtype(), " with head dims ",
                           s.E, " and ", s.Ev));
-    return composite(query, k, v, add_mask, params);
+    return composite(query, k, v, add_mask, params, stream);
   }
   log_dispatch(kOp, str("fused ", device_type(query), " kernel (", query.dtype(), ")"));
   if (auto node = autograd::record("ScaledDotProductAttentionBackward", {q3, k3, v3}, {out}))
     node->backward = [sq = SavedVariable(q3), sk = SavedVariable(k3), sv = SavedVariable(v3),
                       so = SavedVariable(out, true), lse, mask = add_mask.defined() ? add_mask.detach() : Tensor(), s,
-                      params](const tensor_list& grads) -> tensor_list {
+                      params, stream](const tensor_list& grads) -> tensor_list {
       const Tensor q = sq.unpack(), k = sk.unpack(), v = sv.unpack(), o = so.unpack();
       const Tensor grad_out = grads[0].defined() ? grads[0] : zeros_like(o);
       if (GradMode::is_enabled()) {  // a graph of the backward: the composite's closed form
@@ -258,22 +311,22 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
           shape.push_back(t.size(2));
           return t.view(shape);
         };
-        tensor_list g = composite_backward(unflatten(q), unflatten(k), unflatten(v), mask, params, unflatten(grad_out));
+        tensor_list g =
+            composite_backward(unflatten(q), unflatten(k), unflatten(v), mask, params, stream, unflatten(grad_out));
         for (Tensor& t : g) t = t.reshape({s.N, t.size(-2), t.size(-1)});
         return g;
       }
       Tensor gq = empty_like(q), gk = empty_like(k), gv = empty_like(v);
       const Tensor go = grad_out.contiguous();
       const Kernels& kernels = ops::kernels(q);
-      for_each_mask_run(mask, s, [&](int64_t first, int64_t count, const Tensor& mask_run) {
-        AttentionParams run = params;
-        run.offset += static_cast<uint64_t>(first * s.L * s.S);
-        const bool done = kernels.attention_backward(
-            q.narrow(0, first, count), k.narrow(0, first, count), v.narrow(0, first, count), mask_run,
-            o.narrow(0, first, count), lse.narrow(0, first, count), go.narrow(0, first, count), run,
-            gq.narrow(0, first, count), gk.narrow(0, first, count), gv.narrow(0, first, count));
-        STRATA_CHECK(done, kOp, ": the ", q.device(), " kernel ran attention forward but refused its backward");
-      });
+      for_each_kernel_call(
+          mask, s, params, stream, [&](int64_t n, int64_t count, const Tensor& mask_run, const AttentionParams& run) {
+            const bool done = kernels.attention_backward(
+                q.narrow(0, n, count), k.narrow(0, n, count), v.narrow(0, n, count), mask_run, o.narrow(0, n, count),
+                lse.narrow(0, n, count), go.narrow(0, n, count), run, gq.narrow(0, n, count), gk.narrow(0, n, count),
+                gv.narrow(0, n, count));
+            STRATA_CHECK(done, kOp, ": the ", q.device(), " kernel ran attention forward but refused its backward");
+          });
       return {gq, gk, gv};
     };
   return out.view(out_shape);

@@ -158,8 +158,9 @@ TEST(TensorParallel, GatheredOutputsAndSplitInputs) {
   EXPECT_TRUE(same(split_down->bias.grad(), down->bias.grad()));
 }
 
-// The block split over the group equals nn::TransformerBlock, replicated and under sequence parallelism: its output,
-// the input's gradient, and every parameter and its gradient (this rank's slice of the unsplit block's).
+// The block split over the group equals nn::TransformerBlock, replicated and under sequence parallelism, with and
+// without dropout: its output, the input's gradient, every parameter and its gradient (this rank's slice of the
+// unsplit block's), and the generator's state afterwards.
 TEST(TensorParallel, TransformerBlockEqualsTheUnsplitBlock) {
   const int64_t C = 8, heads = 8, T = 8;
   const int64_t n = ranks(), r = rank();
@@ -170,20 +171,28 @@ TEST(TensorParallel, TransformerBlockEqualsTheUnsplitBlock) {
     if (name.rfind("mlp.c_fc.", 0) == 0) return part(t, 0);
     return t;  // LayerNorm's and the row-parallel biases: the same on every rank
   };
-  for (bool sequence_parallel : {false, true}) {
-    SCOPED_TRACE(sequence_parallel);
+  for (const auto& [sequence_parallel, dropout] : {std::pair{false, 0.0}, {true, 0.0}, {false, 0.25}, {true, 0.25}}) {
+    SCOPED_TRACE(str("sequence_parallel ", sequence_parallel, ", dropout ", dropout));
     manual_seed(17);
-    nn::TransformerBlock serial(C, heads);
+    nn::TransformerBlock serial(C, heads, 4, dropout);
     manual_seed(17);
-    nn::ParallelTransformerBlock split(
-        nn::ParallelTransformerBlockOptions(C, heads).sequence_parallel(sequence_parallel).group(world()));
+    nn::ParallelTransformerBlock split(nn::ParallelTransformerBlockOptions(C, heads)
+                                           .sequence_parallel(sequence_parallel)
+                                           .dropout(dropout)
+                                           .group(world()));
     serial->to(kDouble);
     split->to(kDouble);
     Generator gen(19);
     const Tensor x = randn({2, T, C}, kDouble, &gen).requires_grad_(true), w = randn({2, T, C}, kDouble, &gen);
     const Tensor mine = (sequence_parallel ? part(x.detach(), 1) : x.detach()).clone().requires_grad_(true);
+    manual_seed(23);
     const Tensor y = serial(x);
+    const Tensor serial_next = rand({1}, kDouble);
+    manual_seed(23);
     Tensor out = split(mine);
+    EXPECT_TRUE(exact(rand({1}, kDouble), serial_next));
+    manual_seed(23);
+    EXPECT_EQ(exact(rand({1}, kDouble), serial_next), dropout == 0) << "the serial block drew dropout's bits";
     if (sequence_parallel) {
       EXPECT_TRUE(same(out, part(y.detach(), 1)));
       out = tp::gather_from_sequence_region(out, world(), 1, /*tensor_parallel_output_grad=*/false);
