@@ -377,6 +377,14 @@ TEST(Shape, CatMixedRequiresGrad) {
   mixed.sum().backward();
   EXPECT_EQ(f.grad().dtype(), kFloat);
   EXPECT_VALUES(f.grad(), {1, 1});
+
+  // libtorch's legacy empty 1-D input is skipped, yet gets a defined, empty gradient of its own dtype.
+  Tensor none = empty({0}, kFloat).requires_grad_(true), x = leaf({2, 3});
+  cat({none, x}).sum().backward();
+  ASSERT_TRUE(none.grad().defined());
+  EXPECT_EQ(none.grad().sizes(), IntArrayRef({0}));
+  EXPECT_EQ(none.grad().dtype(), kFloat);
+  EXPECT_VALUES(x.grad(), {1, 1, 1, 1, 1, 1});
 }
 
 TEST(Shape, SplitPartialGradients) {

@@ -509,21 +509,24 @@ Tensor cat(const tensor_list& tensors, int64_t dim) {
     struct Piece {
       int64_t start, length;
       ScalarType dtype;
-      bool differentiable;
+      bool differentiable, skipped;
     };
     std::vector<Piece> pieces;
     pieces.reserve(tensors.size());
     start = 0;
     for (const Tensor& t : tensors) {
       const bool used = !skipped(t);
-      pieces.push_back({start, used ? t.size(dim) : 0, t.dtype(), used && t.is_floating_point()});
+      pieces.push_back({start, used ? t.size(dim) : 0, t.dtype(), t.is_floating_point(), !used});
       if (used) start += t.size(dim);
     }
     node->backward = [pieces = std::move(pieces), dim](const tensor_list& g) {
       tensor_list grads(pieces.size());
       for (size_t i = 0; i < pieces.size(); ++i) {
         const Piece& p = pieces[i];
-        if (p.differentiable) grads[i] = g[0].narrow(dim, p.start, p.length).to(p.dtype);
+        if (!p.differentiable) continue;
+        // A skipped empty input still gets its (empty) gradient, as in libtorch.
+        grads[i] =
+            p.skipped ? empty({0}, g[0].options().dtype(p.dtype)) : g[0].narrow(dim, p.start, p.length).to(p.dtype);
       }
       return grads;
     };
