@@ -395,6 +395,10 @@ bool Tensor::retains_grad() const {
 
 Tensor Tensor::detach() const { return make_view(*this, sizes(), strides(), storage_offset()); }
 
+// libtorch's data() does not share the version counter, so a write through it to a tensor saved for backward
+// gives a wrong gradient silently; strata keeps one version per storage, and such a write is an error.
+Tensor Tensor::data() const { return detach(); }
+
 void Tensor::set_data(const Tensor& data) const {
   STRATA_CHECK(data.defined(), "set_data: the new data is undefined");
   STRATA_CHECK(!requires_grad() || data.is_floating_point(), "set_data: a tensor that requires grad needs floating ",

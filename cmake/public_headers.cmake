@@ -11,7 +11,7 @@ function(strata_public_headers out source_dir)
     set(reglob "")
   endif()
   file(GLOB_RECURSE headers ${reglob} RELATIVE ${source_dir}
-    ${source_dir}/tensor/*.h ${source_dir}/autograd/*.h ${source_dir}/distributed/*.h
+    ${source_dir}/tensor/*.h ${source_dir}/autograd/*.h ${source_dir}/distributed/*.h ${source_dir}/c10d/*.hpp
     ${source_dir}/optim/*.h ${source_dir}/data/*.h ${source_dir}/nn/*.h ${source_dir}/pipe/*.h)
   list(FILTER headers EXCLUDE REGEX
     "^(autograd/ops/common\\.h|tensor/iteration\\.h|tensor/random_stream\\.h|tensor/cpu/|tensor/cuda/|distributed/detail/|distributed/mpi/|pipe/stage\\.h)")

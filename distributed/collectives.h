@@ -54,6 +54,9 @@ struct ThreadChoice {
 const ThreadChoice& thread_choice();
 /// Leaves the job (MPI_Finalize); every rank calls it, or lets exit do it.
 void finalize();
+/// Ends every process of the job at once (MPI_Abort) after printing `reason` with this rank and dumping the flight
+/// recorder: for a rank that cannot go on (c10d's ProcessGroupMPI::abort). A rank's uncaught exception does this.
+[[noreturn]] void abort_job(const std::string& reason);
 /// WORLD: every process of the job.
 const Group& get_world_group();
 /// This process's rank in `group` (WORLD when empty), -1 when it is not a member.

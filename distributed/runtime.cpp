@@ -113,10 +113,6 @@ ThreadChoice choose_threads() {
 // A rank that dies on an exception takes the job down with it and says why, instead of
 // leaving the other ranks waiting in their next collective.
 [[noreturn]] void terminate_job() {
-  int rank = -1, initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   std::string what = "unknown exception";
   if (auto e = std::current_exception()) {
     try {
@@ -128,12 +124,7 @@ ThreadChoice choose_threads() {
   } else {
     what = "std::terminate called without an active exception";
   }
-  // One write: std::cerr is unbuffered, and mpirun could put its own abort notice between the pieces of several.
-  const std::string prefix = "strata: rank " + std::to_string(rank) + ": ";
-  std::cerr << (prefix + "uncaught exception: " + what + "\n" + prefix + "aborting the job\n") << std::flush;
-  detail::dump_flight_recorder_on_failure("uncaught exception: " + what);
-  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
-  std::abort();
+  abort_job("uncaught exception: " + what);
 }
 
 void finalize_at_exit() {
@@ -141,6 +132,19 @@ void finalize_at_exit() {
 }
 
 }  // namespace
+
+void abort_job(const std::string& reason) {
+  int rank = -1, initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  // One write: std::cerr is unbuffered, and mpirun could put its own abort notice between the pieces of several.
+  const std::string prefix = "strata: rank " + std::to_string(rank) + ": ";
+  std::cerr << (prefix + reason + "\n" + prefix + "aborting the job\n") << std::flush;
+  detail::dump_flight_recorder_on_failure(reason);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();
+}
 
 std::shared_ptr<Work> completed_work() {
   static const std::shared_ptr<Work> done = std::make_shared<CompletedWork>();

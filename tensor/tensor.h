@@ -124,6 +124,14 @@ class Tensor {
  public:
   Tensor() = default;
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}  ///< wraps an impl
+  Tensor(const Tensor&) = default;                                               ///< another handle to the same tensor
+  Tensor(Tensor&&) noexcept = default;                                           ///< takes over the handle
+  Tensor& operator=(const Tensor&) & = default;      ///< makes this handle refer to the other's tensor
+  Tensor& operator=(Tensor&&) & noexcept = default;  ///< makes this handle refer to the other's tensor
+  /// On a temporary, writes its elements, as libtorch does: x[0] = y and x.grad().data() = g copy (copy_).
+  Tensor& operator=(const Tensor& src) && { return copy_(src); }
+  /// On a temporary, fills its elements, as libtorch does: x[0] = 1 (fill_).
+  Tensor& operator=(Scalar value) && { return fill_(value); }
 
   // ---- metadata ----
   bool defined() const { return impl_ != nullptr; }       ///< false for a default-constructed Tensor
@@ -185,7 +193,9 @@ class Tensor {
   void retain_grad() const;                                      ///< keeps grad() of a non-leaf after backward
   bool retains_grad() const;                                     ///< whether retain_grad() was called
   Tensor detach() const;                                         ///< shares data, no history, requires_grad false
-  Tensor& detach_();                                             ///< removes history in place
+  /// libtorch's .data(): detach(); writes through it still count for autograd's saved-tensor checks (README)
+  Tensor data() const;
+  Tensor& detach_();  ///< removes history in place
   /// Makes this tensor use `data`'s storage, shape and dtype, keeping its identity and autograd flags
   /// (as libtorch's set_data; Module::to uses it so that handles to parameters stay valid).
   void set_data(const Tensor& data) const;

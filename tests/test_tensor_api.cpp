@@ -104,3 +104,19 @@ TEST(TensorApi, EmptyTypedListsKeepTheirElementType) {
   EXPECT_EQ(tensor(std::vector<double>{}).dtype(), kFloat);  // floating lists take the default dtype, as libtorch
   EXPECT_EQ(tensor(std::vector<double>{1.0, 2.0}).dtype(), kFloat);
 }
+
+// Assigning to a temporary writes into the tensor it views, as in libtorch; assigning to a named handle rebinds it.
+TEST(TensorApi, AssigningToATemporaryWritesItsElements) {
+  Tensor x = zeros({3, 2});
+  x[0] = 5;
+  x.narrow(0, 1, 1) = tensor({{1.0, 2.0}}, kFloat);
+  x[2] = tensor({7.0}, kFloat);  // broadcast, as copy_
+  EXPECT_VALUES(x, {5, 5, 1, 2, 7, 7});
+  Tensor w = ones({2}).requires_grad_(true);
+  (w * 3).sum().backward();
+  w.grad().data() = w.grad().data() / 3;  // pytorch/examples' dist-mnist.cpp scales its gradients so
+  EXPECT_VALUES(w.grad(), {1, 1});
+  Tensor handle = x;
+  handle = zeros({1});
+  EXPECT_EQ(x.numel(), 6);  // x still refers to its own tensor
+}

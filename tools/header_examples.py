@@ -21,7 +21,7 @@ import pathlib
 import re
 import sys
 
-FOLDERS = ["tensor", "autograd", "nn", "optim", "data", "distributed", "pipe"]
+FOLDERS = ["tensor", "autograd", "nn", "optim", "data", "distributed", "c10d", "pipe"]
 
 # Headers that are not part of the public API, so carry no usage example. They are the headers
 # cmake/install.cmake does not install, plus the stub backends.
@@ -49,7 +49,8 @@ def is_internal(path):
 
 
 def public_headers(root):
-    headers = [p for folder in FOLDERS for p in sorted((root / folder).rglob("*.h"))]
+    # c10d/ keeps libtorch's .hpp names, so that a ported program's includes only gain "strata/".
+    headers = [p for folder in FOLDERS for p in sorted([*(root / folder).rglob("*.h"), *(root / folder).rglob("*.hpp")])]
     if (root / "strata.h").exists():
         headers.insert(0, root / "strata.h")
     return [h for h in headers if not is_internal(h.relative_to(root).as_posix())]

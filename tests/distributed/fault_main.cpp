@@ -2,6 +2,7 @@
 // fault.cmake to check that the job ends non-zero, with the cause, in bounded time.
 //   kill     rank 1 dies by SIGKILL while the others are in all_reduce
 //   throw    rank 1 throws an uncaught strata::Error while the others are in all_reduce
+//   abort    rank 1 calls c10d's ProcessGroupMPI::abort() while the others are in all_reduce
 //   timeout  rank 1 sleeps outside communication while the others are in all_reduce
 //            (run with a short STRATA_COMM_TIMEOUT_S)
 //   p2p      rank 0 waits in recv from rank 1, which sleeps
@@ -78,9 +79,9 @@ dist::Group device_like_world() {
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (mode != "kill" && mode != "throw" && mode != "timeout" && mode != "p2p" && mode != "diverge" &&
+  if (mode != "kill" && mode != "throw" && mode != "abort" && mode != "timeout" && mode != "p2p" && mode != "diverge" &&
       mode != "backend" && mode != "device") {
-    std::fprintf(stderr, "usage: %s kill|throw|timeout|p2p|diverge|backend|device\n", argv[0]);
+    std::fprintf(stderr, "usage: %s kill|throw|abort|timeout|p2p|diverge|backend|device\n", argv[0]);
     return 2;
   }
   // mpirun tells each process its rank before init() does.
@@ -92,11 +93,12 @@ int main(int argc, char** argv) {
   dist::all_reduce(t);
   const dist::Group device_like = mode == "device" ? device_like_world() : nullptr;
   // Long enough for the others to be blocked, far shorter than the test's bound.
-  const auto late = std::chrono::milliseconds(mode == "kill" || mode == "throw" ? 500 : 30'000);
+  const auto late = std::chrono::milliseconds(mode == "kill" || mode == "throw" || mode == "abort" ? 500 : 30'000);
   if (rank == 1 && mode != "diverge") {
     std::this_thread::sleep_for(late);
     if (mode == "kill") std::raise(SIGKILL);
     if (mode == "throw") throw strata::Error("fault test: rank 1 gives up");
+    if (mode == "abort") strata::c10d::ProcessGroupMPI(dist::get_world_group()).abort();
   }
   if (mode == "p2p") {
     if (rank == 0) dist::recv(t, 1);
