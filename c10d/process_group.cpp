@@ -1,5 +1,6 @@
-// c10d::ProcessGroup, ProcessGroupMPI and ProcessGroupNCCL: libtorch's calls translated to strata::distributed's. c10d names ranks
-// within the group and takes a list of one tensor per call; distributed:: names global ranks and takes the tensor.
+// c10d::ProcessGroup, ProcessGroupMPI and ProcessGroupNCCL: libtorch's calls translated to strata::distributed's.
+// c10d names ranks within the group and takes a list of one tensor per call; distributed:: names global ranks and
+// takes the tensor.
 #include <utility>
 
 #include "strata/c10d/ProcessGroupMPI.hpp"
@@ -12,16 +13,20 @@ namespace dist = strata::distributed;
 
 namespace {
 
-/// Makes `call`, a distributed:: call with an argument it refuses on this rank only (a root's list off the root),
-/// and swallows its error. Under STRATA_DISTRIBUTED_DEBUG=DETAIL the other ranks learn of the refusal as they
-/// compare their calls and throw too, instead of waiting in the collective for this rank; the caller then throws
-/// c10d's own message.
-template <class Call>
-void refuse_as_distributed(const Call& call) {
+/// An error naming `call` unless this rank passed `count` lists of `what` as its role in a rooted call needs (one
+/// on the root, none elsewhere). `refuse` first makes the distributed:: call with an argument it refuses on this
+/// rank only, so that under STRATA_DISTRIBUTED_DEBUG=DETAIL the other ranks learn of it as they compare their calls
+/// and throw too, instead of waiting in the collective for this rank.
+template <class Refuse>
+void check_root_lists(size_t count, bool at_root, int rank, const std::string& call, const char* what,
+                      const Refuse& refuse) {
+  if (count == (at_root ? 1u : 0u)) return;
   try {
-    call();
+    refuse();
   } catch (const Error&) {
   }
+  STRATA_CHECK(false, call, ": rank ", rank, at_root ? " is the root and takes one " : " is not the root and takes no ",
+               what, " list, got ", count);
 }
 
 }  // namespace
@@ -129,12 +134,8 @@ std::shared_ptr<Work> ProcessGroup::gather(std::vector<std::vector<Tensor>>& out
   const int root = global(opts.rootRank, "gather", "rootRank");
   const bool at_root = opts.rootRank == getRank();
   const Tensor& input = one(inputTensors, "gather");
-  if (outputTensors.size() != (at_root ? 1u : 0u)) {
-    refuse_as_distributed([&] { dist::gather(input, at_root ? tensor_list{} : tensor_list{input}, root, group_); });
-    STRATA_CHECK(false, name("gather"), ": rank ", getRank(),
-                 at_root ? " is the root and takes one output list" : " is not the root and takes no output list",
-                 ", got ", outputTensors.size());
-  }
+  check_root_lists(outputTensors.size(), at_root, getRank(), name("gather"), "output",
+                   [&] { dist::gather(input, at_root ? tensor_list{} : tensor_list{input}, root, group_); });
   const std::vector<Tensor> outputs = at_root ? outputTensors[0] : std::vector<Tensor>{};
   return std::make_shared<Work>(dist::gather(input, outputs, root, group_, true), outputs);
 }
@@ -145,12 +146,8 @@ std::shared_ptr<Work> ProcessGroup::scatter(std::vector<Tensor>& outputTensors,
   const int root = global(opts.rootRank, "scatter", "rootRank");
   const bool at_root = opts.rootRank == getRank();
   const Tensor& output = one(outputTensors, "scatter");
-  if (inputTensors.size() != (at_root ? 1u : 0u)) {
-    refuse_as_distributed([&] { dist::scatter(output, at_root ? tensor_list{} : tensor_list{output}, root, group_); });
-    STRATA_CHECK(false, name("scatter"), ": rank ", getRank(),
-                 at_root ? " is the root and takes one input list" : " is not the root and takes no input list",
-                 ", got ", inputTensors.size());
-  }
+  check_root_lists(inputTensors.size(), at_root, getRank(), name("scatter"), "input",
+                   [&] { dist::scatter(output, at_root ? tensor_list{} : tensor_list{output}, root, group_); });
   return std::make_shared<Work>(
       dist::scatter(output, at_root ? inputTensors[0] : std::vector<Tensor>{}, root, group_, true), outputTensors);
 }

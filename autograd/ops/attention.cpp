@@ -6,8 +6,8 @@
 // (the CPU's 16-bit types, CUDA's float64) and where a float attn_mask requires grad (the kernels
 // give no mask gradient). Both draw dropout's bits from one stream by each weight's (n, i, j), so
 // the two paths give the same result for the same seed; n counts the whole attention's slices when
-// a call holds some of its heads (HeadStream), so a tensor-parallel rank drops what one process does. Every call records its path in the dispatch
-// log (tensor/dispatch_log.h).
+// a call holds some of its heads (HeadStream), so a tensor-parallel rank drops what one process
+// does. Every call records its path in the dispatch log (tensor/dispatch_log.h).
 
 #include <cmath>
 #include <limits>
